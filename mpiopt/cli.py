@@ -1,0 +1,417 @@
+"""The `mpiopt` command line (SPEC §3).
+
+Exit codes: 0 the command did its work (failed trials included); 2 the input is wrong; 1 anything
+else. A wrong input is one line on stderr, printed by rank 0 only, and every rank exits.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import __version__
+from ._errors import ConfigError, MpioptError
+from ._log import set_rank_tag, setup_logging
+
+log = logging.getLogger("mpiopt.cli")
+
+
+# -- ranks, before MPI is initialised ----------------------------------------------------------
+def env_rank() -> int:
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MPI_LOCALRANKID"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def env_size() -> int:
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 1
+
+
+def _say(message: str) -> None:
+    """One line on stderr, from rank 0 only."""
+    if env_rank() == 0:
+        print(f"mpiopt: error: {message}", file=sys.stderr, flush=True)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, rank 0 only
+        raise ConfigError(f"{message} (see `{self.prog} --help`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="mpiopt", description="Hyperparameter search and distributed Keras training on MPI.")
+    p.add_argument("--version", action="version", version=f"mpiopt {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    s = sub.add_parser("search", help="run (or --resume) a search")
+    s.add_argument("space", metavar="SPACE.yaml")
+    s.add_argument("--out", metavar="DIR", help="run directory (default runs/<name>)")
+    s.add_argument("--resume", action="store_true", help="continue the search in --out from its journal")
+    s.add_argument("--trials", type=int, metavar="N", help="override search.trials")
+    s.add_argument("--seed", type=int, metavar="S", help="override search.seed")
+    s.add_argument("--np", type=int, metavar="N", help="launch N ranks with this environment's mpiexec")
+    c = sub.add_parser("check", help="validate a search space and print the plan; run nothing")
+    c.add_argument("space", metavar="SPACE.yaml")
+    c.add_argument("--np", type=int, metavar="N", help="plan for N ranks (default: this job's size)")
+    c.add_argument("--out", metavar="DIR")
+    t = sub.add_parser("train", help="train one model with given values on all ranks")
+    t.add_argument("space", metavar="SPACE.yaml")
+    t.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="sets")
+    t.add_argument("--out", metavar="DIR", help="where history.csv goes (default runs/<name>/train)")
+    t.add_argument("--np", type=int, metavar="N", help="launch N ranks with this environment's mpiexec")
+    r = sub.add_parser("results", help="print the best trials of a run directory")
+    r.add_argument("dir", metavar="DIR")
+    r.add_argument("--top", type=int, default=10, metavar="K")
+    r.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            raise ConfigError("missing COMMAND: one of search, check, train, results (see `mpiopt --help`)")
+        for name in ("trials", "np", "top"):
+            value = getattr(args, name, None)
+            if value is not None and value < 1:
+                raise ConfigError(f"--{name}: expected a positive integer, got {value}")
+        if getattr(args, "seed", None) is not None and args.seed < 0:
+            raise ConfigError(f"--seed: expected an integer >= 0, got {args.seed}")
+        if getattr(args, "np", None) and args.command in ("search", "train"):
+            return _relaunch(argv, args.np)
+    except ConfigError as exc:
+        _say(str(exc))
+        return 2
+    setup_logging()
+    if args.command == "results":
+        return _guard(lambda: cmd_results(args))
+    if args.command == "check":
+        return _guard(lambda: cmd_check(args))
+    _prepare_threads()
+    return _mpi_main(args)
+
+
+def _guard(fn) -> int:
+    try:
+        return fn()
+    except ConfigError as exc:
+        _say(str(exc))
+        return 2
+
+
+def _relaunch(argv: list[str], n: int) -> int:
+    """`--np N`: run this same command under mpiexec with N ranks."""
+    if env_size() > 1:
+        raise ConfigError("--np: already running under mpiexec; give the rank count to mpiexec only")
+    here = Path(sys.executable).parent / "mpiexec"
+    mpiexec = str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
+    if mpiexec is None:
+        raise ConfigError("--np: no mpiexec found (pip install mpich, or put an MPI's mpiexec on PATH)")
+    rest: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--np":
+            skip = True
+            continue
+        if a.startswith("--np="):
+            continue
+        rest.append(a)
+    cmd = [mpiexec, "-n", str(n), sys.executable, "-m", "mpiopt", *rest]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(mpiexec, cmd)
+    return 1  # not reached
+
+
+def _prepare_threads() -> None:
+    """Several ranks on a node: one intra-op and one inter-op thread each, or they fight for cores."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if env_size() > 1:
+        threads = os.environ.get("MPIOPT_THREADS", "1")
+        for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
+            os.environ.setdefault(var, threads)
+
+
+def _load(path: str, args) -> Any:
+    from .config import load_config
+
+    cfg = load_config(path)
+    changes = {}
+    if getattr(args, "trials", None) is not None:
+        changes["trials"] = args.trials
+    if getattr(args, "seed", None) is not None:
+        changes["seed"] = args.seed
+    return cfg.with_search(**changes) if changes else cfg
+
+
+def _mpi_main(args) -> int:
+    """search and train: every rank runs this."""
+    from . import transport
+
+    try:
+        comm = transport.world()
+    except Exception as exc:  # no MPI library at all
+        _say(f"cannot initialise MPI: {exc}")
+        return 1
+    rank, size = comm.Get_rank(), comm.Get_size()
+    try:
+        if args.command == "search":
+            return _search(args, comm, rank, size)
+        return _train(args, comm, rank, size)
+    except ConfigError as exc:  # raised on every rank alike (agreed before)
+        if rank == 0:
+            print(f"mpiopt: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        if rank == 0:
+            print("mpiopt: interrupted; the journal is intact: continue with --resume", file=sys.stderr, flush=True)
+        return 130
+    except Exception:  # a bug, a full disk, a lost file: never leave the other ranks blocked
+        log.exception("internal error on world rank %d; stopping the whole job", rank)
+        logging.shutdown()
+        if size > 1:
+            comm.Abort(1)
+        return 1
+
+
+def _agree_or_raise(comm, error: ConfigError | None) -> None:
+    from .transport import agree
+
+    message = agree(comm, str(error) if error else None) if comm.Get_size() > 1 else (str(error) if error else None)
+    if message:
+        raise ConfigError(message)
+
+
+def _search(args, comm, rank: int, size: int) -> int:
+    from . import transport
+    from .journal import RunDir
+
+    cfg, error = None, None
+    try:
+        cfg = _load(args.space, args)
+    except ConfigError as exc:
+        error = exc
+    _agree_or_raise(comm, error)
+    plan = transport.plan_groups(size, cfg.training["group_size"])
+    out = Path(args.out) if args.out else Path("runs") / cfg.name
+
+    run_dir, trials, error = None, {}, None
+    if rank == 0:
+        set_rank_tag("[coordinator]" if size > 1 else "")
+        import yaml
+
+        try:
+            run_dir = RunDir(out)
+            run_dir.open(resume=args.resume, config_text=yaml.safe_dump(cfg.resolved(), sort_keys=False))
+            trials, problems = run_dir.load()
+            for msg in problems:
+                log.warning(msg)
+        except ConfigError as exc:
+            error = exc
+    _agree_or_raise(comm, error)
+
+    if rank == 0:
+        return _coordinate(cfg, plan, comm, run_dir, trials)
+    from .group import serve
+    from .objective import TrialRunner
+
+    MPI = transport._mpi()
+    g = plan.group_of(rank)
+    group_comm = comm.Split(color=g, key=rank)
+    set_rank_tag(f"[group {g} rank {group_comm.Get_rank()}]")
+    serve(transport.GroupChannel(comm, group_comm), lambda: TrialRunner(cfg))
+    del MPI
+    return 0
+
+
+def _coordinate(cfg, plan, comm, run_dir, trials) -> int:
+    from . import transport
+    from .coordinator import Coordinator, dispatch_stats
+    from .group import result_of, run_task
+    from .objective import TrialRunner
+    from .search import make_searcher
+
+    log.info("search %r: %s; %d trials, %s search; run directory %s", cfg.name, plan.describe(), cfg.search.trials,
+             cfg.search.algorithm, run_dir.path)
+    if plan.shared:
+        runner = TrialRunner(cfg)
+
+        def run_here(group: int, task: dict) -> dict:
+            outcome, start, end = run_task(runner, task, None)
+            return result_of(task, outcome, start, end)
+
+        link = transport.InProcessTransport(run_here)
+    else:
+        comm.Split(color=transport._mpi().UNDEFINED, key=0)
+        link = transport.MPITransport(comm, plan)
+    coordinator = Coordinator(cfg, make_searcher(cfg.space, cfg.search), link, run_dir, trials)
+    try:
+        summary = coordinator.run()
+    finally:
+        run_dir.write_results(coordinator.trials.values(), cfg.space.names, live=False)
+        run_dir.close()
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts().items()))
+    log.info("search finished in %.1f s: %d trials (%s); %s", summary.wall_s, len(summary.trials), counts,
+             dispatch_stats(summary.dispatch_s))
+    best = summary.best
+    if best is not None:
+        params = ", ".join(f"{k}={v!r}" for k, v in best.params.items())
+        print(f"best {cfg.objective.metric} = {best.objective:.6g} at trial {best.trial}: {params}", flush=True)
+    else:
+        print("no trial completed; see the error column of the results", flush=True)
+    print(f"results: {run_dir.path / 'results.csv'}", flush=True)
+    return 0
+
+
+def parse_sets(cfg, sets: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`--set NAME=VALUE` pairs into (parameters, training); unset parameters take their middle."""
+    import yaml
+
+    from .config import TRAINING_DEFAULTS, check_training_value, did_you_mean
+
+    params = cfg.space.middle()
+    training = dict(cfg.training)
+    for item in sets:
+        name, eq, text = item.partition("=")
+        name = name.strip()
+        if not eq or not name:
+            raise ConfigError(f"--set: expected NAME=VALUE, got {item!r}")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text
+        if name in cfg.space.names:
+            p = cfg.space[name]
+            if isinstance(value, int) and not isinstance(value, bool) and isinstance(p.middle(), float):
+                value = float(value)
+            if not p.contains(value):
+                raise ConfigError(f"--set {name}: {value!r} is outside the search space ({p})")
+            params[name] = value
+            if name in TRAINING_DEFAULTS:
+                training[name] = value
+        elif name in TRAINING_DEFAULTS:
+            training[name] = check_training_value(name, value, "--set", name)
+        else:
+            raise ConfigError(f"--set {name}: not a parameter ({', '.join(cfg.space.names)}) nor a training key"
+                              f"{did_you_mean(name, cfg.space.names + list(TRAINING_DEFAULTS))}")
+    return params, training
+
+
+def _train(args, comm, rank: int, size: int) -> int:
+    from dataclasses import replace
+
+    from .objective import TrialRunner
+
+    cfg, error, params = None, None, {}
+    try:
+        cfg = _load(args.space, args)
+        params, training = parse_sets(cfg, args.sets)
+        cfg = replace(cfg, training=training)
+    except ConfigError as exc:
+        error = exc
+    _agree_or_raise(comm, error)
+    out = Path(args.out) if args.out else Path("runs") / cfg.name / "train"
+    error = None
+    if rank == 0:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            error = ConfigError(f"cannot create: {exc.strerror or exc}", source=str(out))
+    _agree_or_raise(comm, error)
+    set_rank_tag(f"[rank {rank}]" if size > 1 else "")
+    if rank == 0:
+        log.info("training %r on %d rank%s with %s", cfg.name, size, "s" if size > 1 else "", params)
+    runner = TrialRunner(cfg)
+    t0 = time.time()
+    outcome = runner.run(params, comm if size > 1 else None, trial_dir=out,
+                         on_epoch=(lambda e, row: log.info("epoch %d: %s", e, "  ".join(
+                             f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"))) if rank == 0 else None)
+    if rank == 0:
+        if outcome.status == "completed":
+            print(f"{cfg.objective.metric} = {outcome.objective:.6g} after {outcome.epochs or 1} epoch(s), "
+                  f"{time.time() - t0:.1f} s; history in {out / 'history.csv'}", flush=True)
+        else:
+            print(f"training {outcome.status}: {outcome.error}", file=sys.stderr, flush=True)
+            return 1
+    return 0
+
+
+def cmd_check(args) -> int:
+    from . import transport
+    from .journal import RunDir
+
+    cfg = _load(args.space, args)
+    n = args.np or env_size()
+    plan = transport.plan_groups(n, cfg.training["group_size"])
+    out = Path(args.out) if args.out else Path("runs") / cfg.name
+    o = cfg.objective
+    what = f"function {o.function}" + (" (params, comm) on every rank of its group" if o.takes_comm else "") \
+        if o.kind == "function" else f"model {o.model} trained on {o.data}"
+    lines = [
+        f"{args.space}: OK",
+        f"  name        {cfg.name}",
+        f"  objective   {what}; {o.direction} {o.metric}",
+        f"  parameters  {len(cfg.space)}: " + ", ".join(_describe_param(p) for p in cfg.space.params),
+        f"  search      {cfg.search.algorithm}" + (f" ({cfg.search.surrogate}, {cfg.search.acquisition}, "
+                                                  f"{cfg.search.initial_points} initial points)"
+                                                  if cfg.search.algorithm == "bayesian" else "")
+        + f", budget {cfg.search.trials} trials, seed {cfg.search.seed}"
+        + (f", target {cfg.search.target}" if cfg.search.target is not None else ""),
+        f"  training    " + ", ".join(f"{k}={v}" for k, v in cfg.training.items() if v is not None),
+        f"  plan        {plan.describe()}",
+    ]
+    if not plan.shared:
+        for g, ranks in enumerate(plan.groups):
+            lines.append(f"              group {g}: world ranks {', '.join(map(str, ranks))}")
+        if plan.requested_size > n - 1:
+            lines.append(f"  note        group_size {plan.requested_size} > {n - 1} ranks available: one smaller group")
+    state = "holds a search (use --resume)" if RunDir(out).holds_search() else "new"
+    lines.append(f"  run dir     {out} ({state})")
+    print("\n".join(lines))
+    return 0
+
+
+def _describe_param(p) -> str:
+    if hasattr(p, "choices"):
+        return f"{p.name} in {list(p.choices)}"
+    prior = " log" if p.prior == "log-uniform" else ""
+    return f"{p.name} in [{p.low}, {p.high}]{prior}"
+
+
+def cmd_results(args) -> int:
+    import json
+
+    from .analysis import best_trials, direction_of, load_results
+
+    df = load_results(args.dir)
+    direction, metric = direction_of(args.dir)
+    top = best_trials(df, direction, args.top)
+    if args.format == "csv":
+        sys.stdout.write(top.to_csv(index=False))
+    elif args.format == "json":
+        sys.stdout.write(top.to_json(orient="records", date_format="iso", indent=1) + "\n")
+    else:
+        counts = df["status"].value_counts().to_dict()
+        print(f"{args.dir}: {len(df)} trials (" + ", ".join(f"{n} {s}" for s, n in counts.items())
+              + f"); {direction} {metric}")
+        cols = ["trial", "status", "objective"] + [c for c in df.columns if c.startswith("params_")] + \
+            ["epochs", "duration_s", "group"]
+        view = top[[c for c in cols if c in top.columns]].rename(columns=lambda c: c.removeprefix("params_"))
+        print(view.to_string(index=False) if len(view) else "(no trials)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,499 @@
+"""Reading and validating a search-space file (SPEC §2).
+
+Every problem becomes one `ConfigError` line that names the file, the field and what was expected.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import math
+import numbers
+import os
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import yaml
+
+from ._errors import ConfigError
+from .space import Space, parse_space
+
+TOP_KEYS = ("name", "objective", "parameters", "search", "training")
+OBJECTIVE_KEYS = ("model", "data", "loss", "metrics", "minimize", "maximize", "function")
+SEARCH_DEFAULTS: dict[str, Any] = {
+    "algorithm": "bayesian",
+    "surrogate": "GP",
+    "acquisition": "gp_hedge",
+    "initial_points": 10,
+    "trials": 50,
+    "seed": 0,
+    "target": None,
+}
+ALGORITHMS = ("bayesian", "random")
+SURROGATES = ("GP", "RF", "ET", "GBRT")
+ACQUISITIONS = ("EI", "PI", "LCB", "gp_hedge")
+MODES = ("downpour", "easgd", "gem", "allreduce")
+OPTIMIZERS = ("sgd", "rmsprop", "adadelta", "adam", "adamw", "adagrad", "adamax", "nadam")
+TRAINING_DEFAULTS: dict[str, Any] = {
+    "group_size": 1,
+    "mode": "downpour",
+    "epochs": 10,
+    "batch_size": 32,
+    "optimizer": "adam",
+    "learning_rate": 0.001,
+    "sync_every": 1,
+    "early_stopping": None,
+    "time_limit": None,
+    "verbose": 0,
+}
+EARLY_STOPPING_KEYS = ("monitor", "patience", "min_delta", "mode")
+
+
+def did_you_mean(word: str, allowed: Iterable[str]) -> str:
+    """A `(did you mean 'x'?)` suffix for a misspelt key, or ''."""
+    match = difflib.get_close_matches(word, [str(a) for a in allowed], n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What one trial is."""
+
+    kind: str  # "model" | "function"
+    direction: str  # "minimize" | "maximize"
+    metric: str  # the figure of merit's name
+    function: str | None = None
+    model: str | None = None
+    data: Any = None  # "file.py:load_data" or {train, val, features, labels}
+    loss: Any = None
+    metrics: tuple = ()
+    takes_comm: bool = False  # function(params, comm)
+    model_params: frozenset[str] | None = None  # what build_model accepts by name; None = **kwargs
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    algorithm: str
+    surrogate: str
+    acquisition: str
+    initial_points: int
+    trials: int
+    seed: int
+    target: float | None
+
+
+@dataclass(frozen=True)
+class Config:
+    """A validated search-space file."""
+
+    name: str
+    path: Path
+    objective: Objective
+    space: Space
+    search: SearchSettings
+    training: dict[str, Any]
+    raw: dict[str, Any] = field(repr=False)
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def resolved(self) -> dict[str, Any]:
+        """The configuration that runs, with every default filled in (written to config.yaml)."""
+        obj: dict[str, Any] = {}
+        o = self.objective
+        if o.kind == "model":
+            obj["model"] = o.model
+            obj["data"] = o.data
+            if o.loss is not None:
+                obj["loss"] = o.loss
+            if o.metrics:
+                obj["metrics"] = list(o.metrics)
+        else:
+            obj["function"] = o.function
+        obj[o.direction] = o.metric
+        return {
+            "name": self.name,
+            "source": str(self.path),
+            "objective": obj,
+            "parameters": self.space.to_dict(),
+            "search": dict(self.search.__dict__),
+            "training": dict(self.training),
+        }
+
+    def with_search(self, **changes: Any) -> "Config":
+        return replace(self, search=replace(self.search, **changes))
+
+    def trial_training(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The training settings of one trial: a parameter named like a training key sets it."""
+        out = dict(self.training)
+        for k, v in params.items():
+            if k in TRAINING_DEFAULTS:
+                out[k] = v
+        return out
+
+    def model_kwargs(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The parameters passed to `build_model`."""
+        accepted = self.objective.model_params
+        return {k: v for k, v in params.items() if accepted is None or k in accepted}
+
+
+def load_config(path: str | os.PathLike, *, resolve: bool = True) -> Config:
+    """Read, validate and (with `resolve`) import the objective of a search-space file."""
+    p = Path(path)
+    src = str(path)
+    if not p.exists():
+        raise ConfigError("no such file", source=src)
+    if p.is_dir():
+        raise ConfigError("is a directory, expected a search-space YAML file", source=src)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", source=src) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}); expected a YAML file",
+                          source=src) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.constructor.ConstructorError as exc:
+        mark = exc.problem_mark
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise ConfigError(f"YAML tag not allowed{where}: {exc.problem}; only plain YAML is read (safe loader)",
+                          source=src) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"invalid YAML: {where}{problem}", source=src) from None
+    except (RecursionError, ValueError) as exc:
+        raise ConfigError(f"invalid YAML: {exc}", source=src) from None
+    return parse_config(raw, path=p.resolve(), source=src, resolve=resolve)
+
+
+def parse_config(raw: Any, *, path: Path, source: str, resolve: bool = True) -> Config:
+    if raw is None:
+        raise ConfigError("the file is empty; expected a mapping with `objective` and `parameters`", source=source)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a mapping with `objective` and `parameters` at the top, got {type(raw).__name__}",
+                          source=source)
+    _check_keys(raw, TOP_KEYS, source, "")
+    name = raw.get("name", path.stem)
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        raise ConfigError(f"expected a non-empty string without '/', got {name!r}", source=source, field="name")
+    if "objective" not in raw:
+        raise ConfigError("missing: every search needs an `objective` (a `model` with `data`, or a `function`)",
+                          source=source, field="objective")
+    if "parameters" not in raw:
+        raise ConfigError("missing: a search needs at least one parameter", source=source, field="parameters")
+    space = parse_space(raw["parameters"], source=source, did_you_mean=did_you_mean)
+    training = _parse_training(raw.get("training"), source)
+    search = _parse_search(raw.get("search"), source)
+    objective = _parse_objective(raw["objective"], source)
+    _check_searched_training_keys(space, source)
+    cfg = Config(name=name, path=path, objective=objective, space=space, search=search, training=training, raw=raw)
+    if resolve:
+        cfg = resolve_objective(cfg, source)
+    return cfg
+
+
+def _check_searched_training_keys(space: Space, source: str) -> None:
+    """A parameter named like a training key must only take values that key accepts."""
+    from .space import Categorical
+
+    for p in space.params:
+        if p.name not in TRAINING_DEFAULTS:
+            continue
+        field = f"parameters.{p.name}"
+        if p.name in ("group_size", "verbose"):
+            raise ConfigError(f"`{p.name}` cannot be searched: it is fixed for the whole job", source=source, field=field)
+        values = list(p.choices) if isinstance(p, Categorical) else [p.low, p.high]
+        for v in values:
+            check_training_value(p.name, v, source, field)
+
+
+def _check_keys(mapping: dict, allowed: Iterable[str], source: str, where: str) -> None:
+    allowed = tuple(allowed)
+    for key in mapping:
+        if key not in allowed:
+            field = f"{where}.{key}" if where else str(key)
+            raise ConfigError(f"unknown key (allowed: {', '.join(allowed)}){did_you_mean(str(key), allowed)}",
+                              source=source, field=field)
+
+
+def _mapping(value: Any, source: str, field: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"expected a mapping, got {type(value).__name__} {value!r}"[:200], source=source, field=field)
+    return value
+
+
+def _int(value: Any, source: str, field: str, *, minimum: int, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if not ok and isinstance(value, float) and value.is_integer():
+        value, ok = int(value), True
+    if not ok or value < minimum or value > 2**31:
+        raise ConfigError(f"expected an integer >= {minimum}, got {value!r}", source=source, field=field)
+    return int(value)
+
+
+def _real(value: Any, source: str, field: str, *, positive: bool = False, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)) \
+            or (positive and value <= 0):
+        want = "a positive number" if positive else "a finite number"
+        raise ConfigError(f"expected {want}, got {value!r}", source=source, field=field)
+    return float(value)
+
+
+def _choice(value: Any, allowed: tuple, source: str, field: str, *, fold: bool = False) -> str:
+    if isinstance(value, str):
+        for a in allowed:
+            if value == a or (fold and value.lower() == a.lower()):
+                return a
+    raise ConfigError(f"expected one of {', '.join(allowed)}, got {value!r}{did_you_mean(str(value), allowed)}",
+                      source=source, field=field)
+
+
+def _parse_search(raw: Any, source: str) -> SearchSettings:
+    raw = _mapping(raw, source, "search")
+    _check_keys(raw, SEARCH_DEFAULTS, source, "search")
+    s = {**SEARCH_DEFAULTS, **raw}
+    return SearchSettings(
+        algorithm=_choice(s["algorithm"], ALGORITHMS, source, "search.algorithm", fold=True),
+        surrogate=_choice(s["surrogate"], SURROGATES, source, "search.surrogate", fold=True),
+        acquisition=_choice(s["acquisition"], ACQUISITIONS, source, "search.acquisition", fold=True),
+        initial_points=_int(s["initial_points"], source, "search.initial_points", minimum=1),
+        trials=_int(s["trials"], source, "search.trials", minimum=1),
+        seed=_int(s["seed"], source, "search.seed", minimum=0),
+        target=_real(s["target"], source, "search.target", allow_none=True),
+    )
+
+
+def check_training_value(key: str, value: Any, source: str, field: str) -> Any:
+    """Validate one `training` value (also used for `--set` and for searched training keys)."""
+    if key == "group_size":
+        return _int(value, source, field, minimum=1)
+    if key in ("epochs", "batch_size", "sync_every"):
+        return _int(value, source, field, minimum=1)
+    if key == "verbose":
+        return _int(value, source, field, minimum=0)
+    if key == "mode":
+        return _choice(value, MODES, source, field, fold=True)
+    if key == "learning_rate":
+        return _real(value, source, field, positive=True)
+    if key == "time_limit":
+        return _real(value, source, field, positive=True, allow_none=True)
+    if key == "optimizer":
+        if isinstance(value, str):
+            return _choice(value, OPTIMIZERS, source, field, fold=True)
+        if isinstance(value, dict):
+            if "name" not in value:
+                raise ConfigError("an optimizer mapping needs `name`, e.g. {name: adam, beta_1: 0.9}",
+                                  source=source, field=field)
+            out = {"name": _choice(value["name"], OPTIMIZERS, source, f"{field}.name", fold=True)}
+            for k, v in value.items():
+                if k == "name":
+                    continue
+                if not isinstance(k, str) or not k.isidentifier() or isinstance(v, (dict, list)):
+                    raise ConfigError(f"expected `option: number` pairs, got {k!r}: {v!r}", source=source,
+                                      field=f"{field}.{k}")
+                out[k] = v
+            return out
+        raise ConfigError(f"expected an optimizer name ({', '.join(OPTIMIZERS)}) or a mapping with `name`, got {value!r}",
+                          source=source, field=field)
+    if key == "early_stopping":
+        if value in (None, False):
+            return None
+        if value is True:
+            value = {}
+        value = _mapping(value, source, field)
+        _check_keys(value, EARLY_STOPPING_KEYS, source, field)
+        es = {"monitor": "val_loss", "patience": 3, "min_delta": 0.0, "mode": "auto", **value}
+        if not isinstance(es["monitor"], str):
+            raise ConfigError(f"expected a metric name, got {es['monitor']!r}", source=source, field=f"{field}.monitor")
+        es["patience"] = _int(es["patience"], source, f"{field}.patience", minimum=0)
+        es["min_delta"] = _real(es["min_delta"], source, f"{field}.min_delta")
+        es["mode"] = _choice(es["mode"], ("auto", "min", "max"), source, f"{field}.mode")
+        return es
+    raise ConfigError(f"unknown training key (allowed: {', '.join(TRAINING_DEFAULTS)}){did_you_mean(key, TRAINING_DEFAULTS)}",
+                      source=source, field=field)
+
+
+def _parse_training(raw: Any, source: str) -> dict[str, Any]:
+    raw = _mapping(raw, source, "training")
+    _check_keys(raw, TRAINING_DEFAULTS, source, "training")
+    out = dict(TRAINING_DEFAULTS)
+    for key, value in raw.items():
+        out[key] = check_training_value(key, value, source, f"training.{key}")
+    return out
+
+
+def _parse_objective(raw: Any, source: str) -> Objective:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a mapping with `model` and `data`, or `function`, got {raw!r}"[:200],
+                          source=source, field="objective")
+    _check_keys(raw, OBJECTIVE_KEYS, source, "objective")
+    has_model, has_fn = "model" in raw, "function" in raw
+    if has_model and has_fn:
+        raise ConfigError("give exactly one of `model` or `function`, not both", source=source, field="objective")
+    if not has_model and not has_fn:
+        raise ConfigError("missing: give `model` (with `data`) or `function`", source=source, field="objective")
+    if "minimize" in raw and "maximize" in raw:
+        raise ConfigError("give one of `minimize` or `maximize`, not both", source=source, field="objective")
+    direction = "maximize" if "maximize" in raw else "minimize"
+    default_metric = "val_loss" if has_model else "objective"
+    metric = raw.get(direction, default_metric)
+    if not isinstance(metric, str) or not metric:
+        raise ConfigError(f"expected a metric name, got {metric!r}", source=source, field=f"objective.{direction}")
+    for key in ("model", "function"):
+        if key in raw and not (isinstance(raw[key], str) and ":" in raw[key]):
+            raise ConfigError(f"expected 'file.py:name' or 'package.module:name', got {raw[key]!r}",
+                              source=source, field=f"objective.{key}")
+    if has_fn:
+        for key in ("data", "loss", "metrics"):
+            if key in raw:
+                raise ConfigError(f"`{key}` belongs to a `model` objective; a `function` gets only the parameters",
+                                  source=source, field=f"objective.{key}")
+        return Objective(kind="function", direction=direction, metric=metric, function=raw["function"])
+    if "data" not in raw:
+        raise ConfigError("a `model` objective needs `data` ('file.py:load_data' or {train: ..., val: ...})",
+                          source=source, field="objective.data")
+    data = raw["data"]
+    if isinstance(data, dict):
+        _check_keys(data, ("train", "val", "features", "labels"), source, "objective.data")
+        for key in ("train", "val"):
+            if key not in data:
+                raise ConfigError("missing: HDF5 data needs `train` and `val` (a glob, a list, or a .txt list)",
+                                  source=source, field=f"objective.data.{key}")
+            v = data[key]
+            if not (isinstance(v, str) or (isinstance(v, list) and v and all(isinstance(x, str) for x in v))):
+                raise ConfigError(f"expected a glob, a list of paths or a .txt file, got {v!r}",
+                                  source=source, field=f"objective.data.{key}")
+        data = {"features": "features", "labels": "labels", **data}
+    elif not (isinstance(data, str) and ":" in data):
+        raise ConfigError(f"expected 'file.py:load_data' or a mapping {{train: ..., val: ...}}, got {data!r}",
+                          source=source, field="objective.data")
+    metrics = raw.get("metrics", [])
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+        raise ConfigError(f"expected a list of metric names, got {metrics!r}", source=source, field="objective.metrics")
+    loss = raw.get("loss")
+    if loss is not None and not isinstance(loss, str):
+        raise ConfigError(f"expected a Keras loss name, got {loss!r}", source=source, field="objective.loss")
+    if loss is not None:
+        known = {"loss"} | set(metrics)
+        known |= {f"val_{k}" for k in known}
+        if metric not in known:
+            raise ConfigError(f"{metric!r} is not a metric this model reports (it has: {', '.join(sorted(known))})"
+                              f"{did_you_mean(metric, known)}", source=source, field=f"objective.{direction}")
+    return Objective(kind="model", direction=direction, metric=metric, model=raw["model"], data=data, loss=loss,
+                     metrics=tuple(metrics))
+
+
+def import_callable(ref: str, base_dir: Path, *, source: str, field: str) -> Callable:
+    """Resolve 'path/to/file.py:name' (relative to the YAML's folder) or 'package.module:name'."""
+    target, _, attr = ref.rpartition(":")
+    if not target or not attr:
+        raise ConfigError(f"expected 'file.py:name' or 'package.module:name', got {ref!r}", source=source, field=field)
+    if target.endswith(".py") or "/" in target or os.sep in target:
+        file = (base_dir / target).resolve()
+        if not file.is_file():
+            raise ConfigError(f"no such file {str(file)!r} (paths are relative to the YAML file's folder)",
+                              source=source, field=field)
+        mod_name = f"_mpiopt_user_{file.stem}_{hashlib.sha1(str(file).encode()).hexdigest()[:8]}"
+        module = sys.modules.get(mod_name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(mod_name, file)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            folder = str(file.parent)
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
+            sys.modules[mod_name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException as exc:  # the user's module may raise anything, SystemExit included
+                del sys.modules[mod_name]
+                raise ConfigError(f"cannot import {target}: {type(exc).__name__}: {exc}".splitlines()[0],
+                                  source=source, field=field) from None
+    else:
+        try:
+            module = importlib.import_module(target)
+        except BaseException as exc:
+            raise ConfigError(f"cannot import module {target!r}: {type(exc).__name__}: {exc}".splitlines()[0],
+                              source=source, field=field) from None
+    fn = getattr(module, attr, None)
+    if fn is None:
+        names = [n for n in dir(module) if not n.startswith("_")]
+        raise ConfigError(f"{target} has no {attr!r}{did_you_mean(attr, names)}", source=source, field=field)
+    if not callable(fn):
+        raise ConfigError(f"{target}:{attr} is a {type(fn).__name__}, expected a function", source=source, field=field)
+    return fn
+
+
+def takes_comm(fn: Callable) -> bool:
+    """Whether a function objective wants the group communicator: fn(params, comm)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    params = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return "comm" in sig.parameters or len(params) >= 2
+
+
+def resolve_objective(cfg: Config, source: str) -> Config:
+    """Import the objective's callables and check that every parameter is consumed."""
+    o = cfg.objective
+    if o.kind == "function":
+        fn = import_callable(o.function, cfg.base_dir, source=source, field="objective.function")
+        try:
+            sig = inspect.signature(fn)
+            required = [p for p in sig.parameters.values()
+                        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            positional = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            varargs = any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values())
+            if len(required) > 2 or (not positional and not varargs):
+                raise ConfigError(f"{o.function} must take (params) or (params, comm), but its signature is {sig}",
+                                  source=source, field="objective.function")
+        except (TypeError, ValueError):
+            pass
+        return replace(cfg, objective=replace(o, takes_comm=takes_comm(fn)))
+    build = import_callable(o.model, cfg.base_dir, source=source, field="objective.model")
+    if isinstance(o.data, str):
+        import_callable(o.data, cfg.base_dir, source=source, field="objective.data")
+    accepted: frozenset[str] | None
+    try:
+        sig = inspect.signature(build)
+        if any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
+            accepted = None
+        else:
+            accepted = frozenset(n for n, p in sig.parameters.items()
+                                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+            missing = [n for n, p in sig.parameters.items()
+                       if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                       and n not in cfg.space.names]
+            if missing:
+                raise ConfigError(f"{o.model} requires {', '.join(missing)}, which no parameter gives",
+                                  source=source, field="objective.model")
+    except (TypeError, ValueError):
+        accepted = None
+    for name in cfg.space.names:
+        if name in TRAINING_DEFAULTS:
+            continue
+        if accepted is not None and name not in accepted:
+            raise ConfigError(f"nothing consumes this parameter: it is not a training key and {o.model} does not "
+                              f"accept it (it takes: {', '.join(sorted(accepted)) or 'nothing'})"
+                              f"{did_you_mean(name, list(accepted) + list(TRAINING_DEFAULTS))}",
+                              source=source, field=f"parameters.{name}")
+    return replace(cfg, objective=replace(o, model_params=accepted))

@@ -1,0 +1,172 @@
+"""The coordinator: hands candidates to idle groups, journals every trial, keeps the table.
+
+Pure Python: it talks to groups only through a transport (`send_task`, `recv_result`,
+`shutdown`), so its logic runs and is tested in-process without MPI.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import Config
+from .journal import RunDir
+from .search import Searcher
+from .trial import TrialRecord, TrialResult, TrialStatus
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Summary:
+    """How a search went (also what `mpiopt search` prints at the end)."""
+
+    trials: dict[int, TrialRecord]
+    best: TrialRecord | None
+    dispatched: int = 0
+    dispatch_s: list[float] = field(default_factory=list)  # coordinator time per dispatched trial
+    wall_s: float = 0.0
+    target_reached: bool = False
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.trials.values():
+            out[t.status.value] = out.get(t.status.value, 0) + 1
+        return out
+
+
+class Coordinator:
+    """Event-driven scheduling: wait for any result, tell it, give that group its next trial."""
+
+    def __init__(self, cfg: Config, searcher: Searcher, transport, run_dir: RunDir | None = None,
+                 trials: dict[int, TrialRecord] | None = None) -> None:
+        self.cfg = cfg
+        self.searcher = searcher
+        self.transport = transport
+        self.run_dir = run_dir
+        self.trials: dict[int, TrialRecord] = dict(trials or {})
+        self.sign = 1.0 if cfg.objective.direction == "minimize" else -1.0
+
+    # -- helpers -----------------------------------------------------------------------------
+    def loss(self, rec: TrialRecord) -> float | None:
+        if rec.status != TrialStatus.COMPLETED or rec.objective is None or not math.isfinite(rec.objective):
+            return None
+        return self.sign * rec.objective
+
+    def best(self) -> TrialRecord | None:
+        done = [t for t in self.trials.values() if self.loss(t) is not None]
+        return min(done, key=lambda t: (self.loss(t), t.trial)) if done else None
+
+    def reached_target(self) -> bool:
+        target = self.cfg.search.target
+        best = self.best()
+        return target is not None and best is not None and self.sign * best.objective <= self.sign * target
+
+    def _journal(self, event: dict[str, Any]) -> None:
+        if self.run_dir is not None:
+            self.run_dir.append(event)
+
+    def _table(self) -> None:
+        if self.run_dir is not None:
+            self.run_dir.write_results(self.trials.values(), self.cfg.space.names, live=True)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self) -> Summary:
+        t0 = time.monotonic()
+        budget = self.cfg.search.trials
+        finished = {n for n, t in self.trials.items() if t.status.is_finished()}
+        rerun = deque(sorted(n for n in self.trials if n not in finished))
+        for n in sorted(finished):
+            t = self.trials[n]
+            self.searcher.tell(n, t.params, self.loss(t))
+        if rerun:
+            log.info("resuming: %d finished trials kept, %d interrupted trials to run again (%s)",
+                     len(finished), len(rerun), ", ".join(map(str, rerun)))
+        elif finished:
+            log.info("resuming: %d finished trials kept", len(finished))
+        next_trial = max(self.trials) + 1 if self.trials else 0
+        idle = deque(range(self.transport.n_groups))
+        running: dict[int, int] = {}  # group -> trial
+        summary = Summary(self.trials, None)
+        stopping = self.reached_target()
+        if stopping:
+            log.info("the target %s was already reached", self.cfg.search.target)
+
+        while True:
+            while idle and not stopping and len(finished) + len(running) < budget:
+                t_ready = time.perf_counter()
+                group = idle.popleft()
+                if rerun:
+                    n = rerun.popleft()
+                    params = self.trials[n].params
+                    self.searcher.add_pending(n, params)
+                else:
+                    n = next_trial
+                    next_trial += 1
+                    params = self.searcher.ask(n)
+                ranks = self.transport.group_ranks(group)
+                now = time.time()
+                self.trials[n] = TrialRecord(trial=n, params=params, start=now, group=group, ranks=ranks)
+                self._journal({"event": "start", "trial": n, "params": params, "group": group, "ranks": ranks,
+                               "time": now})
+                task = {"trial": n, "params": params,
+                        "trial_dir": str(self.run_dir.trial_dir(n)) if self.run_dir is not None else None}
+                self.transport.send_task(group, task)
+                running[group] = n
+                summary.dispatch_s.append(time.perf_counter() - t_ready)
+                summary.dispatched += 1
+                log.debug("trial %d -> group %d: %s", n, group, params)
+            if not running:
+                break
+            group, payload = self.transport.recv_result()
+            n = running.pop(group)
+            idle.append(group)
+            self._record(n, TrialResult.from_dict(payload))
+            finished.add(n)
+            if not stopping and self.reached_target():
+                stopping = True
+                log.info("target %s reached by trial %d; waiting for %d running trials", self.cfg.search.target, n,
+                         len(running))
+                summary.target_reached = True
+        self.transport.shutdown()
+        summary.best = self.best()
+        summary.target_reached = summary.target_reached or self.reached_target()
+        summary.wall_s = time.monotonic() - t0
+        return summary
+
+    def _record(self, n: int, result: TrialResult) -> None:
+        rec = self.trials[n]
+        try:
+            rec.status = TrialStatus(result.status)
+        except ValueError:
+            rec.status = TrialStatus.FAILED
+        rec.objective = result.objective if rec.status == TrialStatus.COMPLETED else None
+        rec.metrics = dict(result.metrics or {})
+        rec.epochs = result.epochs
+        rec.error = result.error
+        rec.start = result.start or rec.start
+        rec.end = result.end or time.time()
+        self._journal({"event": "finish", "trial": n, "status": rec.status.value, "objective": rec.objective,
+                       "metrics": rec.metrics, "epochs": rec.epochs, "error": rec.error, "start": rec.start,
+                       "end": rec.end})
+        self.searcher.tell(n, rec.params, self.loss(rec))
+        self._table()
+        best = self.best()
+        n_done = sum(1 for t in self.trials.values() if t.status.is_finished())
+        what = f"objective={rec.objective:.6g}" if rec.objective is not None else (rec.error or "").splitlines()[0][:120]
+        best_txt = f"best {best.objective:.6g} (trial {best.trial})" if best else "no completed trial yet"
+        log.info("trial %d %s %s [group %s, %.2f s] %d/%d, %s", n, rec.status.value, what, rec.group,
+                 (rec.end or 0) - (rec.start or 0), n_done, self.cfg.search.trials, best_txt)
+
+
+def dispatch_stats(seconds: list[float]) -> str:
+    if not seconds:
+        return "no trial dispatched"
+    ms = sorted(s * 1000 for s in seconds)
+    p99 = ms[min(len(ms) - 1, int(round(0.99 * (len(ms) - 1))))]
+    return f"{len(ms)} trials dispatched, {statistics.mean(ms):.2f} ms mean, {statistics.median(ms):.2f} ms p50, " \
+           f"{p99:.2f} ms p99 coordinator time per dispatch"

@@ -1,0 +1,70 @@
+"""A group's side of a search: receive a candidate, run it on every rank, report the result."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ._errors import GroupPeerFailed
+from .objective import Outcome, TrialRunner
+from .trial import TrialResult, TrialStatus
+
+log = logging.getLogger(__name__)
+
+
+def merge(outcomes: list[dict[str, Any]]) -> Outcome:
+    """The trial's outcome from every rank's: rank 0's, unless a rank failed.
+
+    The first rank with a failure of its own (not a "peer failed" echo) names the error.
+    """
+    lead = Outcome(**outcomes[0])
+    bad = [(r, o) for r, o in enumerate(outcomes) if o["status"] != TrialStatus.COMPLETED.value]
+    if not bad:
+        return lead
+    own = [(r, o) for r, o in bad if not (o.get("error") or "").startswith(GroupPeerFailed.__name__)]
+    r, o = (own or bad)[0]
+    if r == 0:
+        return lead
+    return Outcome(status=o["status"], metrics=lead.metrics, epochs=lead.epochs,
+                   error=f"group rank {r}: {o.get('error')}")
+
+
+def run_task(runner: TrialRunner, task: dict[str, Any], comm=None) -> tuple[Outcome, float, float]:
+    """Run one task on this rank; the outcome and its start and end times."""
+    start = time.time()
+    trial_dir = Path(task["trial_dir"]) if task.get("trial_dir") else None
+    outcome = runner.run(task["params"], comm, trial=task["trial"], trial_dir=trial_dir)
+    return outcome, start, time.time()
+
+
+def result_of(task: dict[str, Any], outcome: Outcome, start: float, end: float) -> dict[str, Any]:
+    return TrialResult(trial=task["trial"], status=outcome.status, objective=outcome.objective,
+                       metrics=outcome.metrics, epochs=outcome.epochs, error=outcome.error,
+                       start=start, end=end).to_dict()
+
+
+def serve(channel, runner_factory) -> int:
+    """The loop of every rank of a group, until the coordinator says stop; trials run."""
+    from .transport import GroupComm
+
+    runner: TrialRunner | None = None
+    done = 0
+    while True:
+        task = channel.next_task()
+        if task is None:
+            return done
+        if runner is None:
+            runner = runner_factory()
+        comm = GroupComm(channel.comm)
+        try:
+            outcome, start, end = run_task(runner, task, comm)
+            if outcome.status != TrialStatus.COMPLETED.value and comm.failed_peer is None:
+                comm.notify_failure()
+        finally:
+            comm.close()
+        outcomes = channel.gather_outcomes(asdict(outcome))
+        if outcomes is not None:
+            channel.send_result(result_of(task, merge(outcomes), start, time.time()))
+        done += 1

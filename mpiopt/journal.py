@@ -1,0 +1,300 @@
+"""The run directory: lock, append-only journal, atomic results table (SPEC §4).
+
+Pure Python: no MPI, no TensorFlow, no pandas. Nothing read from a run directory is unpickled or
+executed: the journal is JSON lines, the config is YAML read safely.
+"""
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import fcntl
+import io
+import json
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from ._errors import ConfigError
+from .trial import TrialRecord, TrialStatus, clean
+
+log = logging.getLogger(__name__)
+
+JOURNAL = "trials.jsonl"
+RESULTS = "results.csv"
+CONFIG = "config.yaml"
+LOCK = ".lock"
+FORMAT_VERSION = 1
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that readers see the old or the new file, never a mix."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def iso(t: float | None) -> str:
+    if t is None:
+        return ""
+    return _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+# -- replay ------------------------------------------------------------------------------------
+def read_journal(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The journal's events, and a warning for each line that could not be read.
+
+    A torn last line (a crash mid-write) and corrupt lines are skipped; the rest is kept.
+    """
+    events: list[dict[str, Any]] = []
+    problems: list[str] = []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        last = i == len(lines)  # no newline after it: torn
+        try:
+            event = json.loads(line.decode("utf-8"))
+            if not isinstance(event, dict) or "event" not in event:
+                raise ValueError("not a journal record")
+        except (ValueError, UnicodeDecodeError) as exc:
+            kind = "torn last line (the search was stopped mid-write)" if last else f"corrupt line ({exc})"
+            problems.append(f"{path}: line {i}: skipped a {kind}")
+            continue
+        events.append(event)
+    return events, problems
+
+
+def replay(events: Iterable[dict[str, Any]]) -> dict[int, TrialRecord]:
+    """Rebuild the trials from journal events; later events of a trial override earlier ones."""
+    trials: dict[int, TrialRecord] = {}
+    for e in events:
+        kind = e.get("event")
+        try:
+            n = int(e["trial"]) if "trial" in e else None
+        except (TypeError, ValueError):
+            continue
+        if kind == "start" and n is not None:
+            old = trials.get(n)
+            if old is not None and old.status.is_finished():
+                continue  # never let a stray start undo a finished trial
+            trials[n] = TrialRecord(trial=n, params=dict(e.get("params") or {}), start=e.get("time"),
+                                    group=e.get("group"), ranks=e.get("ranks"))
+        elif kind == "finish" and n is not None:
+            rec = trials.get(n)
+            if rec is None:
+                rec = trials[n] = TrialRecord(trial=n, params=dict(e.get("params") or {}))
+            try:
+                rec.status = TrialStatus(e.get("status"))
+            except ValueError:
+                rec.status = TrialStatus.FAILED
+            rec.objective = e.get("objective")
+            rec.metrics = dict(e.get("metrics") or {})
+            rec.epochs = e.get("epochs")
+            rec.error = e.get("error")
+            rec.start = e.get("start", rec.start)
+            rec.end = e.get("end")
+    return dict(sorted(trials.items()))
+
+
+# -- the results table -------------------------------------------------------------------------
+def result_rows(trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = False) -> tuple[list[str], list[dict]]:
+    """The results table's columns and rows (SPEC §5).
+
+    Trials still marked running are `running` while their search is `live`, else `interrupted`.
+    """
+    trials = list(trials)
+    metric_names: list[str] = []
+    for t in trials:
+        for k in t.metrics:
+            if k not in metric_names and k not in ("epochs", "objective"):
+                metric_names.append(k)
+    metric_names.sort(key=lambda k: (k.startswith("val_"), k))
+    params = [f"params_{n}" for n in param_names]
+    extra = sorted({k for t in trials for k in t.params if k not in param_names})
+    params += [f"params_{k}" for k in extra]
+    columns = ["trial", "status", "objective", *params, *metric_names, "epochs", "start", "end", "duration_s",
+               "group", "ranks", "error"]
+    rows = []
+    for t in trials:
+        status = t.status
+        if status == TrialStatus.RUNNING and not live:
+            status = TrialStatus.INTERRUPTED
+        row: dict[str, Any] = {"trial": t.trial, "status": status.value,
+                               "objective": t.objective if status == TrialStatus.COMPLETED else None}
+        for n in param_names + extra:
+            row[f"params_{n}"] = t.params.get(n)
+        for m in metric_names:
+            row[m] = t.metrics.get(m)
+        row["epochs"] = t.epochs
+        row["start"] = iso(t.start)
+        row["end"] = iso(t.end) if status.is_finished() else ""
+        row["duration_s"] = round(t.end - t.start, 3) if t.end is not None and t.start is not None else None
+        row["group"] = t.group
+        row["ranks"] = t.ranks
+        row["error"] = t.error
+        rows.append(row)
+    return columns, rows
+
+
+def results_csv(trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = False) -> bytes:
+    columns, rows = result_rows(trials, param_names, live=live)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buf.getvalue().encode("utf-8")
+
+
+# -- the run directory -------------------------------------------------------------------------
+class RunDir:
+    """A search's folder: lock it, journal into it, and keep its results table current."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.journal_path = self.path / JOURNAL
+        self._lock_fd: int | None = None
+        self._journal = None
+
+    def holds_search(self) -> bool:
+        return self.journal_path.exists() and self.journal_path.stat().st_size > 0
+
+    def open(self, *, resume: bool, config_text: str) -> None:
+        """Create or reopen the directory for a search, refusing what would lose or mix data."""
+        where = str(self.path)
+        if self.path.exists() and not self.path.is_dir():
+            raise ConfigError("exists and is not a directory", source=where)
+        if resume and not self.holds_search():
+            raise ConfigError(f"--resume: no search to resume here (no {JOURNAL}); run without --resume to start one",
+                              source=where)
+        if not resume and self.holds_search():
+            raise ConfigError("already holds a search; pass --resume to continue it, or choose another --out",
+                              source=where)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            probe = self.path / f".write-test.{os.getpid()}"
+            probe.write_bytes(b"ok")
+            probe.unlink()
+        except OSError as exc:
+            raise ConfigError(f"cannot write here: {exc.strerror or exc}", source=where) from None
+        self._acquire_lock()
+        if resume:
+            self._check_same_search(config_text)
+            self._mend_torn_tail()
+        atomic_write(self.path / CONFIG, config_text.encode("utf-8"))
+        self._journal = open(self.journal_path, "ab")
+
+    def _acquire_lock(self) -> None:
+        lock_path = self.path / LOCK
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = ""
+            try:
+                holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+            except OSError:
+                pass
+            os.close(fd)
+            raise ConfigError(f"another search is running in this directory ({holder or 'lock held'})",
+                              source=str(self.path)) from None
+        # The lock dies with the process (flock), so a killed job never leaves a stale lock.
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {iso(time.time())}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _check_same_search(self, config_text: str) -> None:
+        old_path = self.path / CONFIG
+        if not old_path.exists():
+            return
+        try:
+            old = yaml.safe_load(old_path.read_text("utf-8")) or {}
+            new = yaml.safe_load(config_text) or {}
+        except (yaml.YAMLError, OSError):
+            return
+        for key in ("parameters", "objective"):
+            if old.get(key) != new.get(key):
+                raise ConfigError(f"--resume: `{key}` differs from the search in {old_path}; resume with the same "
+                                  "space and objective, or start a new search in another --out", source=str(self.path))
+
+    def _mend_torn_tail(self) -> None:
+        """Cut a torn last record off the journal (kept aside in trials.jsonl.torn) before appending."""
+        with open(self.journal_path, "rb+") as f:
+            data = f.read()
+            if not data or data.endswith(b"\n"):
+                return
+            cut = data.rfind(b"\n") + 1
+            torn = data[cut:]
+            with open(self.path / (JOURNAL + ".torn"), "ab") as keep:
+                keep.write(torn + b"\n")
+            f.truncate(cut)
+            f.flush()
+            os.fsync(f.fileno())
+        log.warning("%s: a torn last line (%d bytes) was cut off and kept in %s.torn", self.journal_path, len(torn),
+                    JOURNAL)
+
+    def append(self, event: dict[str, Any]) -> None:
+        """Append one record: written whole, flushed and fsynced before this returns."""
+        assert self._journal is not None, "RunDir.open() first"
+        line = json.dumps(clean(event), separators=(",", ":"), allow_nan=False).encode("utf-8") + b"\n"
+        self._journal.write(line)
+        self._journal.flush()
+        os.fsync(self._journal.fileno())
+
+    def load(self) -> tuple[dict[int, TrialRecord], list[str]]:
+        if not self.journal_path.exists():
+            return {}, []
+        events, problems = read_journal(self.journal_path)
+        return replay(events), problems
+
+    def write_results(self, trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = True) -> None:
+        atomic_write(self.path / RESULTS, results_csv(trials, param_names, live=live))
+
+    def trial_dir(self, trial: int) -> Path:
+        return self.path / "trials" / str(trial)
+
+    def close(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def is_live(path: str | os.PathLike) -> bool:
+    """Whether a search holds the lock of this run directory right now."""
+    lock_path = Path(path) / LOCK
+    if not lock_path.exists():
+        return False
+    fd = os.open(lock_path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False

@@ -1,0 +1,400 @@
+"""The one module that talks MPI.
+
+Messages between the coordinator and the groups are small JSON documents carried as raw bytes
+(never pickled state). Waiting is done on MPI requests with a short exponential back-off (at most
+`MAX_BACKOFF` seconds, the way `mpi4py.futures` waits), so an idle rank costs no CPU: MPICH's own
+blocking calls spin a core at 100%, which starves the training ranks on a shared node.
+
+The coordinator sees groups through a small interface (`send_task`, `recv_result`, `shutdown`);
+`InProcessTransport` implements it without MPI for a one-process search and for the tests.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ._errors import GroupPeerFailed
+
+TAG_TASK, TAG_RESULT, TAG_STOP, TAG_OUTCOME, TAG_FAIL, TAG_USER = 11, 12, 13, 14, 15, 16
+MAX_BACKOFF = float(os.environ.get("MPIOPT_MAX_BACKOFF", "0.001"))
+
+
+def _mpi():
+    from mpi4py import MPI
+
+    return MPI
+
+
+def world():
+    """COMM_WORLD (initialises MPI)."""
+    return _mpi().COMM_WORLD
+
+
+def encode(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def decode(data: bytes | bytearray) -> Any:
+    return json.loads(bytes(data).decode("utf-8"))
+
+
+class Backoff:
+    """Sleep 1 µs, 2 µs, 4 µs ... up to MAX_BACKOFF between tests of a request."""
+
+    def __init__(self, maximum: float = MAX_BACKOFF) -> None:
+        self.delay = 1e-6
+        self.maximum = maximum
+
+    def sleep(self) -> None:
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, self.maximum)
+
+
+def wait(req, *, interrupt=None) -> None:
+    """Wait for one request without spinning; `interrupt()` may raise to abandon the wait."""
+    backoff = Backoff()
+    while not req.Test():
+        if interrupt is not None:
+            interrupt()
+        backoff.sleep()
+
+
+def probe(comm, source: int, tag: int, *, interrupt=None):
+    """Wait for a message and return its status (source, size)."""
+    MPI = _mpi()
+    status = MPI.Status()
+    backoff = Backoff()
+    while not comm.Iprobe(source=source, tag=tag, status=status):
+        if interrupt is not None:
+            interrupt()
+        backoff.sleep()
+    return status
+
+
+def recv_bytes(comm, source: int, tag: int, *, interrupt=None) -> tuple[bytearray, int]:
+    MPI = _mpi()
+    status = probe(comm, source, tag, interrupt=interrupt)
+    buf = bytearray(status.Get_count(MPI.BYTE))
+    comm.Recv([buf, MPI.BYTE], source=status.Get_source(), tag=status.Get_tag())
+    return buf, status.Get_source()
+
+
+def send_bytes(comm, data: bytes, dest: int, tag: int) -> None:
+    MPI = _mpi()
+    comm.Send([data, MPI.BYTE], dest=dest, tag=tag)
+
+
+def bcast_bytes(comm, data: bytes | None, root: int = 0, *, interrupt=None) -> bytearray:
+    """Broadcast bytes of unknown length without spinning the waiting ranks."""
+    import numpy as np
+
+    MPI = _mpi()
+    n = np.array([len(data) if data is not None else 0], dtype=np.int64)
+    wait(comm.Ibcast([n, MPI.INT64_T], root=root), interrupt=interrupt)
+    buf = bytearray(data) if comm.Get_rank() == root else bytearray(int(n[0]))
+    if n[0]:
+        wait(comm.Ibcast([buf, MPI.BYTE], root=root), interrupt=interrupt)
+    return buf
+
+
+def agree(comm, error: str | None) -> str | None:
+    """Every rank learns the first error any rank had (lowest rank first), or None."""
+    errors = comm.allgather(error)
+    return next((e for e in errors if e), None)
+
+
+# -- the group plan ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GroupPlan:
+    """How COMM_WORLD is split: world rank 0 coordinates, the rest form groups."""
+
+    world_size: int
+    groups: tuple[tuple[int, ...], ...]  # world ranks of each group; the first is its leader
+    requested_size: int
+
+    @property
+    def shared(self) -> bool:
+        """One process: the coordinator and a one-rank group take turns."""
+        return self.world_size == 1
+
+    def group_of(self, world_rank: int) -> int | None:
+        for g, ranks in enumerate(self.groups):
+            if world_rank in ranks:
+                return g
+        return None
+
+    def describe(self) -> str:
+        if self.shared:
+            return "1 process: the coordinator and one 1-rank group take turns"
+        sizes: dict[int, int] = {}
+        for ranks in self.groups:
+            sizes[len(ranks)] = sizes.get(len(ranks), 0) + 1
+        parts = ", ".join(f"{n} group{'s' if n > 1 else ''} of {s} rank{'s' if s > 1 else ''}"
+                          for s, n in sorted(sizes.items(), reverse=True))
+        return f"{self.world_size} ranks: 1 coordinator (rank 0) + {parts}"
+
+
+def plan_groups(world_size: int, group_size: int) -> GroupPlan:
+    """Split ranks 1..world_size-1 into groups of `group_size`, as even as possible.
+
+    Leftover ranks join groups (never an abort): 6 workers in groups of 4 make one group of 6,
+    7 workers in groups of 2 make groups of 3, 2 and 2.
+    """
+    if world_size <= 1:
+        return GroupPlan(1, ((0,),), group_size)
+    workers = list(range(1, world_size))
+    n_groups = max(1, len(workers) // group_size)
+    base, extra = divmod(len(workers), n_groups)
+    groups, i = [], 0
+    for g in range(n_groups):
+        size = base + (1 if g < extra else 0)
+        groups.append(tuple(workers[i:i + size]))
+        i += size
+    return GroupPlan(world_size, tuple(groups), group_size)
+
+
+# -- the coordinator's side --------------------------------------------------------------------
+class MPITransport:
+    """Coordinator (world rank 0) to group leaders, over COMM_WORLD."""
+
+    def __init__(self, comm, plan: GroupPlan) -> None:
+        self.comm = comm
+        self.plan = plan
+        self._leaders = {ranks[0]: g for g, ranks in enumerate(plan.groups)}
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.plan.groups)
+
+    def group_ranks(self, group: int) -> int:
+        return len(self.plan.groups[group])
+
+    def send_task(self, group: int, task: dict[str, Any]) -> None:
+        send_bytes(self.comm, encode(task), self.plan.groups[group][0], TAG_TASK)
+
+    def recv_result(self) -> tuple[int, dict[str, Any]]:
+        """Block until any group reports; the first to arrive is served first."""
+        data, source = recv_bytes(self.comm, _mpi().ANY_SOURCE, TAG_RESULT)
+        return self._leaders[source], decode(data)
+
+    def shutdown(self) -> None:
+        for ranks in self.plan.groups:
+            send_bytes(self.comm, b"", ranks[0], TAG_STOP)
+
+
+class InProcessTransport:
+    """Groups as plain callables in this process: `run_task(group, task) -> result`.
+
+    Tasks run when the coordinator asks for a result, in the order they were sent, so a
+    one-process search alternates between coordinating and training.
+    """
+
+    def __init__(self, run_task: Callable[[int, dict], dict], n_groups: int = 1, ranks: int = 1) -> None:
+        self.run_task = run_task
+        self._n = n_groups
+        self._ranks = ranks
+        self._queue: list[tuple[int, dict]] = []
+
+    @property
+    def n_groups(self) -> int:
+        return self._n
+
+    def group_ranks(self, group: int) -> int:
+        return self._ranks
+
+    def send_task(self, group: int, task: dict[str, Any]) -> None:
+        self._queue.append((group, task))
+
+    def recv_result(self) -> tuple[int, dict[str, Any]]:
+        group, task = self._queue.pop(0)
+        return group, self.run_task(group, task)
+
+    def shutdown(self) -> None:
+        self._queue.clear()
+
+
+# -- the group's side --------------------------------------------------------------------------
+class GroupChannel:
+    """A group's link to the coordinator: the leader receives, every rank of the group learns."""
+
+    def __init__(self, world_comm, group_comm) -> None:
+        self.world = world_comm
+        self.comm = group_comm
+        self.rank = group_comm.Get_rank()
+
+    def next_task(self) -> dict[str, Any] | None:
+        """The next task, on every rank of the group; None when the search is over."""
+        data: bytes | None = None
+        if self.rank == 0:
+            MPI = _mpi()
+            status = MPI.Status()
+            backoff = Backoff()
+            while True:
+                if self.world.Iprobe(source=0, tag=MPI.ANY_TAG, status=status):
+                    tag = status.Get_tag()
+                    if tag in (TAG_TASK, TAG_STOP):
+                        buf = bytearray(status.Get_count(MPI.BYTE))
+                        self.world.Recv([buf, MPI.BYTE], source=0, tag=tag)
+                        data = bytes(buf) if tag == TAG_TASK else b""
+                        break
+                backoff.sleep()
+        data = bcast_bytes(self.comm, data)
+        return decode(data) if data else None
+
+    def gather_outcomes(self, outcome: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """Every rank's outcome of a trial, on the leader (in rank order); None elsewhere."""
+        if self.rank != 0:
+            send_bytes(self.comm, encode(outcome), 0, TAG_OUTCOME)
+            return None
+        out = [outcome]
+        for r in range(1, self.comm.Get_size()):
+            data, _ = recv_bytes(self.comm, r, TAG_OUTCOME)
+            out.append(decode(data))
+        return out
+
+    def send_result(self, result: dict[str, Any]) -> None:
+        send_bytes(self.world, encode(result), 0, TAG_RESULT)
+
+
+class GroupComm:
+    """The communicator a `function(params, comm)` objective gets: its group, failure-aware.
+
+    A private duplicate of the group communicator. Its operations wait without spinning and give
+    up with `GroupPeerFailed` when another rank of the group failed the trial, so one failing
+    rank never leaves the others blocked in a collective. Common operations are covered
+    (barrier, bcast, allreduce, reduce, gather, allgather, send, recv, and the buffer forms
+    Barrier, Bcast, Allreduce, Reduce, Allgather, Send, Recv); anything else is passed to the
+    underlying mpi4py communicator and does not get that protection.
+    """
+
+    def __init__(self, group_comm) -> None:
+        import numpy as np
+
+        MPI = _mpi()
+        self._MPI = MPI
+        self._comm = group_comm.Dup()
+        self._ctrl = group_comm.Dup()
+        self._notice_buf = np.zeros(1, dtype=np.int32)
+        self._notice = self._ctrl.Irecv([self._notice_buf, MPI.INT32_T], source=MPI.ANY_SOURCE, tag=TAG_FAIL)
+        self._sent: list = []
+        self.failed_peer: int | None = None
+        self.rank = self._comm.Get_rank()
+        self.size = self._comm.Get_size()
+
+    # -- failure notices ---------------------------------------------------------------------
+    def _check(self) -> None:
+        if self.failed_peer is None and self._notice.Test():
+            self.failed_peer = int(self._notice_buf[0])
+        if self.failed_peer is not None:
+            raise GroupPeerFailed(f"rank {self.failed_peer} of the group failed this trial")
+
+    def notify_failure(self) -> None:
+        """Tell the other ranks of the group that this rank failed the trial."""
+        import numpy as np
+
+        me = np.array([self.rank], dtype=np.int32)
+        for r in range(self.size):
+            if r != self.rank:
+                self._sent.append(self._ctrl.Isend([me, self._MPI.INT32_T], dest=r, tag=TAG_FAIL))
+
+    def close(self) -> None:
+        if not self._notice.Test():
+            self._notice.Cancel()
+            self._notice.Wait()
+        if self._sent:
+            self._MPI.Request.Waitall(self._sent)
+        self._ctrl.Free()
+        if self.failed_peer is None:
+            self._comm.Free()  # after a failure a collective may still be pending on it: leave it
+
+    def _wait(self, req) -> None:
+        wait(req, interrupt=self._check)
+
+    # -- mpi4py-like API ---------------------------------------------------------------------
+    def Get_rank(self) -> int:
+        return self.rank
+
+    def Get_size(self) -> int:
+        return self.size
+
+    def Barrier(self) -> None:
+        self._check()
+        self._wait(self._comm.Ibarrier())
+
+    barrier = Barrier
+
+    def Bcast(self, buf, root: int = 0) -> None:
+        self._check()
+        self._wait(self._comm.Ibcast(buf, root=root))
+
+    def Allreduce(self, sendbuf, recvbuf, op=None) -> None:
+        self._check()
+        self._wait(self._comm.Iallreduce(sendbuf, recvbuf, op=op or self._MPI.SUM))
+
+    def Reduce(self, sendbuf, recvbuf, op=None, root: int = 0) -> None:
+        self._check()
+        self._wait(self._comm.Ireduce(sendbuf, recvbuf, op=op or self._MPI.SUM, root=root))
+
+    def Allgather(self, sendbuf, recvbuf) -> None:
+        self._check()
+        self._wait(self._comm.Iallgather(sendbuf, recvbuf))
+
+    def Send(self, buf, dest: int, tag: int = 0) -> None:
+        self._check()
+        self._wait(self._comm.Isend(buf, dest=dest, tag=tag))
+
+    def Recv(self, buf, source: int = 0, tag: int = 0) -> None:
+        self._check()
+        self._wait(self._comm.Irecv(buf, source=source, tag=tag))
+
+    # Python objects travel pickled here: they are the user's own in-memory values between the
+    # ranks of one job, never state read back from disk.
+    def bcast(self, obj: Any = None, root: int = 0) -> Any:
+        self._check()
+        data = bcast_bytes(self._comm, pickle.dumps(obj) if self.rank == root else None, root, interrupt=self._check)
+        return pickle.loads(data)
+
+    def allgather(self, obj: Any) -> list[Any]:
+        import numpy as np
+
+        MPI = self._MPI
+        self._check()
+        data = pickle.dumps(obj)
+        sizes = np.zeros(self.size, dtype=np.int64)
+        self._wait(self._comm.Iallgather([np.array([len(data)], dtype=np.int64), MPI.INT64_T], [sizes, MPI.INT64_T]))
+        displs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        buf = bytearray(int(sizes.sum()))
+        self._wait(self._comm.Iallgatherv([data, MPI.BYTE], [buf, (sizes, displs), MPI.BYTE]))
+        return [pickle.loads(bytes(buf[d:d + s])) for d, s in zip(displs, sizes)]
+
+    def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
+        out = self.allgather(obj)
+        return out if self.rank == root else None
+
+    def allreduce(self, obj: Any, op=None) -> Any:
+        op = op or self._MPI.SUM
+        values = self.allgather(obj)
+        acc = values[0]
+        for v in values[1:]:
+            acc = op(acc, v)
+        return acc
+
+    def reduce(self, obj: Any, op=None, root: int = 0) -> Any:
+        out = self.allreduce(obj, op)
+        return out if self.rank == root else None
+
+    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
+        self._check()
+        self._wait(self._comm.Isend([pickle.dumps(obj), self._MPI.BYTE], dest=dest, tag=TAG_USER + tag))
+
+    def recv(self, source: int = 0, tag: int = 0) -> Any:
+        self._check()
+        data, _ = recv_bytes(self._comm, source, TAG_USER + tag, interrupt=self._check)
+        return pickle.loads(bytes(data))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._comm, name)

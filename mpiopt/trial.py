@@ -1,0 +1,85 @@
+"""Trial states and the records that cross boundaries (coordinator, groups, journal, table)."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class TrialStatus(str, Enum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"  # an exception in user code
+    DIVERGED = "diverged"  # a NaN/inf figure of merit or loss
+    TIMEOUT = "timeout"  # past training.time_limit
+    PRUNED = "pruned"
+    INTERRUPTED = "interrupted"  # the search stopped while it ran; --resume runs it again
+
+    def is_finished(self) -> bool:
+        return self not in (TrialStatus.RUNNING, TrialStatus.INTERRUPTED)
+
+
+@dataclass(frozen=True)
+class Task:
+    """What the coordinator sends a group: one trial to run."""
+
+    trial: int
+    params: dict[str, Any]
+    trial_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What a group sends back."""
+
+    trial: int
+    status: str
+    objective: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    epochs: int | None = None
+    error: str | None = None
+    start: float = 0.0
+    end: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return clean(asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrialResult":
+        return cls(**{k: d.get(k) for k in ("trial", "status", "objective", "metrics", "epochs", "error", "start", "end")
+                      if k in d})
+
+
+@dataclass
+class TrialRecord:
+    """One trial as the journal knows it."""
+
+    trial: int
+    params: dict[str, Any]
+    status: TrialStatus = TrialStatus.RUNNING
+    objective: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    epochs: int | None = None
+    start: float | None = None
+    end: float | None = None
+    group: int | None = None
+    ranks: int | None = None
+    error: str | None = None
+
+
+def clean(value: Any) -> Any:
+    """JSON-safe copy: non-finite floats become None, numpy scalars become Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    try:  # numpy scalars
+        item = value.item()
+    except AttributeError:
+        return str(value)
+    return clean(item)
