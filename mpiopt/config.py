@@ -419,7 +419,7 @@ def import_callable(ref: str, base_dir: Path, *, source: str, field: str) -> Cal
             module = importlib.util.module_from_spec(spec)
             folder = str(file.parent)
             if folder not in sys.path:
-                sys.path.insert(0, folder)
+                sys.path.append(folder)  # after installed packages: examples/mnist1d.py must not hide `mnist1d`
             sys.modules[mod_name] = module
             try:
                 spec.loader.exec_module(module)

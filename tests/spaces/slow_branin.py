@@ -1,0 +1,38 @@
+"""Test objectives: Branin that takes a while, and objectives that misbehave."""
+import math
+import os
+import time
+
+
+def branin(params):
+    time.sleep(float(os.environ.get("MPIOPT_TEST_SLEEP", "0.2")))
+    x, y = params["x"], params["y"]
+    b, c, t = 5.1 / (4 * math.pi**2), 5.0 / math.pi, 1.0 / (8 * math.pi)
+    return (y - b * x**2 + c * x - 6.0) ** 2 + 10.0 * (1 - t) * math.cos(x) + 10.0
+
+
+def with_comm(params, comm):
+    """Every rank of the group computes a share; the group sums it."""
+    share = (params["x"] + params["y"]) / comm.Get_size()
+    total = comm.allreduce(share)
+    ranks = comm.allgather(comm.Get_rank())
+    return {"objective": total, "group_size": float(len(ranks))}
+
+
+def failing_rank(params, comm):
+    """Rank 1 raises while rank 0 waits for it in a collective: the group must not hang."""
+    if comm.Get_rank() == 1 and params["x"] > 0:
+        raise RuntimeError("rank 1 broke")
+    return comm.allreduce(params["x"] + params["y"])
+
+
+def moody(params):
+    """Fails, diverges or returns a wrong type depending on x."""
+    x = params["x"]
+    if x < -2:
+        raise ValueError("x is too small for this objective")
+    if x < 0:
+        return float("nan")
+    if x < 2:
+        return "not a number"
+    return (x - 5.0) ** 2 + params["y"]
