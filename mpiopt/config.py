@@ -53,6 +53,33 @@ TRAINING_DEFAULTS: dict[str, Any] = {
 EARLY_STOPPING_KEYS = ("monitor", "patience", "min_delta", "mode")
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, line: int) -> None:
+        super().__init__(f"duplicate key {key!r} (line {line})")
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """The safe loader, refusing a key given twice (plain YAML keeps the last one silently)."""
+
+
+def _mapping_no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            duplicate = key in seen
+        except TypeError:
+            raise yaml.constructor.ConstructorError(None, None, f"a key must be a plain value, got {key!r}",
+                                                    key_node.start_mark) from None
+        if duplicate:
+            raise _DuplicateKey(key, key_node.start_mark.line + 1)
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_no_duplicates)
+
+
 def did_you_mean(word: str, allowed: Iterable[str]) -> str:
     """A `(did you mean 'x'?)` suffix for a misspelt key, or ''."""
     match = difflib.get_close_matches(word, [str(a) for a in allowed], n=1, cutoff=0.6)
@@ -160,8 +187,12 @@ def load_config(path: str | os.PathLike, *, resolve: bool = True) -> Config:
         raise ConfigError(f"not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}); expected a YAML file",
                           source=src) from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_StrictLoader)
+    except _DuplicateKey as exc:
+        raise ConfigError(f"invalid YAML: {exc}", source=src) from None
     except yaml.constructor.ConstructorError as exc:
+        if exc.problem and exc.problem.startswith("a key must be"):
+            raise ConfigError(f"invalid YAML: {exc.problem}", source=src) from None
         mark = exc.problem_mark
         where = f" (line {mark.line + 1})" if mark else ""
         raise ConfigError(f"YAML tag not allowed{where}: {exc.problem}; only plain YAML is read (safe loader)",
@@ -240,8 +271,10 @@ def _int(value: Any, source: str, field: str, *, minimum: int, allow_none: bool 
     ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     if not ok and isinstance(value, float) and value.is_integer():
         value, ok = int(value), True
-    if not ok or value < minimum or value > 2**31:
+    if not ok or value < minimum:
         raise ConfigError(f"expected an integer >= {minimum}, got {value!r}", source=source, field=field)
+    if value > 2**31:
+        raise ConfigError(f"expected an integer <= 2**31, got {value!r}", source=source, field=field)
     return int(value)
 
 

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SPACES = Path(__file__).resolve().parent / "spaces"
+BIN = Path(sys.executable).parent
+MPIEXEC = BIN / "mpiexec"
+
+
+@pytest.fixture
+def write_yaml(tmp_path):
+    """Write a search-space file (next to a copy of the test objectives) and return its path."""
+    (tmp_path / "objectives.py").write_text((SPACES / "slow_branin.py").read_text())
+
+    def write(text: str, name: str = "space.yaml") -> Path:
+        p = tmp_path / name
+        p.write_text(textwrap.dedent(text))
+        return p
+
+    return write
+
+
+def run_cli(args, *, cwd, np: int | None = None, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
+    """Run `mpiopt ARGS` (under `mpiexec -n NP` when np is given) and capture its output."""
+    cmd = [sys.executable, "-m", "mpiopt", *map(str, args)]
+    if np is not None:
+        cmd = [str(MPIEXEC), "-n", str(np), *cmd]
+    full_env = {**os.environ, "MPIOPT_TEST_SLEEP": "0", **(env or {})}
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)

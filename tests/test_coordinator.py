@@ -1,0 +1,171 @@
+"""The coordinator's logic, in-process, with a fake transport that simulates groups of different speeds."""
+from __future__ import annotations
+
+import heapq
+import math
+
+import pytest
+
+from mpiopt.config import load_config
+from mpiopt.coordinator import Coordinator
+from mpiopt.journal import RunDir
+from mpiopt.search import make_searcher
+from mpiopt.trial import TrialRecord, TrialStatus
+
+
+def branin(p):
+    x, y = p["x"], p["y"]
+    b, c, t = 5.1 / (4 * math.pi**2), 5.0 / math.pi, 1.0 / (8 * math.pi)
+    return (y - b * x**2 + c * x - 6.0) ** 2 + 10.0 * (1 - t) * math.cos(x) + 10.0
+
+
+class SimTransport:
+    """Groups with fixed trial durations on a simulated clock; results arrive in finishing order."""
+
+    def __init__(self, durations, fn=branin):
+        self.durations = durations
+        self.fn = fn
+        self.clock = 0.0
+        self.heap = []
+        self.log = []  # ("send", group, trial) / ("recv", group, trial)
+        self.stopped = False
+
+    @property
+    def n_groups(self):
+        return len(self.durations)
+
+    def group_ranks(self, group):
+        return 1
+
+    def send_task(self, group, task):
+        assert not any(g == group for _, _, g, _ in self.heap), "a busy group got a second task"
+        self.log.append(("send", group, task["trial"]))
+        heapq.heappush(self.heap, (self.clock + self.durations[group], task["trial"], group, task))
+
+    def recv_result(self):
+        self.clock, n, group, task = heapq.heappop(self.heap)
+        self.log.append(("recv", group, n))
+        try:
+            value = self.fn(task["params"])
+        except Exception as exc:
+            return group, {"trial": n, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                           "start": 1.0, "end": 2.0}
+        if isinstance(value, float) and not math.isfinite(value):
+            return group, {"trial": n, "status": "diverged", "metrics": {"objective": None}, "start": 1.0, "end": 2.0}
+        return group, {"trial": n, "status": "completed", "objective": value, "metrics": {"objective": value},
+                       "start": 1.0, "end": 2.0}
+
+    def shutdown(self):
+        self.stopped = True
+
+
+@pytest.fixture
+def cfg(write_yaml):
+    def make(search="{initial_points: 5, trials: 20, seed: 0, acquisition: EI}"):
+        return load_config(write_yaml(f"""
+            objective: {{function: objectives.py:branin}}
+            parameters:
+              x: {{type: real, low: -5.0, high: 10.0}}
+              y: {{type: real, low: 0.0, high: 15.0}}
+            search: {search}
+        """))
+    return make
+
+
+def run(cfg, transport, run_dir=None, trials=None):
+    return Coordinator(cfg, make_searcher(cfg.space, cfg.search), transport, run_dir, trials).run()
+
+
+def test_budget_is_exact_and_numbers_unique(cfg):
+    t = SimTransport([1.0, 1.3, 2.1, 0.7])
+    s = run(cfg(), t)
+    assert sorted(s.trials) == list(range(20))
+    assert all(r.status == TrialStatus.COMPLETED for r in s.trials.values())
+    assert t.stopped
+    assert s.best.objective == min(r.objective for r in s.trials.values())
+
+
+def test_finished_group_is_served_at_once_and_fast_groups_do_more(cfg):
+    t = SimTransport([0.1, 5.0])
+    s = run(cfg(), t)
+    # after each result (but the last ones), the very next event sends that same group a trial
+    for i, (kind, group, _) in enumerate(t.log[:-2]):
+        if kind == "recv" and t.log[i + 1][0] == "send":
+            assert t.log[i + 1][1] == group
+    per_group = [sum(1 for r in s.trials.values() if r.group == g) for g in (0, 1)]
+    assert per_group[0] > 4 * per_group[1]
+
+
+def test_parallel_groups_never_get_the_same_point(cfg):
+    t = SimTransport([1.0] * 8)
+    s = run(cfg(), t)
+    points = [(r.params["x"], r.params["y"]) for r in s.trials.values()]
+    assert len(set(points)) == len(points) == 20
+
+
+def test_target_stops_dispatching(cfg):
+    t = SimTransport([1.0, 1.0])
+    s = run(cfg("{initial_points: 5, trials: 200, seed: 0, target: 5.0}"), t)
+    assert s.target_reached
+    assert len(s.trials) < 200
+    assert s.best.objective <= 5.0
+
+
+def test_failures_do_not_stop_the_search(cfg):
+    def moody(p):
+        if p["x"] < 0:
+            raise RuntimeError("negative x")
+        if p["x"] < 1:
+            return float("nan")
+        return branin(p)
+
+    s = run(cfg(), SimTransport([1.0, 1.5, 0.5], fn=moody))
+    statuses = {r.status for r in s.trials.values()}
+    assert len(s.trials) == 20
+    assert TrialStatus.COMPLETED in statuses and TrialStatus.FAILED in statuses
+    failed = [r for r in s.trials.values() if r.status == TrialStatus.FAILED]
+    assert all("negative x" in r.error for r in failed)
+    assert all(r.objective is None for r in s.trials.values() if r.status != TrialStatus.COMPLETED)
+    assert s.best.params["x"] >= 1
+
+
+def test_resume_reruns_interrupted_trials_first_and_reaches_the_budget(cfg, tmp_path):
+    c = cfg()
+    old = {
+        0: TrialRecord(0, {"x": 1.0, "y": 2.0}, TrialStatus.COMPLETED, objective=5.0, start=1, end=2),
+        1: TrialRecord(1, {"x": 2.0, "y": 3.0}, TrialStatus.RUNNING, start=1),
+        2: TrialRecord(2, {"x": 3.0, "y": 4.0}, TrialStatus.FAILED, error="boom", start=1, end=2),
+        3: TrialRecord(3, {"x": 4.0, "y": 5.0}, TrialStatus.RUNNING, start=1),
+    }
+    t = SimTransport([1.0, 1.0])
+    s = run(c, t, trials=old)
+    sends = [n for kind, _, n in t.log if kind == "send"]
+    assert sends[:2] == [1, 3]  # the interrupted trials, same numbers
+    assert s.trials[1].params == {"x": 2.0, "y": 3.0} and s.trials[3].params == {"x": 4.0, "y": 5.0}
+    assert s.trials[0].objective == 5.0 and s.trials[2].status == TrialStatus.FAILED  # kept, not re-run
+    assert 0 not in sends and 2 not in sends
+    assert sorted(s.trials) == list(range(20))
+    assert len(sends) == 18
+
+
+def test_journal_replays_to_the_same_trials(cfg, tmp_path):
+    c = cfg()
+    rd = RunDir(tmp_path / "run")
+    rd.open(resume=False, config_text="a: 1\n")
+    s = run(c, SimTransport([1.0, 0.4, 0.9]), run_dir=rd)
+    replayed, problems = rd.load()
+    rd.close()
+    assert problems == []
+    assert {n: (r.status, r.params, r.objective) for n, r in replayed.items()} == \
+           {n: (r.status, r.params, r.objective) for n, r in s.trials.items()}
+    assert (tmp_path / "run" / "results.csv").read_text().count("\n") == 21
+
+
+def test_maximize_picks_the_largest(cfg, write_yaml):
+    c = load_config(write_yaml("""
+        objective: {function: objectives.py:branin, maximize: objective}
+        parameters: {x: {type: real, low: -5.0, high: 10.0}, y: {type: real, low: 0.0, high: 15.0}}
+        search: {initial_points: 3, trials: 8, seed: 0}
+    """))
+    s = run(c, SimTransport([1.0]))
+    assert s.best.objective == max(r.objective for r in s.trials.values())

@@ -1,0 +1,120 @@
+"""The run directory: append-only journal, replay, torn lines, locking, the results table."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mpiopt._errors import ConfigError
+from mpiopt.journal import RunDir, is_live, read_journal, replay, result_rows
+from mpiopt.trial import TrialStatus
+
+CONFIG = "name: t\nobjective: {function: f.py:f}\nparameters: {x: {type: real, low: 0, high: 1}}\n"
+
+
+def start(n, x, t=100.0):
+    return {"event": "start", "trial": n, "params": {"x": x}, "group": 0, "ranks": 1, "time": t}
+
+
+def finish(n, status="completed", obj=1.0, t=101.0):
+    return {"event": "finish", "trial": n, "status": status, "objective": obj, "metrics": {"objective": obj},
+            "epochs": None, "error": None, "start": t - 1, "end": t}
+
+
+def test_append_replay_and_results(tmp_path):
+    rd = RunDir(tmp_path / "run")
+    rd.open(resume=False, config_text=CONFIG)
+    for e in [start(0, 0.1), start(1, 0.2), finish(0, obj=0.5), start(2, 0.3), finish(1, "failed", None)]:
+        rd.append(e)
+    trials, problems = rd.load()
+    assert problems == []
+    assert [t.status for t in trials.values()] == [TrialStatus.COMPLETED, TrialStatus.FAILED, TrialStatus.RUNNING]
+    assert trials[0].objective == 0.5 and trials[2].params == {"x": 0.3}
+    rd.write_results(trials.values(), ["x"], live=False)
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "run" / "results.csv").read_text())))
+    assert [r["status"] for r in rows] == ["completed", "failed", "interrupted"]
+    assert rows[0]["params_x"] == "0.1" and rows[0]["duration_s"] == "1.0"
+    assert rows[1]["objective"] == ""
+    rd.close()
+
+
+def test_torn_and_corrupt_lines_are_skipped(tmp_path):
+    path = tmp_path / "trials.jsonl"
+    good = [json.dumps(e) for e in (start(0, 0.1), finish(0), start(1, 0.2))]
+    path.write_text("\n".join([good[0], "{not json", good[1], good[2]]) + "\n" + '{"event": "fini')
+    events, problems = read_journal(path)
+    assert len(events) == 3
+    assert len(problems) == 2
+    assert "line 2" in problems[0] and "corrupt" in problems[0]
+    assert "torn last line" in problems[1]
+    trials = replay(events)
+    assert trials[0].status == TrialStatus.COMPLETED and trials[1].status == TrialStatus.RUNNING
+
+
+def test_resume_cuts_the_torn_tail_and_keeps_it(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.open(resume=False, config_text=CONFIG)
+    rd.append(start(0, 0.1))
+    rd.close()
+    with open(tmp_path / "trials.jsonl", "ab") as f:
+        f.write(b'{"event":"finish","tri')
+    rd = RunDir(tmp_path)
+    rd.open(resume=True, config_text=CONFIG)
+    rd.append(finish(0))
+    events, problems = read_journal(tmp_path / "trials.jsonl")
+    assert problems == [] and len(events) == 2
+    assert (tmp_path / "trials.jsonl.torn").read_bytes() == b'{"event":"finish","tri\n'
+    rd.close()
+
+
+def test_rerun_and_stray_events(tmp_path):
+    events = [start(0, 0.1), start(0, 0.1, t=200.0), finish(0, t=201.0), start(0, 0.9)]
+    trials = replay(events)
+    assert trials[0].status == TrialStatus.COMPLETED and trials[0].params == {"x": 0.1}
+    assert trials[0].end == 201.0
+
+
+def test_refusals(tmp_path):
+    rd = RunDir(tmp_path / "r")
+    with pytest.raises(ConfigError, match="--resume: no search to resume"):
+        rd.open(resume=True, config_text=CONFIG)
+    rd.open(resume=False, config_text=CONFIG)
+    rd.append(start(0, 0.1))
+    with pytest.raises(ConfigError, match="another search is running"):
+        RunDir(tmp_path / "r").open(resume=True, config_text=CONFIG)
+    assert is_live(tmp_path / "r")
+    rd.close()
+    assert not is_live(tmp_path / "r")
+    with pytest.raises(ConfigError, match="already holds a search; pass --resume"):
+        RunDir(tmp_path / "r").open(resume=False, config_text=CONFIG)
+    other = CONFIG.replace("high: 1", "high: 2")
+    with pytest.raises(ConfigError, match="`parameters` differs"):
+        RunDir(tmp_path / "r").open(resume=True, config_text=other)
+
+
+def test_lock_of_a_killed_process_is_not_stale(tmp_path):
+    code = ("import sys, os; from mpiopt.journal import RunDir; r = RunDir(sys.argv[1]); "
+            "r.open(resume=False, config_text='a: 1\\n'); os._exit(0)")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
+    assert not is_live(tmp_path)
+    rd = RunDir(tmp_path)
+    rd.open(resume=False, config_text="a: 1\n")  # the dead process's lock does not block
+    rd.close()
+
+
+def test_unwritable_directory(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="cannot write here|not a directory"):
+        RunDir(tmp_path / "file" / "sub").open(resume=False, config_text=CONFIG)
+
+
+def test_result_columns_follow_spec():
+    trials = replay([start(0, 0.1), finish(0)])
+    cols, rows = result_rows(trials.values(), ["x"])
+    for c in ("trial", "status", "objective", "params_x", "epochs", "start", "end", "duration_s", "group",
+              "ranks", "error"):
+        assert c in cols

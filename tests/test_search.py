@@ -1,0 +1,98 @@
+"""The ask/tell core: pending-aware, never repeating a point, never treating a failure as good."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mpiopt.search import BayesianSearch, RandomSearch
+from mpiopt.space import Categorical, Integer, Real, Space
+
+SPACE = Space((Real("x", -5.0, 10.0), Real("y", 0.0, 15.0)))
+MIXED = Space((Real("lr", 1e-4, 1e-1, "log-uniform"), Integer("units", 16, 512, "log-uniform"),
+               Categorical("act", ("relu", "tanh")), Categorical("flag", (True, False)),
+               Categorical("bs", (32, 64))))
+
+
+def branin(p):
+    x, y = p["x"], p["y"]
+    b, c, t = 5.1 / (4 * math.pi**2), 5.0 / math.pi, 1.0 / (8 * math.pi)
+    return (y - b * x**2 + c * x - 6.0) ** 2 + 10.0 * (1 - t) * math.cos(x) + 10.0
+
+
+def test_random_values_are_native_and_in_range():
+    s = RandomSearch(MIXED, seed=3)
+    for i in range(30):
+        p = s.ask(i)
+        assert type(p["lr"]) is float and 1e-4 <= p["lr"] <= 1e-1
+        assert type(p["units"]) is int and 16 <= p["units"] <= 512
+        assert p["act"] in ("relu", "tanh") and type(p["flag"]) is bool and type(p["bs"]) is int
+        s.tell(i, p, float(i))
+
+
+def test_same_seed_same_points():
+    a, b = RandomSearch(SPACE, seed=7), RandomSearch(SPACE, seed=7)
+    assert [a.ask(i) for i in range(5)] == [b.ask(i) for i in range(5)]
+
+
+@pytest.mark.parametrize("surrogate", ["GP", "RF", "ET", "GBRT"])
+def test_parallel_asks_never_repeat_a_point(surrogate):
+    """Many groups busy at once: each gets a different point, before and after the initial design."""
+    s = BayesianSearch(SPACE, seed=0, surrogate=surrogate, acquisition="EI", initial_points=4)
+    for i in range(4):
+        p = s.ask(i)
+        s.tell(i, p, branin(p))
+    pending = [s.ask(i) for i in range(4, 10)]  # six groups busy at once
+    keys = {(p["x"], p["y"]) for p in pending}
+    assert len(keys) == 6
+    told = {(p["x"], p["y"]) for p, _ in s.observed.values()}
+    assert not keys & told
+    assert set(s.pending) == set(range(4, 10))
+
+
+def test_small_discrete_space_has_no_duplicates_until_exhausted():
+    space = Space((Integer("a", 0, 2), Categorical("b", ("u", "v"))))
+    s = BayesianSearch(space, seed=1, initial_points=2, surrogate="RF", acquisition="EI")
+    seen = []
+    for i in range(6):  # exactly 6 distinct points exist
+        p = s.ask(i)
+        seen.append((p["a"], p["b"]))
+    assert len(set(seen)) == 6
+
+
+def test_bayesian_beats_random_on_branin():
+    def best_of(searcher, n=30):
+        best = math.inf
+        for i in range(n):
+            p = searcher.ask(i)
+            v = branin(p)
+            best = min(best, v)
+            searcher.tell(i, p, v)
+        return best
+
+    bo = best_of(BayesianSearch(SPACE, seed=0, initial_points=10, surrogate="GP", acquisition="EI"))
+    rnd = best_of(RandomSearch(SPACE, seed=0))
+    assert bo < 1.0  # the minimum is 0.397887
+    assert bo < rnd
+
+
+def test_failures_are_penalised_never_good():
+    s = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
+    for i in range(3):
+        p = s.ask(i)
+        s.tell(i, p, float(i + 1))
+    bad = s.ask(3)
+    s.tell(3, bad, float("nan"))  # diverged
+    s.tell(4, {"x": 1.0, "y": 1.0}, None)  # failed
+    assert s.observed[3][1] is None and s.observed[4][1] is None
+    assert s.penalty() == 3.0  # the worst completed value, never better
+    assert len(s.completed) == 3
+    nxt = s.ask(5)
+    assert (nxt["x"], nxt["y"]) not in {(bad["x"], bad["y"]), (1.0, 1.0)}
+
+
+def test_resumed_pending_points_are_avoided():
+    s = RandomSearch(Space((Integer("a", 0, 3),)), seed=0)
+    for i in range(3):
+        s.add_pending(i, {"a": i})
+    assert s.ask(3) == {"a": 3}

@@ -1,0 +1,222 @@
+"""Parsing search-space files: every validation error is one clear line naming file and field."""
+from __future__ import annotations
+
+import pytest
+
+from mpiopt._errors import ConfigError
+from mpiopt.config import load_config
+from mpiopt.space import Categorical, Integer, Real
+
+GOOD = """
+objective:
+  function: objectives.py:branin
+parameters:
+  x: {type: real, low: -5.0, high: 10.0}
+  y: {type: real, low: 0.0, high: 15.0}
+"""
+
+
+def test_good_file_fills_defaults(write_yaml):
+    cfg = load_config(write_yaml(GOOD, "my-search.yaml"))
+    assert cfg.name == "my-search"
+    assert cfg.objective.kind == "function" and cfg.objective.metric == "objective"
+    assert cfg.objective.direction == "minimize"
+    assert cfg.search.trials == 50 and cfg.search.algorithm == "bayesian" and cfg.search.surrogate == "GP"
+    assert cfg.training["group_size"] == 1
+    assert cfg.space.names == ["x", "y"]
+    assert cfg.objective.takes_comm is False
+
+
+def test_all_parameter_kinds(write_yaml):
+    cfg = load_config(write_yaml("""
+        objective: {function: objectives.py:branin}
+        parameters:
+          lr: {type: real, low: 1.0e-4, high: 1.0e-1, prior: log-uniform}
+          units: {type: integer, low: 16, high: 512, prior: log-uniform}
+          act: {type: categorical, choices: [relu, tanh]}
+          flag: {choices: [true, false]}
+          bs: {type: categorical, choices: [32, 64, 0.5]}
+    """))
+    lr, units, act, flag, bs = cfg.space.params
+    assert isinstance(lr, Real) and lr.prior == "log-uniform"
+    assert isinstance(units, Integer) and units.middle() == 91
+    assert isinstance(act, Categorical) and act.middle() == "relu"
+    assert flag.choices == (True, False)
+    assert bs.choices == (32, 64, 0.5)
+
+
+def test_comm_function_detected(write_yaml):
+    cfg = load_config(write_yaml("""
+        objective: {function: objectives.py:with_comm}
+        parameters: {x: {type: real, low: 0, high: 1}, y: {type: real, low: 0, high: 1}}
+    """))
+    assert cfg.objective.takes_comm
+
+
+def test_model_objective_consumption(tmp_path):
+    (tmp_path / "m.py").write_text("def build(units, layers=1):\n    pass\n\ndef data():\n    pass\n"
+                                   "def build_kw(**kw):\n    pass\n")
+    (tmp_path / "s.yaml").write_text("""
+objective: {model: m.py:build, data: m.py:data, loss: mse, metrics: [mae], minimize: val_mae}
+parameters:
+  units: {type: integer, low: 1, high: 4}
+  learning_rate: {type: real, low: 0.001, high: 0.1}
+  epochs: {type: integer, low: 1, high: 3}
+""")
+    cfg = load_config(tmp_path / "s.yaml")
+    p = {"units": 2, "learning_rate": 0.01, "epochs": 2}
+    assert cfg.model_kwargs(p) == {"units": 2}
+    t = cfg.trial_training(p)
+    assert t["learning_rate"] == 0.01 and t["epochs"] == 2
+    (tmp_path / "s2.yaml").write_text("""
+objective: {model: m.py:build_kw, data: m.py:data}
+parameters: {anything: {type: integer, low: 1, high: 4}}
+""")
+    cfg = load_config(tmp_path / "s2.yaml")
+    assert cfg.model_kwargs({"anything": 3}) == {"anything": 3}
+    assert cfg.objective.metric == "val_loss"
+
+
+# (yaml text, substrings the one-line error must contain)
+BAD = [
+    ("objective: [unclosed", ["invalid YAML", "line 1"]),
+    ("- a\n- b\n", ["expected a mapping"]),
+    ("", ["file is empty"]),
+    ("objective: !!python/object/apply:os.system ['echo hacked']\n", ["YAML tag not allowed", "safe loader"]),
+    (GOOD + "serach: {}\n", ["serach", "unknown key", "did you mean 'search'"]),
+    (GOOD + "search: {trails: 3}\n", ["search.trails", "did you mean 'trials'"]),
+    (GOOD + "training: {epoch: 3}\n", ["training.epoch", "did you mean 'epochs'"]),
+    ("parameters: {x: {type: real, low: 0, high: 1}}\n", ["objective", "missing"]),
+    ("objective: {function: objectives.py:branin}\n", ["parameters", "missing"]),
+    ("objective: {function: objectives.py:branin, model: m.py:f, data: m.py:d}\nparameters: {x: {low: 0, high: 1, type: real}}\n",
+     ["exactly one of `model` or `function`"]),
+    ("objective: {model: objectives.py:branin}\nparameters: {x: {low: 0, high: 1, type: real}}\n",
+     ["objective.data", "needs `data`"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: reel, low: 0, high: 1}}\n",
+     ["parameters.x.type", "did you mean 'real'"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: real, low: 0, hihg: 1}}\n",
+     ["parameters.x.hihg", "unknown key"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: real, low: 0}}\n",
+     ["parameters.x.high", "missing `high`"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: real, low: 3, high: 1}}\n",
+     ["parameters.x", "`low < high` must hold", "low=3.0, high=1.0"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: integer, low: 0.5, high: 4}}\n",
+     ["parameters.x.low", "expected an integer"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: real, low: 0, high: 1, prior: log-uniform}}\n",
+     ["parameters.x.low", "log-uniform prior needs `low > 0`"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: real, low: 0.1, high: 1, prior: log}}\n",
+     ["parameters.x.prior", "uniform, log-uniform"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: categorical, choices: []}}\n",
+     ["parameters.x.choices", "non-empty list"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: categorical, choices: relu}}\n",
+     ["parameters.x.choices", "non-empty list"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: real, low: '0', high: 1}}\n",
+     ["parameters.x.low", "finite number"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: real, low: 0, high: .inf}}\n",
+     ["parameters.x.high", "finite number"]),
+    ("objective: {function: objectives.py:branin}\nparameters: []\n", ["parameters", "non-empty mapping"]),
+    ("objective: {function: nowhere.py:branin}\nparameters: {x: {type: real, low: 0, high: 1}}\n",
+     ["objective.function", "no such file", "nowhere.py"]),
+    ("objective: {function: objectives.py:brainin}\nparameters: {x: {type: real, low: 0, high: 1}}\n",
+     ["objective.function", "has no 'brainin'", "did you mean 'branin'"]),
+    ("objective: {function: no_such_module_xyz:f}\nparameters: {x: {type: real, low: 0, high: 1}}\n",
+     ["objective.function", "cannot import module"]),
+    ("objective: {function: branin}\nparameters: {x: {type: real, low: 0, high: 1}}\n",
+     ["objective.function", "file.py:name"]),
+    (GOOD + "search: {trials: 0}\n", ["search.trials", "integer >= 1"]),
+    (GOOD + "search: {trials: many}\n", ["search.trials", "integer >= 1"]),
+    (GOOD + "search: {target: low}\n", ["search.target", "finite number"]),
+    (GOOD + "search: {algorithm: genetic}\n", ["search.algorithm", "bayesian, random"]),
+    (GOOD + "search: {surrogate: NN}\n", ["search.surrogate", "GP, RF, ET, GBRT"]),
+    (GOOD + "search: {acquisition: UCB}\n", ["search.acquisition", "EI, PI, LCB, gp_hedge"]),
+    (GOOD + "search: {initial_points: -1}\n", ["search.initial_points"]),
+    (GOOD + "training: {group_size: 0}\n", ["training.group_size", "integer >= 1"]),
+    (GOOD + "training: {epochs: 2.5}\n", ["training.epochs", "integer >= 1"]),
+    (GOOD + "training: {mode: sync}\n", ["training.mode", "downpour, easgd, gem, allreduce"]),
+    (GOOD + "training: {optimizer: adamm}\n", ["training.optimizer", "did you mean 'adam'"]),
+    (GOOD + "training: {early_stopping: {patience: -1}}\n", ["training.early_stopping.patience"]),
+    (GOOD + "training: {time_limit: 0}\n", ["training.time_limit", "positive number"]),
+    ("objective: {function: objectives.py:branin, minimize: a, maximize: b}\nparameters: {x: {type: real, low: 0, high: 1}}\n",
+     ["one of `minimize` or `maximize`"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {epochs: {type: integer, low: 0, high: 3}}\n",
+     ["parameters.epochs", "integer >= 1"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {mode: {choices: [downpour, sync]}}\n",
+     ["parameters.mode", "sync"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {group_size: {type: integer, low: 1, high: 3}}\n",
+     ["parameters.group_size", "cannot be searched"]),
+    ("name: a/b\n" + GOOD, ["name", "without '/'"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: integer, low: 1, high: 1.0e400}}\n",
+     ["parameters.x.high"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: integer, low: 1, high: 1.0e+400}}\n",
+     ["parameters.x.high", "expected an integer"]),
+    (GOOD + "search: {trials: 1000000000000}\n", ["search.trials", "integer <= 2**31"]),
+    (GOOD + "search: {seed: 1}\nsearch: {seed: 2}\n", ["invalid YAML", "duplicate key 'search'", "line 8"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: real, low: 0, high: 1, low: 0.5}}\n",
+     ["duplicate key 'low'"]),
+    ("? [a, b]\n: 1\n", ["invalid YAML", "plain value"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: categorical, choices: [a, a]}}\n",
+     ["parameters.x.choices", "appears twice"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: categorical, choices: [[1, 2]]}}\n",
+     ["parameters.x.choices", "strings, numbers or booleans"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {1x: {type: real, low: 0, high: 1}}\n",
+     ["parameters.1x", "Python identifier"]),
+]
+
+
+@pytest.mark.parametrize("text,expected", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
+def test_bad_files(write_yaml, text, expected):
+    path = write_yaml(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert msg.startswith(str(path)), msg
+    for part in expected:
+        assert part in msg, msg
+
+
+def test_python_tag_is_never_executed(write_yaml, tmp_path):
+    marker = tmp_path / "pwned"
+    path = write_yaml(f"objective: !!python/object/apply:os.system ['touch {marker}']\n")
+    with pytest.raises(ConfigError):
+        load_config(path)
+    assert not marker.exists()
+
+
+def test_model_param_nothing_consumes(tmp_path):
+    (tmp_path / "m.py").write_text("def build(units):\n    pass\n\ndef data():\n    pass\n")
+    (tmp_path / "s.yaml").write_text("""
+objective: {model: m.py:build, data: m.py:data}
+parameters:
+  units: {type: integer, low: 1, high: 4}
+  unitz: {type: integer, low: 1, high: 4}
+""")
+    with pytest.raises(ConfigError, match=r"parameters\.unitz: nothing consumes this parameter.*did you mean 'units'"):
+        load_config(tmp_path / "s.yaml")
+
+
+def test_model_metric_must_exist(tmp_path):
+    (tmp_path / "m.py").write_text("def build(units):\n    pass\n\ndef data():\n    pass\n")
+    (tmp_path / "s.yaml").write_text("""
+objective: {model: m.py:build, data: m.py:data, loss: mse, metrics: [accuracy], maximize: val_acc}
+parameters: {units: {type: integer, low: 1, high: 4}}
+""")
+    with pytest.raises(ConfigError, match=r"objective.maximize: 'val_acc' is not a metric.*did you mean 'val_accuracy'"):
+        load_config(tmp_path / "s.yaml")
+
+
+def test_missing_file_binary_file_and_directory(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(tmp_path)
+    (tmp_path / "bin.yaml").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(tmp_path / "bin.yaml")
+
+
+def test_import_error_in_user_module(tmp_path):
+    (tmp_path / "broken.py").write_text("import not_a_real_package_xyz\n")
+    (tmp_path / "s.yaml").write_text("objective: {function: broken.py:f}\nparameters: {x: {type: real, low: 0, high: 1}}\n")
+    with pytest.raises(ConfigError, match="cannot import broken.py: ModuleNotFoundError"):
+        load_config(tmp_path / "s.yaml")
