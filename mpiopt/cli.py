@@ -401,7 +401,7 @@ def cmd_results(args) -> int:
     if args.format == "csv":
         sys.stdout.write(top.to_csv(index=False))
     elif args.format == "json":
-        sys.stdout.write(top.to_json(orient="records", date_format="iso", indent=1) + "\n")
+        sys.stdout.write(top.to_json(orient="records", date_format="iso", indent=1, double_precision=15) + "\n")
     else:
         counts = df["status"].value_counts().to_dict()
         print(f"{args.dir}: {len(df)} trials (" + ", ".join(f"{n} {s}" for s, n in counts.items())

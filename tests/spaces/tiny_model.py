@@ -1,0 +1,44 @@
+"""A tiny Keras model and data for the tests (fast on one core)."""
+import numpy as np
+
+
+def load_data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(600, 8)).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] > 0).astype(np.int64)
+    return (x[:500], y[:500]), (x[500:], y[500:])
+
+
+def load_bad_data():
+    (x, y), v = load_data()
+    return (x, y[:-3]), v
+
+
+def build_model(units=8, broken=False):
+    import keras
+
+    if broken:
+        raise RuntimeError("cannot build this one")
+    return keras.Sequential([keras.Input(shape=(8,)), keras.layers.Dense(units, activation="relu"),
+                             keras.layers.Dense(2, activation="softmax")])
+
+
+def build_compiled(units=8):
+    import keras
+
+    model = build_model(units)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def build_regressor(units=4):
+    import keras
+
+    return keras.Sequential([keras.Input(shape=(8,)), keras.layers.Dense(units), keras.layers.Dense(1)])
+
+
+def load_inf_data():
+    (x, y), (xv, yv) = load_data()
+    y = y.astype(np.float32)
+    y[5] = np.inf
+    return (x, y), (xv, yv.astype(np.float32))

@@ -1,0 +1,117 @@
+"""The command line as a user meets it (one process): exit codes, one-line errors, resume, results."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import mpiopt
+from conftest import run_cli
+
+SPACE = """
+name: cli-branin
+objective: {function: objectives.py:branin}
+parameters:
+  x: {type: real, low: -5.0, high: 10.0}
+  y: {type: real, low: 0.0, high: 15.0}
+search: {initial_points: 4, trials: 8, seed: 0}
+"""
+
+
+def one_error_line(proc, *parts):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("mpiopt: error: ")
+    assert "Traceback" not in proc.stderr
+    for p in parts:
+        assert p in lines[0], lines[0]
+
+
+def test_search_resume_and_results(write_yaml, tmp_path):
+    space = write_yaml(SPACE)
+    p = run_cli(["search", space], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "best objective" in p.stdout
+    out = tmp_path / "runs" / "cli-branin"
+    for f in ("config.yaml", "trials.jsonl", "results.csv"):
+        assert (out / f).exists()
+    df = mpiopt.load_results(out)
+    assert list(df.trial) == list(range(8)) and set(df.status) == {"completed"}
+    assert {"params_x", "params_y", "objective", "start", "end", "duration_s", "group", "ranks"} <= set(df.columns)
+
+    one_error_line(run_cli(["search", space], cwd=tmp_path), "already holds a search", "--resume")
+    # a bigger budget continues the same search; nothing is run twice
+    p = run_cli(["search", space, "--resume", "--trials", "11"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    df2 = mpiopt.load_results(out)
+    assert list(df2.trial) == list(range(11))
+    assert df2.objective[:8].tolist() == df.objective.tolist()
+
+    p = run_cli(["results", out, "--top", "3"], cwd=tmp_path)
+    assert p.returncode == 0 and "11 trials (11 completed)" in p.stdout
+    assert len(p.stdout.strip().splitlines()) == 5
+    p = run_cli(["results", out, "--format", "json", "--top", "2"], cwd=tmp_path)
+    rows = json.loads(p.stdout)
+    assert len(rows) == 2 and rows[0]["objective"] == df2.objective.min()
+    p = run_cli(["results", out, "--format", "csv"], cwd=tmp_path)
+    assert p.stdout.startswith("trial,status,objective") and len(p.stdout.strip().splitlines()) == 11
+
+
+def test_bad_inputs_exit_2_with_one_line(write_yaml, tmp_path):
+    space = write_yaml(SPACE)
+    one_error_line(run_cli(["search", tmp_path / "missing.yaml"], cwd=tmp_path), "missing.yaml", "no such file")
+    one_error_line(run_cli(["search", write_yaml("a: [", "bad.yaml")], cwd=tmp_path), "bad.yaml", "invalid YAML")
+    one_error_line(run_cli(["search", space, "--resume"], cwd=tmp_path), "no search to resume")
+    one_error_line(run_cli(["search", space, "--trials", "0"], cwd=tmp_path), "--trials")
+    one_error_line(run_cli(["search", space, "--trials", "x"], cwd=tmp_path), "invalid int value")
+    one_error_line(run_cli(["serch", space], cwd=tmp_path), "invalid choice")
+    one_error_line(run_cli([], cwd=tmp_path), "missing COMMAND")
+    one_error_line(run_cli(["results", tmp_path / "nowhere"], cwd=tmp_path), "no such run directory")
+    one_error_line(run_cli(["results", tmp_path], cwd=tmp_path), "holds no search results")
+    one_error_line(run_cli(["train", space, "--set", "z=1"], cwd=tmp_path), "--set z", "not a parameter")
+    one_error_line(run_cli(["train", space, "--set", "x=99"], cwd=tmp_path), "--set x", "outside the search space")
+    (tmp_path / "blocker").write_text("")
+    one_error_line(run_cli(["search", space, "--out", tmp_path / "blocker" / "run"], cwd=tmp_path),
+                   "cannot write here")
+    one_error_line(run_cli(["check", write_yaml("objective: {function: objectives.py:nope}\nparameters: "
+                                                "{x: {type: real, low: 0, high: 1}}\n", "c.yaml")], cwd=tmp_path),
+                   "objective.function", "has no 'nope'")
+
+
+def test_check_prints_the_plan(write_yaml, tmp_path):
+    space = write_yaml(SPACE + "training: {group_size: 2}\n")
+    p = run_cli(["check", space, "--np", "8"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "8 ranks: 1 coordinator (rank 0) + 1 group of 3 ranks, 2 groups of 2 ranks" in p.stdout
+    assert "budget 8 trials" in p.stdout
+    p = run_cli(["check", space], cwd=tmp_path)
+    assert "1 process: the coordinator and one 1-rank group take turns" in p.stdout
+
+
+def test_train_a_function_objective(write_yaml, tmp_path):
+    p = run_cli(["train", write_yaml(SPACE), "--set", "x=3.14159", "--set", "y=2.275"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "objective = 0.397" in p.stdout
+
+
+@pytest.mark.parametrize("world,size,expected", [
+    (1, 1, [(0,)]),
+    (2, 1, [(1,)]),
+    (5, 1, [(1,), (2,), (3,), (4,)]),
+    (5, 2, [(1, 2), (3, 4)]),
+    (8, 2, [(1, 2, 3), (4, 5), (6, 7)]),
+    (7, 4, [(1, 2, 3, 4, 5, 6)]),
+    (4, 8, [(1, 2, 3)]),
+    (64, 4, None),
+])
+def test_group_plan(world, size, expected):
+    from mpiopt.transport import plan_groups
+
+    plan = plan_groups(world, size)
+    if expected is not None:
+        assert [tuple(g) for g in plan.groups] == expected
+    ranks = sorted(r for g in plan.groups for r in g)
+    assert ranks == (list(range(1, world)) if world > 1 else [0])
+    sizes = [len(g) for g in plan.groups]
+    assert max(sizes) - min(sizes) <= 1

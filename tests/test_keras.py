@@ -1,0 +1,116 @@
+"""Training real (tiny) Keras models: the model objective end to end."""
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import mpiopt
+from conftest import SPACES, run_cli
+from mpiopt.config import load_config
+from mpiopt.objective import TrialRunner
+
+pytestmark = pytest.mark.slow
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+@pytest.fixture
+def model_space(tmp_path):
+    shutil.copy(SPACES / "tiny_model.py", tmp_path / "tiny_model.py")
+
+    def make(objective: str, params: str = "units: {type: integer, low: 2, high: 16}", training: str = ""):
+        p = tmp_path / "model.yaml"
+        p.write_text(f"name: tiny\nobjective: {objective}\nparameters: {{{params}}}\n"
+                     f"search: {{initial_points: 2, trials: 3, seed: 0}}\ntraining: {{epochs: 3, batch_size: 64{training}}}\n")
+        return load_config(p)
+
+    return make
+
+
+OBJ = ("{model: tiny_model.py:build_model, data: tiny_model.py:load_data, loss: sparse_categorical_crossentropy, "
+       "metrics: [accuracy], maximize: val_accuracy}")
+
+
+def test_model_trial_learns_and_writes_history(model_space, tmp_path):
+    cfg = model_space(OBJ, training=", learning_rate: 0.01")
+    out = TrialRunner(cfg).run({"units": 8}, None, trial_dir=tmp_path / "t0")
+    assert out.status == "completed", out.error
+    assert out.epochs == 3 and 0.7 < out.objective <= 1.0
+    assert set(out.metrics) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    rows = list(csv.DictReader(open(tmp_path / "t0" / "history.csv")))
+    assert [r["epoch"] for r in rows] == ["1", "2", "3"]
+    assert max(float(r["val_accuracy"]) for r in rows) == pytest.approx(out.objective)
+    assert (tmp_path / "t0" / "best.weights.h5").exists()
+
+
+def test_user_compiled_model_and_searched_training_keys(model_space):
+    cfg = model_space("{model: tiny_model.py:build_compiled, data: tiny_model.py:load_data}",
+                      "units: {type: integer, low: 2, high: 16}, epochs: {type: integer, low: 1, high: 3}")
+    out = TrialRunner(cfg).run({"units": 4, "epochs": 2}, None)
+    assert out.status == "completed" and out.epochs == 2 and "val_loss" in out.metrics
+
+
+def test_failures_of_model_objectives(model_space):
+    cfg = model_space(OBJ, "units: {type: integer, low: 2, high: 16}, broken: {choices: [false, true]}")
+    out = TrialRunner(cfg).run({"units": 4, "broken": True}, None)
+    assert out.status == "failed" and "cannot build this one" in out.error
+    bad = model_space(OBJ.replace("load_data", "load_bad_data"))
+    out = TrialRunner(bad).run({"units": 4}, None)
+    assert out.status == "failed" and "500 samples but labels have 497" in out.error
+    nan = model_space("{model: tiny_model.py:build_regressor, data: tiny_model.py:load_inf_data, loss: mse}",
+                      "units: {type: integer, low: 2, high: 16}")
+    out = TrialRunner(nan).run({"units": 4}, None)
+    assert out.status == "diverged" and out.objective is None
+    slow = model_space(OBJ, training=", time_limit: 0.001")
+    out = TrialRunner(slow).run({"units": 4}, None)
+    assert out.status == "timeout" and out.objective is None
+
+
+def test_hdf5_data(model_space, tmp_path):
+    import h5py
+
+    import runpy
+
+    (x, y), (xv, yv) = runpy.run_path(str(SPACES / "tiny_model.py"))["load_data"]()
+    (tmp_path / "data").mkdir()
+    for i, sl in enumerate((slice(0, 250), slice(250, 500))):
+        with h5py.File(tmp_path / "data" / f"train_{i}.h5", "w") as h:
+            h["features"], h["labels"] = x[sl], y[sl]
+    with h5py.File(tmp_path / "data" / "val_0.h5", "w") as h:
+        h["features"], h["labels"] = xv, yv
+    cfg = model_space("{model: tiny_model.py:build_model, data: {train: data/train_*.h5, val: data/val_*.h5}, "
+                      "loss: sparse_categorical_crossentropy, metrics: [accuracy], maximize: val_accuracy}",
+                      training=", learning_rate: 0.01")
+    out = TrialRunner(cfg).run({"units": 8}, None)
+    assert out.status == "completed" and out.objective > 0.7
+    missing = model_space("{model: tiny_model.py:build_model, data: {train: data/train_*.h5, val: data/val_*.h5, "
+                          "features: x}, loss: sparse_categorical_crossentropy}")
+    out = TrialRunner(missing).run({"units": 8}, None)
+    assert out.status == "failed" and "no dataset 'x'" in out.error
+
+
+@pytest.mark.mpi
+def test_mnist1d_search_under_mpiexec(tmp_path):
+    root = SPACES.parent.parent
+    space = tmp_path / "mnist1d.yaml"
+    text = (root / "searchspaces" / "mnist1d.yaml").read_text()
+    text = text.replace("../examples/", str(root / "examples") + "/")
+    text = text.replace("trials: 12", "trials: 4").replace("epochs: 15", "epochs: 6")
+    space.write_text(text)
+    p = run_cli(["search", space], cwd=tmp_path, np=3, timeout=300)
+    assert p.returncode == 0, p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "mnist1d-mlp")
+    assert len(df) == 4 and set(df.status) == {"completed"}, df.error.tolist()
+    assert df.objective.max() > 0.3  # 10 classes: chance is 0.1
+    assert {"val_accuracy", "val_loss", "accuracy", "loss"} <= set(df.columns)
+    assert df.objective.tolist() == df.val_accuracy.tolist()
+    for n in df.trial:
+        assert (tmp_path / "runs" / "mnist1d-mlp" / "trials" / str(n) / "history.csv").exists()
+    p = run_cli(["train", space, "--set", "epochs=2", "--set", "units=32"], cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rows = list(csv.DictReader(open(tmp_path / "runs" / "mnist1d-mlp" / "train" / "history.csv")))
+    assert len(rows) == 2 and "val_accuracy" in rows[0]
+    assert "epoch 2:" in p.stderr

@@ -1,0 +1,119 @@
+"""Real `mpiexec` runs: groups, group communicators, a failing rank, kill -9 and resume, bad input."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import mpiopt
+from conftest import MPIEXEC, run_cli
+
+pytestmark = pytest.mark.mpi
+
+SPACE = """
+name: {name}
+objective: {{function: objectives.py:{fn}}}
+parameters:
+  x: {{type: real, low: -5.0, high: 10.0}}
+  y: {{type: real, low: 0.0, high: 15.0}}
+search: {{initial_points: 4, trials: {trials}, seed: 0}}
+training: {{group_size: {group_size}}}
+"""
+
+
+def space(write_yaml, name, fn="branin", trials=10, group_size=1):
+    return write_yaml(SPACE.format(name=name, fn=fn, trials=trials, group_size=group_size), f"{name}.yaml")
+
+
+def test_three_ranks_two_groups(write_yaml, tmp_path):
+    p = run_cli(["search", space(write_yaml, "n3")], cwd=tmp_path, np=3, env={"MPIOPT_TEST_SLEEP": "0.05"})
+    assert p.returncode == 0, p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "n3")
+    assert list(df.trial) == list(range(10)) and set(df.status) == {"completed"}
+    assert set(df.group) == {0, 1} and set(df.ranks) == {1}
+    assert "3 ranks: 1 coordinator (rank 0) + 2 groups of 1 rank" in p.stderr
+
+
+def test_five_ranks_groups_of_two_get_their_own_communicator(write_yaml, tmp_path):
+    p = run_cli(["search", space(write_yaml, "n5", fn="with_comm", trials=8, group_size=2)], cwd=tmp_path, np=5)
+    assert p.returncode == 0, p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "n5")
+    assert set(df.status) == {"completed"} and len(df) == 8
+    assert set(df["group_size"]) == {2.0}  # the function saw a 2-rank communicator, not COMM_WORLD
+    assert set(df.ranks) == {2} and set(df.group) == {0, 1}
+    assert (df.objective - (df.params_x + df.params_y)).abs().max() < 1e-9
+
+
+def test_a_failing_rank_does_not_hang_its_group(write_yaml, tmp_path):
+    p = run_cli(["search", space(write_yaml, "fail", fn="failing_rank", trials=8, group_size=2)], cwd=tmp_path,
+                np=3, timeout=120)
+    assert p.returncode == 0, p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "fail")
+    assert len(df) == 8
+    failed = df[df.status == "failed"]
+    assert len(failed) > 0 and (failed.params_x > 0).all()
+    assert failed.error.str.startswith("group rank 1: RuntimeError: rank 1 broke").all()
+    assert (df[df.status == "completed"].params_x <= 0).all()
+
+
+def test_bad_input_under_mpiexec_is_one_line_on_every_rank(write_yaml, tmp_path):
+    bad = write_yaml("objective: {function: objectives.py:branin}\nparameters: {x: {type: real, low: 2, high: 1}}\n",
+                     "bad.yaml")
+    p = run_cli(["search", bad], cwd=tmp_path, np=3, timeout=60)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert lines == [f"mpiopt: error: {bad}: parameters.x: `low < high` must hold, but got (low=2.0, high=1.0)"]
+    good = space(write_yaml, "again")
+    assert run_cli(["search", good], cwd=tmp_path, np=3).returncode == 0
+    p = run_cli(["search", good], cwd=tmp_path, np=3, timeout=60)  # only rank 0 sees the run dir problem
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "already holds a search" in p.stderr
+
+
+def _finished(journal):
+    if not journal.exists():
+        return 0
+    return sum(1 for line in journal.read_text().splitlines() if '"event":"finish"' in line)
+
+
+def test_kill_the_whole_job_then_resume(write_yaml, tmp_path):
+    path = space(write_yaml, "killed", trials=30)
+    journal = tmp_path / "runs" / "killed" / "trials.jsonl"
+    env = {**os.environ, "MPIOPT_TEST_SLEEP": "0.3"}
+    job = subprocess.Popen([str(MPIEXEC), "-n", "3", sys.executable, "-m", "mpiopt", "search", str(path)],
+                           cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    deadline = time.monotonic() + 60
+    while _finished(journal) < 8 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait(timeout=30)
+    time.sleep(0.5)
+    before = mpiopt.load_results(tmp_path / "runs" / "killed")
+    done_before = before[before.status == "completed"].set_index("trial")
+    assert 8 <= len(done_before) < 30
+    assert "interrupted" in set(before.status) or len(before) == len(done_before)
+
+    p = run_cli(["search", path, "--resume"], cwd=tmp_path, np=3, timeout=120)
+    assert p.returncode == 0, p.stderr
+    after = mpiopt.load_results(tmp_path / "runs" / "killed")
+    assert list(after.trial) == list(range(30))  # exactly the budget, nothing duplicated
+    assert set(after.status) == {"completed"}
+    kept = after.set_index("trial").loc[done_before.index]
+    assert (kept.objective == done_before.objective).all()  # finished trials kept as they were
+    for n in before[before.status == "interrupted"].trial:  # re-run with the same parameters
+        assert after.loc[after.trial == n, "params_x"].item() == before.loc[before.trial == n, "params_x"].item()
+    events = [json.loads(x) for x in journal.read_text().splitlines()]
+    finishes = [e["trial"] for e in events if e["event"] == "finish"]
+    assert sorted(finishes) == list(range(30))
+
+
+def test_np_relaunches_under_mpiexec(write_yaml, tmp_path):
+    p = run_cli(["search", space(write_yaml, "np", trials=6), "--np", "3"], cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "np")
+    assert len(df) == 6 and set(df.group) == {0, 1}
