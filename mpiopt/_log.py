@@ -39,3 +39,45 @@ def setup_logging(level: int | str | None = None) -> None:
 def set_rank_tag(tag: str) -> None:
     """Tag every line of this process, e.g. ``[coordinator]`` or ``[group 2 rank 1]``."""
     _filter.tag = f" {tag}" if tag else ""
+
+
+_TF_NOISE = (b"I0000 ", b"WARNING: All log messages before absl::InitializeLog()")
+_CPU_NOISE = (b"cuInit", b"cuda drivers", b"Unable to register cu", b"computation placer already registered")
+
+
+class quiet_tensorflow:
+    """Drop TensorFlow's start-up chatter that it writes straight to file descriptor 2.
+
+    TensorFlow 2.2x prints oneDNN and CUDA-probe notices before its logging is initialised, so
+    TF_CPP_MIN_LOG_LEVEL cannot hide them; with many ranks they drown mpiopt's own lines. Other
+    lines are passed through. Set MPIOPT_TF_LOGS=1 to see everything.
+    """
+
+    def __enter__(self):
+        self._saved = None
+        if os.environ.get("MPIOPT_TF_LOGS") == "1":
+            return self
+        import tempfile
+
+        try:
+            sys.stderr.flush()
+            self._tmp = tempfile.TemporaryFile()
+            self._saved = os.dup(2)
+            os.dup2(self._tmp.fileno(), 2)
+        except OSError:
+            self._saved = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._saved is None:
+            return False
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._tmp.seek(0)
+        for line in self._tmp.read().splitlines(keepends=True):
+            if line.startswith(_TF_NOISE) or any(n in line for n in _CPU_NOISE):
+                continue
+            sys.stderr.buffer.write(line)
+        sys.stderr.flush()
+        self._tmp.close()
+        return False

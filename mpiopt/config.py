@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 import yaml
 
 from ._errors import ConfigError
+from ._log import quiet_tensorflow
 from .space import Space, parse_space
 
 TOP_KEYS = ("name", "objective", "parameters", "search", "training")
@@ -455,14 +456,16 @@ def import_callable(ref: str, base_dir: Path, *, source: str, field: str) -> Cal
                 sys.path.append(folder)  # after installed packages: examples/mnist1d.py must not hide `mnist1d`
             sys.modules[mod_name] = module
             try:
-                spec.loader.exec_module(module)
+                with quiet_tensorflow():  # a user module that imports keras at its top
+                    spec.loader.exec_module(module)
             except BaseException as exc:  # the user's module may raise anything, SystemExit included
                 del sys.modules[mod_name]
                 raise ConfigError(f"cannot import {target}: {type(exc).__name__}: {exc}".splitlines()[0],
                                   source=source, field=field) from None
     else:
         try:
-            module = importlib.import_module(target)
+            with quiet_tensorflow():
+                module = importlib.import_module(target)
         except BaseException as exc:
             raise ConfigError(f"cannot import module {target!r}: {type(exc).__name__}: {exc}".splitlines()[0],
                               source=source, field=field) from None

@@ -153,7 +153,10 @@ class TrialRunner:
 
     def _train(self, params, training, comm, trial, trial_dir, on_epoch) -> Outcome:
         from . import learn
+        from ._log import quiet_tensorflow
 
+        with quiet_tensorflow():
+            import keras  # noqa: F401  (first import here, before the user's loader imports it)
         o = self.cfg.objective
         arrays = learn.load_arrays(o.data, self.cfg.base_dir, self.loader)
         outcome = learn.train(comm, self.build, self.cfg.model_kwargs(params), arrays, training, loss=o.loss,

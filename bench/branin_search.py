@@ -1,0 +1,50 @@
+"""Branin search, one process against `mpiexec -n 5`: best value, wall time, coordinator time per dispatch.
+
+    python bench/branin_search.py [--trials 30] [--seed 0]
+
+Prints a table; asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+
+
+def run(np: int | None, trials: int, seed: int, out: Path) -> dict:
+    cmd = [sys.executable, "-m", "mpiopt", "search", str(ROOT / "searchspaces" / "branin.yaml"), "--out", str(out),
+           "--trials", str(trials), "--seed", str(seed)]
+    if np:
+        cmd = [str(MPIEXEC), "-n", str(np), *cmd]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - t0
+    best = float(re.search(r"best objective = ([0-9.eE+-]+)", p.stdout).group(1))
+    m = re.search(r"search finished in ([0-9.]+) s.*?([0-9.]+) ms mean, ([0-9.]+) ms p50, ([0-9.]+) ms p99", p.stderr)
+    return {"best": best, "wall": wall, "search": float(m.group(1)), "mean": float(m.group(2)),
+            "p50": float(m.group(3)), "p99": float(m.group(4))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    print(f"Branin (minimum 0.397887), {args.trials} trials, seed {args.seed}, GP + gp_hedge, 10 initial points")
+    print(f"{'run':<28} {'best':>10} {'wall s':>8} {'search s':>9} {'dispatch ms mean/p50/p99':>26}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, np in (("1 process", None), ("mpiexec -n 5 (4 groups)", 5)):
+            r = run(np, args.trials, args.seed, Path(tmp) / label.replace(" ", "_"))
+            print(f"{label:<28} {r['best']:>10.6f} {r['wall']:>8.2f} {r['search']:>9.2f} "
+                  f"{r['mean']:>10.1f}/{r['p50']:.1f}/{r['p99']:.1f}")
+
+
+if __name__ == "__main__":
+    main()
