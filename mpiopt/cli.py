@@ -9,6 +9,7 @@ import argparse
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -106,6 +107,10 @@ def _guard(fn) -> int:
     except ConfigError as exc:
         _say(str(exc))
         return 2
+    except BrokenPipeError:  # `mpiopt results DIR | head`
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 def _relaunch(argv: list[str], n: int) -> int:
@@ -166,6 +171,11 @@ def _mpi_main(args) -> int:
         _say(f"cannot initialise MPI: {exc}")
         return 1
     rank, size = comm.Get_rank(), comm.Get_size()
+
+    def _terminate(signum, frame):  # a batch system's SIGTERM: stop as cleanly as Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         if args.command == "search":
             return _search(args, comm, rank, size)

@@ -117,3 +117,22 @@ def test_np_relaunches_under_mpiexec(write_yaml, tmp_path):
     assert p.returncode == 0, p.stderr
     df = mpiopt.load_results(tmp_path / "runs" / "np")
     assert len(df) == 6 and set(df.group) == {0, 1}
+
+
+def test_sigterm_to_mpiexec_stops_cleanly_and_resumes(write_yaml, tmp_path):
+    path = space(write_yaml, "termed", trials=16)
+    journal = tmp_path / "runs" / "termed" / "trials.jsonl"
+    env = {**os.environ, "MPIOPT_TEST_SLEEP": "0.3"}
+    job = subprocess.Popen([str(MPIEXEC), "-n", "3", sys.executable, "-m", "mpiopt", "search", str(path)],
+                           cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while _finished(journal) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    job.send_signal(signal.SIGTERM)
+    _, err = job.communicate(timeout=60)
+    assert job.returncode != 0
+    assert "continue with --resume" in err and "Traceback" not in err
+    p = run_cli(["search", path, "--resume"], cwd=tmp_path, np=3, timeout=120)
+    assert p.returncode == 0, p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "termed")
+    assert list(df.trial) == list(range(16)) and set(df.status) == {"completed"}
