@@ -237,12 +237,10 @@ def _search(args, comm, rank: int, size: int) -> int:
     from .group import serve
     from .objective import TrialRunner
 
-    MPI = transport._mpi()
     g = plan.group_of(rank)
     group_comm = comm.Split(color=g, key=rank)
     set_rank_tag(f"[group {g} rank {group_comm.Get_rank()}]")
     serve(transport.GroupChannel(comm, group_comm), lambda: TrialRunner(cfg))
-    del MPI
     return 0
 
 

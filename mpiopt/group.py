@@ -25,7 +25,7 @@ def merge(outcomes: list[dict[str, Any]]) -> Outcome:
         return lead
     own = [(r, o) for r, o in bad if not (o.get("error") or "").startswith(GroupPeerFailed.__name__)]
     r, o = (own or bad)[0]
-    if r == 0:
+    if len(outcomes) == 1:
         return lead
     return Outcome(status=o["status"], metrics=lead.metrics, epochs=lead.epochs,
                    error=f"group rank {r}: {o.get('error')}")

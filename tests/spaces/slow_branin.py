@@ -20,9 +20,10 @@ def with_comm(params, comm):
 
 
 def failing_rank(params, comm):
-    """Rank 1 raises while rank 0 waits for it in a collective: the group must not hang."""
-    if comm.Get_rank() == 1 and params["x"] > 0:
-        raise RuntimeError("rank 1 broke")
+    """One rank raises while the other waits for it in a collective: the group must not hang."""
+    bad = 1 if params["y"] < 7.5 else 0
+    if comm.Get_rank() == bad and params["x"] > 0:
+        raise RuntimeError(f"rank {bad} broke")
     return comm.allreduce(params["x"] + params["y"])
 
 
