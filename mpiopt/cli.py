@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--trials", type=int, metavar="N", help="override search.trials")
     s.add_argument("--seed", type=int, metavar="S", help="override search.seed")
     s.add_argument("--np", type=int, metavar="N", help="launch N ranks with this environment's mpiexec")
+    s.add_argument("--trace", action="store_true", help="write a Chrome trace of each trial's ranks")
     c = sub.add_parser("check", help="validate a search space and print the plan; run nothing")
     c.add_argument("space", metavar="SPACE.yaml")
     c.add_argument("--np", type=int, metavar="N", help="plan for N ranks (default: this job's size)")
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="sets")
     t.add_argument("--out", metavar="DIR", help="where history.csv goes (default runs/<name>/train)")
     t.add_argument("--np", type=int, metavar="N", help="launch N ranks with this environment's mpiexec")
+    t.add_argument("--trace", action="store_true", help="write a Chrome trace (trace.json) of every rank")
     r = sub.add_parser("results", help="print the best trials of a run directory")
     r.add_argument("dir", metavar="DIR")
     r.add_argument("--top", type=int, default=10, metavar="K")
@@ -153,6 +155,10 @@ def _load(path: str, args) -> Any:
     from .config import load_config
 
     cfg = load_config(path)
+    if getattr(args, "trace", False):
+        from dataclasses import replace
+
+        cfg = replace(cfg, training={**cfg.training, "trace": True})
     changes = {}
     if getattr(args, "trials", None) is not None:
         changes["trials"] = args.trials
@@ -340,16 +346,35 @@ def _train(args, comm, rank: int, size: int) -> int:
     _agree_or_raise(comm, error)
     set_rank_tag(f"[rank {rank}]" if size > 1 else "")
     if rank == 0:
-        log.info("training %r on %d rank%s with %s", cfg.name, size, "s" if size > 1 else "", params)
-    runner = TrialRunner(cfg)
+        how = f"{size} ranks, {cfg.training['mode']}" if size > 1 else "1 rank"
+        log.info("training %r on %s with %s", cfg.name, how, params)
+    from dataclasses import asdict
+
+    from .group import merge
+    from .transport import GroupComm
+
+    runner = TrialRunner(cfg, resume_checkpoints=False)
     t0 = time.time()
-    outcome = runner.run(params, comm if size > 1 else None, trial_dir=out,
-                         on_epoch=(lambda e, row: log.info("epoch %d: %s", e, "  ".join(
-                             f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"))) if rank == 0 else None)
+    group = GroupComm(comm) if size > 1 else None
+    on_epoch = (lambda e, row: log.info("epoch %d: %s", e, "  ".join(
+        f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"))) if rank == 0 else None
+    try:
+        outcome = runner.run(params, group, trial_dir=out, on_epoch=on_epoch)
+        if group is not None and outcome.status != "completed" and group.failed_peer is None:
+            group.notify_failure()  # the others stop waiting for this rank
+    finally:
+        if group is not None:
+            group.close()
+    if size > 1:
+        outcome = merge(comm.allgather(asdict(outcome)))
     if rank == 0:
         if outcome.status == "completed":
+            extra = ""
+            tr = runner.last_training
+            if tr is not None and tr.wall_s > 0:
+                extra = f", {tr.samples / tr.wall_s:.0f} samples/s"
             print(f"{cfg.objective.metric} = {outcome.objective:.6g} after {outcome.epochs or 1} epoch(s), "
-                  f"{time.time() - t0:.1f} s; history in {out / 'history.csv'}", flush=True)
+                  f"{time.time() - t0:.1f} s{extra}; history in {out / 'history.csv'}", flush=True)
         else:
             print(f"training {outcome.status}: {outcome.error}", file=sys.stderr, flush=True)
             return 1

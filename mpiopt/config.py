@@ -49,8 +49,17 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "sync_every": 1,
     "early_stopping": None,
     "time_limit": None,
+    "target": None,  # {monitor: val_accuracy, value: 0.9}: stop training once reached
+    "elastic_force": None,  # easgd: alpha; default 0.9 / workers (Zhang et al. 2015)
+    "momentum": 0.9,  # gem: the proxy's momentum
+    "kappa": 1.0,  # gem: energy matching factor
+    "warmup_epochs": 0.0,  # linear warm-up to the scaled learning rate (Goyal et al. 2017)
+    "lr_scaling": "none",  # none | linear | sqrt in the number of workers
+    "checkpoint_every": 1,  # epochs; 0 = never
+    "trace": False,  # Chrome trace of the group's ranks in trials/<id>/trace.json
     "verbose": 0,
 }
+LR_SCALINGS = ("none", "linear", "sqrt")
 EARLY_STOPPING_KEYS = ("monitor", "patience", "min_delta", "mode")
 
 
@@ -242,7 +251,7 @@ def _check_searched_training_keys(space: Space, source: str) -> None:
         if p.name not in TRAINING_DEFAULTS:
             continue
         field = f"parameters.{p.name}"
-        if p.name in ("group_size", "verbose"):
+        if p.name in ("group_size", "verbose", "trace", "checkpoint_every", "target", "early_stopping"):
             raise ConfigError(f"`{p.name}` cannot be searched: it is fixed for the whole job", source=source, field=field)
         values = list(p.choices) if isinstance(p, Categorical) else [p.low, p.high]
         for v in values:
@@ -319,8 +328,37 @@ def check_training_value(key: str, value: Any, source: str, field: str) -> Any:
         return _int(value, source, field, minimum=1)
     if key in ("epochs", "batch_size", "sync_every"):
         return _int(value, source, field, minimum=1)
-    if key == "verbose":
+    if key in ("verbose", "checkpoint_every"):
         return _int(value, source, field, minimum=0)
+    if key == "trace":
+        if not isinstance(value, bool):
+            raise ConfigError(f"expected true or false, got {value!r}", source=source, field=field)
+        return value
+    if key in ("momentum", "warmup_epochs"):
+        v = _real(value, source, field)
+        if v < 0 or (key == "momentum" and v >= 1):
+            raise ConfigError(f"expected a number in {'[0, 1)' if key == 'momentum' else '[0, inf)'}, got {value!r}",
+                              source=source, field=field)
+        return v
+    if key == "kappa":
+        return _real(value, source, field, positive=True)
+    if key == "elastic_force":
+        v = _real(value, source, field, allow_none=True)
+        if v is not None and not 0 < v < 1:
+            raise ConfigError(f"expected a number in (0, 1), got {value!r}", source=source, field=field)
+        return v
+    if key == "lr_scaling":
+        return _choice(value, LR_SCALINGS, source, field)
+    if key == "target":
+        if value is None:
+            return None
+        value = _mapping(value, source, field)
+        _check_keys(value, ("monitor", "value", "mode"), source, field)
+        if not isinstance(value.get("monitor"), str):
+            raise ConfigError("expected {monitor: val_accuracy, value: 0.9}", source=source, field=f"{field}.monitor")
+        out = {"monitor": value["monitor"], "value": _real(value.get("value"), source, f"{field}.value"),
+               "mode": _choice(value.get("mode", "auto"), ("auto", "min", "max"), source, f"{field}.mode")}
+        return out
     if key == "mode":
         return _choice(value, MODES, source, field, fold=True)
     if key == "learning_rate":

@@ -118,8 +118,10 @@ def time_limit(seconds: float | None):
 class TrialRunner:
     """Runs trials of one configuration on one rank; user callables are imported once."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, *, resume_checkpoints: bool = True) -> None:
         self.cfg = cfg
+        self.resume_checkpoints = resume_checkpoints  # a re-run trial continues from its checkpoint
+        self.last_training = None
         o = cfg.objective
         src = str(cfg.path)
         if o.kind == "function":
@@ -158,12 +160,15 @@ class TrialRunner:
         with quiet_tensorflow():
             import keras  # noqa: F401  (first import here, before the user's loader imports it)
         o = self.cfg.objective
-        arrays = learn.load_arrays(o.data, self.cfg.base_dir, self.loader)
-        outcome = learn.train(comm, self.build, self.cfg.model_kwargs(params), arrays, training, loss=o.loss,
-                              metrics=o.metrics, seed=self.cfg.search.seed * 100003 + trial, trial_dir=trial_dir,
-                              on_epoch=on_epoch)
+        source = learn.load_source(o.data, self.cfg.base_dir, self.loader)
+        job = learn.Job(build=self.build, model_kwargs=self.cfg.model_kwargs(params), source=source,
+                        training=training, loss=o.loss, metrics=o.metrics,
+                        seed=self.cfg.search.seed * 100003 + trial, out_dir=trial_dir, on_epoch=on_epoch,
+                        resume=self.resume_checkpoints)
+        outcome = learn.train(comm, job)
         if outcome is None:
             return Outcome()
+        self.last_training = outcome
         return judge_history(outcome.history, o.direction, o.metric, outcome.stopped)
 
 

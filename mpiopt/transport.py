@@ -351,6 +351,11 @@ class GroupComm:
         self._check()
         self._wait(self._comm.Irecv(buf, source=source, tag=tag))
 
+    def Allreduce_inplace(self, buf) -> None:
+        """Sum a float32 buffer over the group, in place."""
+        self._check()
+        self._wait(self._comm.Iallreduce(self._MPI.IN_PLACE, [buf, self._MPI.FLOAT], op=self._MPI.SUM))
+
     # Python objects travel pickled here: they are the user's own in-memory values between the
     # ranks of one job, never state read back from disk.
     def bcast(self, obj: Any = None, root: int = 0) -> Any:
@@ -395,6 +400,42 @@ class GroupComm:
         self._check()
         data, _ = recv_bytes(self._comm, source, TAG_USER + tag, interrupt=self._check)
         return pickle.loads(bytes(data))
+
+    # -- non-blocking pieces for mpiopt.learn's master loop -----------------------------------
+    @property
+    def ANY_SOURCE(self) -> int:
+        return self._MPI.ANY_SOURCE
+
+    def Irecv(self, buf, source: int, tag: int):
+        """Post a receive of a float32 buffer; poll it with `test_any`."""
+        return self._comm.Irecv([buf, self._MPI.FLOAT], source=source, tag=tag)
+
+    def Isend(self, buf, dest: int, tag: int):
+        return self._comm.Isend([buf, self._MPI.FLOAT], dest=dest, tag=tag)
+
+    def wait(self, req) -> None:
+        self._wait(req)
+
+    def test_any(self, reqs: list) -> int | None:
+        """The index of a completed request, or None; raises if a peer failed."""
+        self._check()
+        index, flag = self._MPI.Request.Testany(reqs)
+        if flag and index != self._MPI.UNDEFINED:
+            return index
+        return None
+
+    def probe_bytes(self, tag: int) -> tuple[int, bytes] | None:
+        """A waiting byte message with `tag` from any rank, received, or None."""
+        status = self._MPI.Status()
+        if not self._comm.Iprobe(source=self._MPI.ANY_SOURCE, tag=tag, status=status):
+            return None
+        buf = bytearray(status.Get_count(self._MPI.BYTE))
+        self._comm.Recv([buf, self._MPI.BYTE], source=status.Get_source(), tag=tag)
+        return status.Get_source(), bytes(buf)
+
+    def send_bytes(self, data: bytes, dest: int, tag: int) -> None:
+        self._check()
+        self._wait(self._comm.Isend([data, self._MPI.BYTE], dest=dest, tag=tag))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._comm, name)

@@ -1,18 +1,14 @@
-"""Training of one Keras model by a group of ranks.
+"""Distributed training of one Keras model by a group of ranks (MPI Learn, done right).
 
-Everything here takes the group's communicator and never touches `COMM_WORLD`. In this version
-the group's first rank trains and the others wait for it (distributed modes come next).
+Everything here takes the group's communicator and never touches `COMM_WORLD`. Group rank 0
+is the master (central weights, optimizer state, validation); the other ranks are workers.
+Modes (`training.mode`): `downpour`, `easgd`, `gem` (master/worker, asynchronous) and
+`allreduce` (synchronous, no master). A group of one rank trains alone with the same steps.
 """
 from __future__ import annotations
 
-from ._data import load_arrays
-from ._keras import TrainOutcome, fit_single, make_optimizer
+from ._data import DataSource, load_source
+from ._engine import Job, TrainOutcome, train
+from .optimizers import make_master_optimizer
 
-__all__ = ["TrainOutcome", "fit_single", "load_arrays", "make_optimizer", "train"]
-
-
-def train(comm, build, model_kwargs, arrays, training, **kwargs) -> TrainOutcome | None:
-    """Train one model with the group `comm`; the outcome on group rank 0, None elsewhere."""
-    if comm is None or comm.Get_rank() == 0:
-        return fit_single(build, model_kwargs, arrays, training, **kwargs)
-    return None
+__all__ = ["DataSource", "Job", "TrainOutcome", "load_source", "make_master_optimizer", "train"]
