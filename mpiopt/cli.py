@@ -311,7 +311,10 @@ def parse_sets(cfg, sets: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
             if isinstance(value, int) and not isinstance(value, bool) and isinstance(p.middle(), float):
                 value = float(value)
             if not p.contains(value):
-                raise ConfigError(f"--set {name}: {value!r} is outside the search space ({p})")
+                if hasattr(p, "choices") or isinstance(value, (str, bool)) or value is None:
+                    raise ConfigError(f"--set {name}: {value!r} is not one of {list(p.choices)}"
+                                      if hasattr(p, "choices") else f"--set {name}: expected a number, got {value!r}")
+                log.warning("--set %s=%r is outside the search space [%s, %s]", name, value, p.low, p.high)
             params[name] = value
             if name in TRAINING_DEFAULTS:
                 training[name] = value

@@ -194,7 +194,7 @@ class _Epochs:
         _checkpoint.save(self.job.out_dir, arrays, meta)
 
     def restore(self, opt) -> tuple[int, np.ndarray, np.ndarray] | None:
-        """(next epoch, weights, state) from the out dir's checkpoint, or None."""
+        """(epochs done, weights, state) from the out dir's checkpoint, or None."""
         if not self.job.resume:
             return None
         found = _checkpoint.load(self.job.out_dir)
@@ -211,7 +211,7 @@ class _Epochs:
             state = dict(meta.get("optimizer") or {})
             state.update({k[4:]: v for k, v in arrays.items() if k.startswith("opt_")})
             opt.load_state_dict(state)
-        return int(meta["epoch"]) + 1, arrays["weights"], arrays["state"]
+        return int(meta["epoch"]), arrays["weights"], arrays["state"]  # epochs done = next epoch index
 
     def finish(self, flat: FlatModel) -> None:
         """Leave the best weights in the model and save them (the master or rank 0)."""
@@ -252,6 +252,8 @@ def _train_allreduce(comm, job: Job) -> TrainOutcome:
     restored = epochs.restore(opt)
     if restored is not None:
         start_epoch, weights[:], state = restored
+        if rank == 0:
+            log.info("resuming training from its checkpoint at epoch %d", start_epoch)
         flat.set(weights)
         if state.size:
             flat.set_state(state)

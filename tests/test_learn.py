@@ -1,0 +1,174 @@
+"""mpiopt.learn without MPI: sharding, stopping rules, schedules, checkpoints, resuming training."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mpiopt.learn import _checkpoint
+from mpiopt.learn._control import EarlyStopping, Schedule, better_is_higher, target_reached
+from mpiopt.learn._data import DataSource, load_source
+
+
+def ids_of(shard):
+    return np.asarray(shard[0]).reshape(-1).astype(int).tolist()
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 7])
+def test_in_memory_shards_cover_every_sample_once_per_epoch(workers):
+    x = np.arange(103, dtype=np.float32)
+    src = DataSource(train=(x, x.copy()), val=(x[:5], x[:5]))
+    orders = []
+    for epoch in range(3):
+        seen = []
+        for w in range(workers):
+            xs, ys = src.shard(w, workers, epoch, seed=5)
+            assert np.array_equal(xs, ys)
+            seen += ids_of((xs,))
+        assert sorted(seen) == list(range(103))
+        orders.append(seen)
+    assert orders[0] != orders[1]  # reshuffled each epoch
+    again = [ids_of(src.shard(w, workers, 1, seed=5)) for w in range(workers)]
+    assert sum(again, []) == orders[1]  # and reproducibly from the seed
+    sizes = [len(ids_of(src.shard(w, workers, 0, seed=5))) for w in range(workers)]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def _h5_files(folder, sizes):
+    import h5py
+
+    start, files = 0, []
+    for i, n in enumerate(sizes):
+        f = folder / f"part_{i}.h5"
+        with h5py.File(f, "w") as h:
+            ids = np.arange(start, start + n, dtype=np.float32)
+            h["features"] = ids[:, None]
+            h["labels"] = ids
+        start += n
+        files.append(f)
+    return start
+
+
+@pytest.mark.parametrize("workers,by_file", [(2, True), (3, True), (4, True), (5, False)])
+def test_hdf5_shards_by_file_or_by_range(tmp_path, workers, by_file):
+    total = _h5_files(tmp_path, [10, 30, 20, 15])
+    src = load_source({"train": "part_*.h5", "val": "part_0.h5", "features": "features", "labels": "labels"},
+                      tmp_path)
+    assert src.n_train() == total and src.by_file(workers) is by_file
+    for epoch in range(2):
+        seen = []
+        for w in range(workers):
+            xs, ys = src.shard(w, workers, epoch, seed=1)
+            assert np.array_equal(xs[:, 0], ys)
+            seen += ys.astype(int).tolist()
+        assert sorted(seen) == list(range(total))
+
+
+def test_files_are_balanced_by_samples(tmp_path):
+    _h5_files(tmp_path, [50, 10, 10, 10, 10, 10])
+    src = load_source({"train": "part_*.h5", "val": "part_0.h5", "features": "features", "labels": "labels"},
+                      tmp_path)
+    loads = sorted(len(src.shard(w, 2, 0, 0)[1]) for w in range(2))
+    assert loads == [50, 50]
+
+
+def test_hdf5_groups_give_named_inputs(tmp_path):
+    import h5py
+
+    with h5py.File(tmp_path / "d.h5", "w") as h:
+        h["inputs/a"] = np.zeros((6, 2))
+        h["inputs/b"] = np.ones((6, 3))
+        h["y"] = np.arange(6)
+    src = load_source({"train": "d.h5", "val": "d.h5", "features": "inputs", "labels": "y"}, tmp_path)
+    x, y = src.shard(0, 1, 0, 0)
+    assert set(x) == {"a", "b"} and x["b"].shape == (6, 3) and len(y) == 6
+
+
+def test_bad_hdf5_data_is_a_clear_error(tmp_path):
+    import h5py
+
+    from mpiopt._errors import TrialFailed
+
+    with h5py.File(tmp_path / "d.h5", "w") as h:
+        h["features"] = np.zeros((6, 2))
+        h["labels"] = np.zeros(5)
+    (tmp_path / "junk.h5").write_bytes(b"not hdf5")
+    with pytest.raises(TrialFailed, match="no files match"):
+        load_source({"train": "nothing_*.h5", "val": "d.h5"}, tmp_path)
+    with pytest.raises(TrialFailed, match="cannot read as HDF5"):
+        load_source({"train": "junk.h5", "val": "d.h5", "features": "features", "labels": "labels"}, tmp_path)
+    src = load_source({"train": "d.h5", "val": "d.h5", "features": "features", "labels": "labels"}, tmp_path)
+    with pytest.raises(TrialFailed, match="features have 6 samples but labels have 5"):
+        src.shard(0, 1, 0, 0)
+
+
+def test_early_stopping_and_target():
+    es = EarlyStopping(monitor="val_loss", patience=1, min_delta=0.01)
+    assert es.update(1, {"val_loss": 1.0}) == (True, False)
+    assert es.update(2, {"val_loss": 0.995}) == (False, False)  # within min_delta
+    assert es.update(3, {"val_loss": 0.999}) == (False, True)
+    assert es.best_epoch == 1
+    acc = EarlyStopping(monitor="val_accuracy", patience=0)
+    assert acc.update(1, {"val_accuracy": 0.5}) == (True, False)
+    assert acc.update(2, {"val_accuracy": 0.6}) == (True, False)
+    assert acc.update(3, {"val_accuracy": 0.55}) == (False, True)
+    assert better_is_higher("val_accuracy") and not better_is_higher("val_loss")
+    assert target_reached({"monitor": "val_accuracy", "value": 0.9, "mode": "auto"}, {"val_accuracy": 0.91})
+    assert not target_reached({"monitor": "val_loss", "value": 0.1, "mode": "auto"}, {"val_loss": 0.2})
+    assert target_reached({"monitor": "val_mae", "value": 0.3, "mode": "min"}, {"val_mae": 0.25})
+
+
+def test_learning_rate_scaling_and_warmup():
+    s = Schedule(base=0.1, workers=4, scaling="linear", warmup_epochs=2)
+    assert s.peak == pytest.approx(0.4)
+    assert s.rate(0) == pytest.approx(0.1) and s.rate(1) == pytest.approx(0.25) and s.rate(5) == pytest.approx(0.4)
+    assert Schedule(base=0.1, workers=4, scaling="sqrt").rate(0) == pytest.approx(0.2)
+    assert Schedule(base=0.1, workers=4).rate(0) == pytest.approx(0.1)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    arrays = {"weights": np.arange(5, dtype=np.float32), "opt_m": np.ones(5, dtype=np.float32)}
+    _checkpoint.save(tmp_path, arrays, {"epoch": 3, "history": [{"epoch": 1, "loss": 0.5}]})
+    got, meta = _checkpoint.load(tmp_path)
+    assert meta["epoch"] == 3 and np.array_equal(got["weights"], arrays["weights"])
+    assert np.array_equal(got["opt_m"], arrays["opt_m"])
+    assert _checkpoint.load(tmp_path / "none") is None
+    (tmp_path / _checkpoint.NPZ).write_bytes(b"garbage")
+    assert _checkpoint.load(tmp_path) is None  # unreadable: train from scratch, never crash
+
+
+@pytest.mark.slow
+def test_interrupted_training_resumes_from_its_checkpoint(tmp_path):
+    import runpy
+
+    from conftest import SPACES
+    from mpiopt.learn import Job, train
+
+    mod = runpy.run_path(str(SPACES / "tiny_model.py"))
+    src = DataSource(*mod["load_data"]())
+    training = {"epochs": 4, "batch_size": 50, "optimizer": "adam", "learning_rate": 0.01, "mode": "allreduce",
+                "checkpoint_every": 1}
+
+    def job(out, on_epoch=None):
+        return Job(build=mod["build_model"], model_kwargs={"units": 8}, source=src, training=training,
+                   loss="sparse_categorical_crossentropy", metrics=("accuracy",), seed=3, out_dir=out,
+                   on_epoch=on_epoch)
+
+    whole = train(None, job(tmp_path / "whole"))
+
+    class Killed(Exception):
+        pass
+
+    def die_after_3(epoch, row):
+        if epoch == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(None, job(tmp_path / "cut", die_after_3))
+    assert (tmp_path / "cut" / _checkpoint.META).exists()
+    resumed = train(None, job(tmp_path / "cut"))
+    assert [r["epoch"] for r in resumed.history] == [1, 2, 3, 4]
+    for a, b in zip(whole.history, resumed.history):
+        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
+    assert not (tmp_path / "cut" / _checkpoint.META).exists()  # removed once training finished
+    assert (tmp_path / "cut" / "best.weights.h5").exists()
+    assert (tmp_path / "cut" / "history.csv").read_text().count("\n") == 5

@@ -1,0 +1,90 @@
+"""Distributed training under real `mpiexec -n 3`: every mode learns MNIST-1D; groups of 3 in a search."""
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import mpiopt
+from conftest import MPIEXEC, ROOT, run_cli
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+
+SPACE = f"""
+name: mn
+objective:
+  model: {ROOT}/examples/mnist1d.py:build_model
+  data: {ROOT}/examples/mnist1d.py:load_data
+  loss: sparse_categorical_crossentropy
+  metrics: [accuracy]
+  maximize: val_accuracy
+parameters:
+  learning_rate: {{type: real, low: 1.0e-4, high: 0.1, prior: log-uniform}}
+  units: {{type: integer, low: 16, high: 128}}
+search: {{initial_points: 2, trials: 2, seed: 0}}
+training: {{group_size: 3, epochs: 6, batch_size: 32, optimizer: adam}}
+"""
+
+# per mode, a learning rate that suits it: gem is momentum SGD, easgd's workers step alone
+RATES = {"downpour": 0.003, "easgd": 0.005, "gem": 0.03, "allreduce": 0.003}
+
+
+@pytest.mark.parametrize("mode", ["downpour", "easgd", "gem", "allreduce"])
+def test_every_mode_learns_mnist1d(tmp_path, mode):
+    (tmp_path / "s.yaml").write_text(SPACE)
+    p = run_cli(["train", "s.yaml", "--set", f"mode={mode}", "--set", f"learning_rate={RATES[mode]}",
+                 "--set", "units=64", "--out", "out", "--trace"], cwd=tmp_path, np=3, timeout=240)
+    assert p.returncode == 0, p.stderr
+    rows = list(csv.DictReader(open(tmp_path / "out" / "history.csv")))
+    assert [int(r["epoch"]) for r in rows] == list(range(1, 7))
+    best = max(float(r["val_accuracy"]) for r in rows)
+    assert best > 0.3, (mode, best)  # 10 classes: chance is 0.1
+    assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(rows[0])
+    import json
+
+    trace = json.load(open(tmp_path / "out" / "trace.json"))["traceEvents"]
+    spans = {(e["tid"], e["name"]) for e in trace if e["ph"] == "X"}
+    assert (1, "compute") in spans and (2, "compute") in spans
+    assert (0, "validate") in spans
+    if mode != "allreduce":
+        assert (0, "apply") in spans and (1, "wait") in spans
+
+
+def test_search_with_groups_of_three(tmp_path):
+    (tmp_path / "s.yaml").write_text(SPACE.replace("epochs: 6", "epochs: 3, mode: downpour"))
+    p = run_cli(["search", "s.yaml"], cwd=tmp_path, np=4, timeout=240)
+    assert p.returncode == 0, p.stderr
+    assert "4 ranks: 1 coordinator (rank 0) + 1 group of 3 ranks" in p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "mn")
+    assert len(df) == 2 and set(df.status) == {"completed"}, df.error.tolist()
+    assert set(df.ranks) == {3} and (df.epochs == 3).all()
+    assert (df.objective == df.val_accuracy).all() and df.objective.max() > 0.2
+
+
+def test_resumed_search_continues_a_trial_from_its_checkpoint(tmp_path):
+    (tmp_path / "s.yaml").write_text(SPACE.replace("trials: 2", "trials: 1").replace("epochs: 6", "epochs: 30"))
+    history = tmp_path / "runs" / "mn" / "trials" / "0" / "history.csv"
+    job = subprocess.Popen([str(MPIEXEC), "-n", "4", sys.executable, "-m", "mpiopt", "search", "s.yaml"],
+                           cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True, env={**os.environ})
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if history.exists() and history.read_text().count("\n") >= 4:  # header + 3 epochs
+            break
+        time.sleep(0.1)
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait(timeout=30)
+    done_before = history.read_text().count("\n") - 1
+    assert 3 <= done_before < 30
+    p = run_cli(["search", "s.yaml", "--resume"], cwd=tmp_path, np=4, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "resuming training from its checkpoint at epoch" in p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "mn")
+    assert len(df) == 1 and df.status[0] == "completed" and df.epochs[0] == 30
+    rows = list(csv.DictReader(open(history)))
+    assert [int(r["epoch"]) for r in rows] == list(range(1, 31))  # nothing trained twice, nothing lost
