@@ -177,6 +177,8 @@ def _mpi_main(args) -> int:
         _say(f"cannot initialise MPI: {exc}")
         return 1
     rank, size = comm.Get_rank(), comm.Get_size()
+    if size > 1:
+        log.debug("waits: %s", transport.configure_waits(comm))
 
     def _terminate(signum, frame):  # a batch system's SIGTERM: stop as cleanly as Ctrl-C
         raise KeyboardInterrupt

@@ -21,6 +21,8 @@ from ._errors import GroupPeerFailed
 
 TAG_TASK, TAG_RESULT, TAG_STOP, TAG_OUTCOME, TAG_FAIL, TAG_USER = 11, 12, 13, 14, 15, 16
 MAX_BACKOFF = float(os.environ.get("MPIOPT_MAX_BACKOFF", "0.001"))
+SPIN = float(os.environ.get("MPIOPT_SPIN", "0.0001"))
+COLLECTIVE_SPIN = float(os.environ.get("MPIOPT_COLLECTIVE_SPIN", "0.02"))
 
 
 def _mpi():
@@ -43,20 +45,29 @@ def decode(data: bytes | bytearray) -> Any:
 
 
 class Backoff:
-    """Sleep 1 µs, 2 µs, 4 µs ... up to MAX_BACKOFF between tests of a request."""
+    """Between tests of a request: spin for SPIN seconds, then sleep 10 µs, 20 µs ... up to MAX_BACKOFF.
 
-    def __init__(self, maximum: float = MAX_BACKOFF) -> None:
-        self.delay = 1e-6
+    The short spin keeps a reply that is on its way (a master's weights, a rendezvous send that
+    needs the peer's progress) from paying a sleep's wake-up latency; the sleeps keep a long wait
+    from burning a core.
+    """
+
+    def __init__(self, maximum: float = MAX_BACKOFF, spin: float | None = None) -> None:
+        self.delay = 1e-5
         self.maximum = maximum
+        self.spin_until = time.perf_counter() + (SPIN if spin is None else spin)
+        self.spinning = (SPIN if spin is None else spin) > 0
 
     def sleep(self) -> None:
+        if self.spinning and time.perf_counter() < self.spin_until:
+            return
         time.sleep(self.delay)
         self.delay = min(self.delay * 2, self.maximum)
 
 
-def wait(req, *, interrupt=None) -> None:
-    """Wait for one request without spinning; `interrupt()` may raise to abandon the wait."""
-    backoff = Backoff()
+def wait(req, *, interrupt=None, spin: float | None = None) -> None:
+    """Wait for one request without spinning long; `interrupt()` may raise to abandon the wait."""
+    backoff = Backoff(spin=spin)
     while not req.Test():
         if interrupt is not None:
             interrupt()
@@ -99,6 +110,30 @@ def bcast_bytes(comm, data: bytes | None, root: int = 0, *, interrupt=None) -> b
     if n[0]:
         wait(comm.Ibcast([buf, MPI.BYTE], root=root), interrupt=interrupt)
     return buf
+
+
+def configure_waits(comm) -> str:
+    """Spin briefly while waiting only where each rank on this node has a core of its own.
+
+    With more ranks on a node than cores, a spinning rank takes the core a computing rank needs;
+    there mpiopt only sleeps between tests. MPIOPT_SPIN / MPIOPT_COLLECTIVE_SPIN override this.
+    """
+    global SPIN, COLLECTIVE_SPIN
+    MPI = _mpi()
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    ranks_here = local.Get_size()
+    local.Free()
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    if ranks_here > cores:
+        if "MPIOPT_SPIN" not in os.environ:
+            SPIN = 0.0
+        if "MPIOPT_COLLECTIVE_SPIN" not in os.environ:
+            COLLECTIVE_SPIN = 0.0
+        return f"{ranks_here} ranks on {cores} cores: waiting ranks sleep"
+    return f"{ranks_here} ranks on {cores} cores"
 
 
 def agree(comm, error: str | None) -> str | None:
@@ -311,8 +346,8 @@ class GroupComm:
         if self.failed_peer is None:
             self._comm.Free()  # after a failure a collective may still be pending on it: leave it
 
-    def _wait(self, req) -> None:
-        wait(req, interrupt=self._check)
+    def _wait(self, req, spin: float | None = None) -> None:
+        wait(req, interrupt=self._check, spin=spin)
 
     # -- mpi4py-like API ---------------------------------------------------------------------
     def Get_rank(self) -> int:
@@ -354,7 +389,10 @@ class GroupComm:
     def Allreduce_inplace(self, buf) -> None:
         """Sum a float32 buffer over the group, in place."""
         self._check()
-        self._wait(self._comm.Iallreduce(self._MPI.IN_PLACE, [buf, self._MPI.FLOAT], op=self._MPI.SUM))
+        # every rank of a synchronous step arrives within moments of the others, and each round of
+        # the reduction needs every rank's progress: spin (up to COLLECTIVE_SPIN) rather than sleep
+        self._wait(self._comm.Iallreduce(self._MPI.IN_PLACE, [buf, self._MPI.FLOAT], op=self._MPI.SUM),
+                   spin=COLLECTIVE_SPIN)
 
     # Python objects travel pickled here: they are the user's own in-memory values between the
     # ranks of one job, never state read back from disk.
