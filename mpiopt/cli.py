@@ -329,9 +329,11 @@ def parse_sets(cfg, sets: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _train(args, comm, rank: int, size: int) -> int:
-    from dataclasses import replace
+    from dataclasses import asdict, replace
 
+    from .group import merge
     from .objective import TrialRunner
+    from .transport import GroupComm
 
     cfg, error, params = None, None, {}
     try:
@@ -353,11 +355,6 @@ def _train(args, comm, rank: int, size: int) -> int:
     if rank == 0:
         how = f"{size} ranks, {cfg.training['mode']}" if size > 1 else "1 rank"
         log.info("training %r on %s with %s", cfg.name, how, params)
-    from dataclasses import asdict
-
-    from .group import merge
-    from .transport import GroupComm
-
     runner = TrialRunner(cfg, resume_checkpoints=False)
     t0 = time.time()
     group = GroupComm(comm) if size > 1 else None

@@ -9,7 +9,6 @@ import math
 import numbers
 import signal
 import threading
-import time
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -171,6 +170,3 @@ class TrialRunner:
         self.last_training = outcome
         return judge_history(outcome.history, o.direction, o.metric, outcome.stopped)
 
-
-def now() -> float:
-    return time.time()
