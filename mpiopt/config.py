@@ -57,7 +57,6 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "lr_scaling": "none",  # none | linear | sqrt in the number of workers
     "checkpoint_every": 1,  # epochs; 0 = never
     "trace": False,  # Chrome trace of the group's ranks in trials/<id>/trace.json
-    "verbose": 0,
 }
 LR_SCALINGS = ("none", "linear", "sqrt")
 EARLY_STOPPING_KEYS = ("monitor", "patience", "min_delta", "mode")
@@ -251,7 +250,7 @@ def _check_searched_training_keys(space: Space, source: str) -> None:
         if p.name not in TRAINING_DEFAULTS:
             continue
         field = f"parameters.{p.name}"
-        if p.name in ("group_size", "verbose", "trace", "checkpoint_every", "target", "early_stopping"):
+        if p.name in ("group_size", "trace", "checkpoint_every", "target", "early_stopping"):
             raise ConfigError(f"`{p.name}` cannot be searched: it is fixed for the whole job", source=source, field=field)
         values = list(p.choices) if isinstance(p, Categorical) else [p.low, p.high]
         for v in values:
@@ -328,7 +327,7 @@ def check_training_value(key: str, value: Any, source: str, field: str) -> Any:
         return _int(value, source, field, minimum=1)
     if key in ("epochs", "batch_size", "sync_every"):
         return _int(value, source, field, minimum=1)
-    if key in ("verbose", "checkpoint_every"):
+    if key == "checkpoint_every":
         return _int(value, source, field, minimum=0)
     if key == "trace":
         if not isinstance(value, bool):
