@@ -1,0 +1,88 @@
+"""Fault injection: kill -9 the whole job, the coordinator alone, or one group rank, at random
+moments, again and again; resume each time; the search must end with exactly its budget."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import mpiopt
+from conftest import MPIEXEC
+from mpiopt.journal import read_journal, replay
+
+pytestmark = pytest.mark.mpi
+
+SPACE = """
+name: faults
+objective: {function: objectives.py:branin}
+parameters:
+  x: {type: real, low: -5.0, high: 10.0}
+  y: {type: real, low: 0.0, high: 15.0}
+search: {initial_points: 4, trials: 60, seed: 0}
+"""
+
+
+def _ranks(tmp_path):
+    """pid of the coordinator (from the run directory's lock) and of the other ranks."""
+    lock = tmp_path / "runs" / "faults" / ".lock"
+    coordinator = int(lock.read_text().split()[1]) if lock.exists() and lock.read_text() else None
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    ranks = [int(line.split()[0]) for line in out.splitlines()
+             if "-m mpiopt search" in line and "mpiexec" not in line and str(tmp_path) in line]
+    return coordinator, [p for p in ranks if p != coordinator]
+
+
+def test_repeated_kills_lose_and_duplicate_nothing(write_yaml, tmp_path):
+    path = write_yaml(SPACE)
+    journal = tmp_path / "runs" / "faults" / "trials.jsonl"
+    rng = random.Random(7)
+    env = {**os.environ, "MPIOPT_TEST_SLEEP": "0.4"}
+    seen: dict[int, float] = {}  # objectives of finished trials: they must never change
+    kinds = ["job", "coordinator", "group rank", "job", "group rank", "coordinator"]
+    injected: list[str] = []
+    for cycle, kind in enumerate(kinds):
+        args = [str(MPIEXEC), "-n", "4", sys.executable, "-m", "mpiopt", "search", str(path)]
+        if cycle:
+            args.append("--resume")
+        job = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+        time.sleep(rng.uniform(2.0, 4.0))  # TensorFlow-free ranks start in about 1 s
+        if job.poll() is None:
+            coordinator, others = _ranks(tmp_path)
+            if kind == "job" or coordinator is None or not others:
+                os.killpg(job.pid, signal.SIGKILL)
+                kind = "job"
+            elif kind == "coordinator":
+                os.kill(coordinator, signal.SIGKILL)
+            else:
+                os.kill(rng.choice(others), signal.SIGKILL)
+            injected.append(kind)
+        try:
+            job.wait(timeout=60)  # MPI takes the rest of the job down: nothing hangs
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            pytest.fail(f"cycle {cycle}: the job did not end after killing the {kind}")
+        os.killpg(job.pid, signal.SIGKILL) if job.poll() is None else None
+        events, problems = read_journal(journal)
+        assert all("torn last line" in p for p in problems), problems
+        for n, rec in replay(events).items():
+            if rec.status.is_finished():
+                assert seen.setdefault(n, rec.objective) == rec.objective, f"trial {n} changed"
+    assert set(injected) == {"job", "coordinator", "group rank"}, injected
+    p = subprocess.run([str(MPIEXEC), "-n", "4", sys.executable, "-m", "mpiopt", "search", str(path), "--resume"],
+                       cwd=tmp_path, env={**env, "MPIOPT_TEST_SLEEP": "0"}, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "faults")
+    assert list(df.trial) == list(range(60)) and set(df.status) == {"completed"}
+    for n, obj in seen.items():
+        assert df.loc[df.trial == n, "objective"].item() == obj
+    events, problems = read_journal(journal)
+    assert problems == []  # every torn tail was cut off on resume
+    finishes = sorted(e["trial"] for e in events if e["event"] == "finish")
+    assert finishes == list(range(60))
