@@ -31,7 +31,7 @@ def _ranks(tmp_path):
     """pid of the coordinator (from the run directory's lock) and of the other ranks."""
     lock = tmp_path / "runs" / "faults" / ".lock"
     coordinator = int(lock.read_text().split()[1]) if lock.exists() and lock.read_text() else None
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
     ranks = [int(line.split()[0]) for line in out.splitlines()
              if "-m mpiopt search" in line and "mpiexec" not in line and str(tmp_path) in line]
     return coordinator, [p for p in ranks if p != coordinator]
