@@ -278,6 +278,10 @@ def _coordinate(cfg, plan, comm, run_dir, trials) -> int:
     finally:
         run_dir.write_results(coordinator.trials.values(), cfg.space.names, live=False)
         run_dir.close()
+    code = 0
+    if summary.stopped:
+        print(f"mpiopt: error: {summary.stopped}", file=sys.stderr, flush=True)
+        code = 1
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts().items()))
     log.info("search finished in %.1f s: %d trials (%s); %s", summary.wall_s, len(summary.trials), counts,
              dispatch_stats(summary.dispatch_s))
@@ -288,7 +292,16 @@ def _coordinate(cfg, plan, comm, run_dir, trials) -> int:
     else:
         print("no trial completed; see the error column of the results", flush=True)
     print(f"results: {run_dir.path / 'results.csv'}", flush=True)
-    return 0
+    if summary.retired:
+        # their ranks are stuck in user code and would keep the job from ending: the journal and
+        # table are complete, so end the MPI job here
+        log.warning("group%s %s never came back; ending the MPI job (MPI_Abort) to free their ranks",
+                    "s" if len(summary.retired) > 1 else "", ", ".join(map(str, summary.retired)))
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        comm.Abort(code)  # 0 when the search itself finished: mpiexec then exits 0
+    return code
 
 
 def parse_sets(cfg, sets: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:

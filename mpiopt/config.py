@@ -33,6 +33,8 @@ SEARCH_DEFAULTS: dict[str, Any] = {
     "trials": 50,
     "seed": 0,
     "target": None,
+    "max_failures": None,  # stop the search once this many trials failed (a bug in the model, usually)
+    "grace_period": 60.0,  # seconds past training.time_limit before a silent group is retired
 }
 ALGORITHMS = ("bayesian", "random")
 SURROGATES = ("GP", "RF", "ET", "GBRT")
@@ -120,6 +122,8 @@ class SearchSettings:
     trials: int
     seed: int
     target: float | None
+    max_failures: int | None = None
+    grace_period: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -318,6 +322,8 @@ def _parse_search(raw: Any, source: str) -> SearchSettings:
         trials=_int(s["trials"], source, "search.trials", minimum=1),
         seed=_int(s["seed"], source, "search.seed", minimum=0),
         target=_real(s["target"], source, "search.target", allow_none=True),
+        max_failures=_int(s["max_failures"], source, "search.max_failures", minimum=1, allow_none=True),
+        grace_period=_real(s["grace_period"], source, "search.grace_period", positive=True),
     )
 
 

@@ -31,6 +31,8 @@ class Summary:
     dispatch_s: list[float] = field(default_factory=list)  # coordinator time per dispatched trial
     wall_s: float = 0.0
     target_reached: bool = False
+    retired: list[int] = field(default_factory=list)  # groups that never came back
+    stopped: str | None = None  # why the search stopped before its budget (max_failures, no groups left)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -91,6 +93,10 @@ class Coordinator:
         next_trial = max(self.trials) + 1 if self.trials else 0
         idle = deque(range(self.transport.n_groups))
         running: dict[int, int] = {}  # group -> trial
+        deadlines: dict[int, float] = {}  # group -> when it is declared lost
+        retired: set[int] = set()
+        limit = self.cfg.training.get("time_limit")
+        grace = self.cfg.search.grace_period
         summary = Summary(self.trials, None)
         stopping = self.reached_target()
         if stopping:
@@ -117,16 +123,51 @@ class Coordinator:
                         "trial_dir": str(self.run_dir.trial_dir(n)) if self.run_dir is not None else None}
                 self.transport.send_task(group, task)
                 running[group] = n
+                if limit:
+                    trial_limit = self.cfg.trial_training(params).get("time_limit") or limit
+                    deadlines[group] = time.monotonic() + float(trial_limit) + grace
                 summary.dispatch_s.append(time.perf_counter() - t_ready)
                 summary.dispatched += 1
                 log.debug("trial %d -> group %d: %s", n, group, params)
             if not running:
+                if retired and not idle and len(finished) < budget and not stopping:
+                    summary.stopped = "every group was retired (none came back from a trial past its time limit)"
                 break
-            group, payload = self.transport.recv_result()
+            waits = [deadlines[g] for g in running if g in deadlines]
+            timeout = max(0.0, min(waits) - time.monotonic()) if waits else None
+            got = self.transport.recv_result(timeout=timeout)
+            if got is None:  # a group is past its trial's time limit and grace period
+                now = time.monotonic()
+                for group in [g for g in running if deadlines.get(g, now + 1) <= now]:
+                    n = running.pop(group)
+                    retired.add(group)
+                    summary.retired.append(group)
+                    self._record(n, TrialResult(
+                        trial=n, status=TrialStatus.TIMEOUT.value, start=self.trials[n].start or 0.0, end=time.time(),
+                        error=f"group {group} did not report back within training.time_limit + search.grace_period "
+                              f"({float(limit):g} + {grace:g} s); the group is retired"))
+                    finished.add(n)
+                    log.warning("group %d did not come back from trial %d: retired; %d group(s) left", group, n,
+                                self.transport.n_groups - len(retired))
+                continue
+            group, payload = got
+            if group in retired:  # it came back after all: the trial stays a timeout, the group works again
+                retired.discard(group)
+                summary.retired.remove(group)
+                idle.append(group)
+                log.warning("group %d came back after it was retired (its late result for trial %s is ignored)",
+                            group, payload.get("trial"))
+                continue
             n = running.pop(group)
+            deadlines.pop(group, None)
             idle.append(group)
             self._record(n, TrialResult.from_dict(payload))
             finished.add(n)
+            failures = self._failure_limit()
+            if failures and not stopping:
+                stopping = True
+                summary.stopped = failures
+                log.error("%s; waiting for %d running trials", failures, len(running))
             if not stopping and self.reached_target():
                 stopping = True
                 log.info("target %s reached by trial %d; waiting for %d running trials", self.cfg.search.target, n,
@@ -137,6 +178,20 @@ class Coordinator:
         summary.target_reached = summary.target_reached or self.reached_target()
         summary.wall_s = time.monotonic() - t0
         return summary
+
+    def _failure_limit(self) -> str | None:
+        """The reason to stop once `search.max_failures` trials failed, naming the commonest error."""
+        limit = self.cfg.search.max_failures
+        failed = [t for t in self.trials.values() if t.status == TrialStatus.FAILED]
+        if limit is None or len(failed) < limit:
+            return None
+        errors: dict[str, int] = {}
+        for t in failed:
+            head = (t.error or "unknown error").splitlines()[0][:200]
+            errors[head] = errors.get(head, 0) + 1
+        common, count = max(errors.items(), key=lambda kv: kv[1])
+        return (f"search stopped: {len(failed)} trials failed (search.max_failures: {limit}); the most common error "
+                f"({count} of {len(failed)}): {common}")
 
     def _record(self, n: int, result: TrialResult) -> None:
         rec = self.trials[n]

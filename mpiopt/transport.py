@@ -74,21 +74,27 @@ def wait(req, *, interrupt=None, spin: float | None = None) -> None:
         backoff.sleep()
 
 
-def probe(comm, source: int, tag: int, *, interrupt=None):
-    """Wait for a message and return its status (source, size)."""
+def probe(comm, source: int, tag: int, *, interrupt=None, timeout: float | None = None):
+    """Wait for a message and return its status (source, size); None once `timeout` s passed."""
     MPI = _mpi()
     status = MPI.Status()
     backoff = Backoff()
+    end = None if timeout is None else time.monotonic() + timeout
     while not comm.Iprobe(source=source, tag=tag, status=status):
         if interrupt is not None:
             interrupt()
+        if end is not None and time.monotonic() >= end:
+            return None
         backoff.sleep()
     return status
 
 
-def recv_bytes(comm, source: int, tag: int, *, interrupt=None) -> tuple[bytearray, int]:
+def recv_bytes(comm, source: int, tag: int, *, interrupt=None, timeout: float | None = None):
+    """(bytes, source) of the next message, or None once `timeout` seconds passed."""
     MPI = _mpi()
-    status = probe(comm, source, tag, interrupt=interrupt)
+    status = probe(comm, source, tag, interrupt=interrupt, timeout=timeout)
+    if status is None:
+        return None
     buf = bytearray(status.Get_count(MPI.BYTE))
     comm.Recv([buf, MPI.BYTE], source=status.Get_source(), tag=status.Get_tag())
     return buf, status.Get_source()
@@ -211,9 +217,12 @@ class MPITransport:
     def send_task(self, group: int, task: dict[str, Any]) -> None:
         send_bytes(self.comm, encode(task), self.plan.groups[group][0], TAG_TASK)
 
-    def recv_result(self) -> tuple[int, dict[str, Any]]:
-        """Block until any group reports; the first to arrive is served first."""
-        data, source = recv_bytes(self.comm, _mpi().ANY_SOURCE, TAG_RESULT)
+    def recv_result(self, timeout: float | None = None) -> tuple[int, dict[str, Any]] | None:
+        """Wait until any group reports (the first to arrive is served first), or None after `timeout` s."""
+        got = recv_bytes(self.comm, _mpi().ANY_SOURCE, TAG_RESULT, timeout=timeout)
+        if got is None:
+            return None
+        data, source = got
         return self._leaders[source], decode(data)
 
     def shutdown(self) -> None:
@@ -244,8 +253,8 @@ class InProcessTransport:
     def send_task(self, group: int, task: dict[str, Any]) -> None:
         self._queue.append((group, task))
 
-    def recv_result(self) -> tuple[int, dict[str, Any]]:
-        group, task = self._queue.pop(0)
+    def recv_result(self, timeout: float | None = None) -> tuple[int, dict[str, Any]]:
+        group, task = self._queue.pop(0)  # runs now: a trial here is bounded by its own time limit
         return group, self.run_task(group, task)
 
     def shutdown(self) -> None:

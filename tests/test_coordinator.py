@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 
 import pytest
 
@@ -42,7 +43,11 @@ class SimTransport:
         self.log.append(("send", group, task["trial"]))
         heapq.heappush(self.heap, (self.clock + self.durations[group], task["trial"], group, task))
 
-    def recv_result(self):
+    def recv_result(self, timeout=None):
+        if math.isinf(self.heap[0][0]):  # only stuck groups are left: nothing arrives in time
+            assert timeout is not None, "the coordinator would wait forever"
+            time.sleep(timeout)
+            return None
         self.clock, n, group, task = heapq.heappop(self.heap)
         self.log.append(("recv", group, n))
         try:
@@ -169,3 +174,35 @@ def test_maximize_picks_the_largest(cfg, write_yaml):
     """))
     s = run(c, SimTransport([1.0]))
     assert s.best.objective == max(r.objective for r in s.trials.values())
+
+
+def test_max_failures_stops_the_search_naming_the_commonest_error(cfg):
+    def broken(p):
+        if p["x"] < 8:
+            raise ValueError("layer sizes do not match")
+        raise KeyError("rare")
+
+    s = run(cfg("{initial_points: 5, trials: 50, seed: 0, max_failures: 6}"), SimTransport([1.0, 1.0], fn=broken))
+    assert s.stopped.startswith("search stopped: 6 trials failed (search.max_failures: 6)")
+    assert "ValueError: layer sizes do not match" in s.stopped
+    assert len(s.trials) <= 7  # the one still running when the limit was hit is waited for
+
+
+def test_a_group_that_never_comes_back_is_retired(cfg, write_yaml):
+    c = load_config(write_yaml("""
+        objective: {function: objectives.py:branin}
+        parameters: {x: {type: real, low: -5.0, high: 10.0}, y: {type: real, low: 0.0, high: 15.0}}
+        search: {initial_points: 3, trials: 6, seed: 0, grace_period: 0.05}
+        training: {time_limit: 0.05}
+    """))
+    s = run(c, SimTransport([1.0, math.inf]))
+    assert s.retired == [1]
+    assert len(s.trials) == 6 and s.stopped is None
+    lost = [t for t in s.trials.values() if t.group == 1]
+    assert len(lost) == 1 and lost[0].status == TrialStatus.TIMEOUT
+    assert "did not report back" in lost[0].error and "retired" in lost[0].error
+    assert sum(t.status == TrialStatus.COMPLETED for t in s.trials.values()) == 5
+
+    s = run(c, SimTransport([math.inf, math.inf]))
+    assert sorted(s.retired) == [0, 1] and "every group was retired" in s.stopped
+    assert len(s.trials) == 2

@@ -138,3 +138,34 @@ def test_sigterm_to_mpiexec_stops_cleanly_and_resumes(write_yaml, tmp_path):
     assert p.returncode == 0, p.stderr
     df = mpiopt.load_results(tmp_path / "runs" / "termed")
     assert list(df.trial) == list(range(16)) and set(df.status) == {"completed"}
+
+
+def test_a_stuck_group_is_retired_and_the_job_still_ends(write_yaml, tmp_path):
+    """A trial that ignores its time limit (alarm blocked): the group is retired after the grace
+    period, the others finish the search, and the job ends instead of hanging on the stuck rank."""
+    text = SPACE.format(name="stuck", fn="stubborn", trials=8, group_size=1).replace(
+        "seed: 0}", "seed: 0, grace_period: 1}").replace("training: {group_size: 1}",
+                                                          "training: {group_size: 1, time_limit: 1}")
+    path = write_yaml(text, "stuck.yaml")
+    p = run_cli(["search", path], cwd=tmp_path, np=4, timeout=120)
+    df = mpiopt.load_results(tmp_path / "runs" / "stuck")
+    retired = df[df.error.fillna("").str.contains("did not report back")]
+    assert len(retired) >= 1 and set(retired.status) == {"timeout"}
+    assert "is retired" in retired.error.iloc[0]
+    if len(df) == 8:  # some group survived and finished the budget
+        assert p.returncode == 0, p.stderr
+    else:
+        assert p.returncode == 1 and "every group was retired" in p.stderr
+    assert "ending the MPI job" in p.stderr
+
+
+def test_time_limit_interrupts_a_sleeping_function_under_mpi(write_yaml, tmp_path):
+    text = SPACE.format(name="sleepy", fn="sleepy", trials=6, group_size=1).replace(
+        "training: {group_size: 1}", "training: {group_size: 1, time_limit: 0.5}")
+    p = run_cli(["search", write_yaml(text, "sleepy.yaml")], cwd=tmp_path, np=3, timeout=120)
+    assert p.returncode == 0, p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "sleepy")
+    assert len(df) == 6
+    slow = df[df.params_x > 5]
+    assert len(slow) > 0 and set(slow.status) == {"timeout"}
+    assert set(df[df.params_x <= 5].status) <= {"completed"}

@@ -37,3 +37,20 @@ def moody(params):
     if x < 2:
         return "not a number"
     return (x - 5.0) ** 2 + params["y"]
+
+
+def stubborn(params):
+    """Past x > 5 it blocks the alarm signal and sleeps: only the coordinator's grace period helps."""
+    import signal
+
+    if params["x"] > 5:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(3600)
+    return branin(params)
+
+
+def sleepy(params):
+    """Sleeps past any time limit when x > 5 (an alarm interrupts it)."""
+    if params["x"] > 5:
+        time.sleep(3600)
+    return branin(params)
