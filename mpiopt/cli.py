@@ -231,6 +231,9 @@ def _search(args, comm, rank: int, size: int) -> int:
         import yaml
 
         try:
+            from .objective import preflight
+
+            preflight(cfg)
             run_dir = RunDir(out)
             run_dir.open(resume=args.resume, config_text=yaml.safe_dump(cfg.resolved(), sort_keys=False))
             trials, problems = run_dir.load()
@@ -281,7 +284,7 @@ def _coordinate(cfg, plan, comm, run_dir, trials) -> int:
     code = 0
     if summary.stopped:
         print(f"mpiopt: error: {summary.stopped}", file=sys.stderr, flush=True)
-        code = 1
+        code = summary.exit_code or 1
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts().items()))
     log.info("search finished in %.1f s: %d trials (%s); %s", summary.wall_s, len(summary.trials), counts,
              dispatch_stats(summary.dispatch_s))
@@ -399,8 +402,11 @@ def _train(args, comm, rank: int, size: int) -> int:
 def cmd_check(args) -> int:
     from . import transport
     from .journal import RunDir
+    from .objective import preflight
 
+    _prepare_threads()
     cfg = _load(args.space, args)
+    preflight(cfg)
     n = args.np or env_size()
     plan = transport.plan_groups(n, cfg.training["group_size"])
     out = Path(args.out) if args.out else Path("runs") / cfg.name

@@ -137,6 +137,7 @@ class Config:
     search: SearchSettings
     training: dict[str, Any]
     raw: dict[str, Any] = field(repr=False)
+    source: str = ""  # the file as the user named it, for messages
 
     @property
     def base_dir(self) -> Path:
@@ -240,7 +241,8 @@ def parse_config(raw: Any, *, path: Path, source: str, resolve: bool = True) -> 
     search = _parse_search(raw.get("search"), source)
     objective = _parse_objective(raw["objective"], source)
     _check_searched_training_keys(space, source)
-    cfg = Config(name=name, path=path, objective=objective, space=space, search=search, training=training, raw=raw)
+    cfg = Config(name=name, path=path, objective=objective, space=space, search=search, training=training, raw=raw,
+                 source=source)
     if resolve:
         cfg = resolve_objective(cfg, source)
     return cfg

@@ -33,6 +33,7 @@ class Summary:
     target_reached: bool = False
     retired: list[int] = field(default_factory=list)  # groups that never came back
     stopped: str | None = None  # why the search stopped before its budget (max_failures, no groups left)
+    exit_code: int = 0  # 1 when stopped, 2 when the objective broke its contract
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -132,6 +133,7 @@ class Coordinator:
             if not running:
                 if retired and not idle and len(finished) < budget and not stopping:
                     summary.stopped = "every group was retired (none came back from a trial past its time limit)"
+                    summary.exit_code = 1
                 break
             waits = [deadlines[g] for g in running if g in deadlines]
             timeout = max(0.0, min(waits) - time.monotonic()) if waits else None
@@ -163,10 +165,18 @@ class Coordinator:
             idle.append(group)
             self._record(n, TrialResult.from_dict(payload))
             finished.add(n)
+            if payload.get("misuse") and not summary.stopped:
+                where = self.cfg.objective.function or self.cfg.objective.model
+                summary.stopped = f"{self.cfg.source or self.cfg.path}: objective: {where}: " + \
+                    (payload.get("error") or "").splitlines()[0]
+                summary.exit_code = 2
+                stopping = True
+                continue
             failures = self._failure_limit()
             if failures and not stopping:
                 stopping = True
                 summary.stopped = failures
+                summary.exit_code = 1
                 log.error("%s; waiting for %d running trials", failures, len(running))
             if not stopping and self.reached_target():
                 stopping = True

@@ -28,7 +28,7 @@ def merge(outcomes: list[dict[str, Any]]) -> Outcome:
     if len(outcomes) == 1:
         return lead
     return Outcome(status=o["status"], metrics=lead.metrics, epochs=lead.epochs,
-                   error=f"group rank {r}: {o.get('error')}")
+                   error=f"group rank {r}: {o.get('error')}", misuse=bool(o.get("misuse")))
 
 
 def run_task(runner: TrialRunner, task: dict[str, Any], comm=None) -> tuple[Outcome, float, float]:
@@ -40,9 +40,12 @@ def run_task(runner: TrialRunner, task: dict[str, Any], comm=None) -> tuple[Outc
 
 
 def result_of(task: dict[str, Any], outcome: Outcome, start: float, end: float) -> dict[str, Any]:
-    return TrialResult(trial=task["trial"], status=outcome.status, objective=outcome.objective,
-                       metrics=outcome.metrics, epochs=outcome.epochs, error=outcome.error,
-                       start=start, end=end).to_dict()
+    out = TrialResult(trial=task["trial"], status=outcome.status, objective=outcome.objective,
+                      metrics=outcome.metrics, epochs=outcome.epochs, error=outcome.error,
+                      start=start, end=end).to_dict()
+    if outcome.misuse:
+        out["misuse"] = True
+    return out
 
 
 def serve(channel, runner_factory) -> int:

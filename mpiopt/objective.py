@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 import signal
 import threading
 import traceback
@@ -31,6 +32,7 @@ class Outcome:
     metrics: dict[str, float] = field(default_factory=dict)
     epochs: int | None = None
     error: str | None = None
+    misuse: bool = False  # the objective broke its contract (wrong return type): the search stops, exit 2
 
 
 def error_text(exc: BaseException, *, where: str = "") -> str:
@@ -53,13 +55,13 @@ def judge(value: Any, direction: str, metric: str) -> Outcome:
             if isinstance(v, numbers.Real) and not isinstance(v, bool):
                 metrics[str(k)] = float(v)
         if metric not in value:
-            return Outcome(status=TrialStatus.FAILED.value, metrics=metrics,
+            return Outcome(status=TrialStatus.FAILED.value, metrics=metrics, misuse=True,
                            error=f"the objective returned a dict without {metric!r} (it has: {', '.join(map(str, value))})")
         if metric not in metrics:
-            return Outcome(status=TrialStatus.FAILED.value, metrics=metrics,
+            return Outcome(status=TrialStatus.FAILED.value, metrics=metrics, misuse=True,
                            error=f"the objective returned {metric}={value[metric]!r}, expected a number")
     else:
-        return Outcome(status=TrialStatus.FAILED.value,
+        return Outcome(status=TrialStatus.FAILED.value, misuse=True,
                        error=f"the objective returned {type(value).__name__} {value!r:.60}, "
                              "expected a float or a dict of metrics")
     v = metrics[metric]
@@ -170,3 +172,66 @@ class TrialRunner:
         self.last_training = outcome
         return judge_history(outcome.history, o.direction, o.metric, outcome.stopped)
 
+
+
+def preflight(cfg: Config) -> None:
+    """Check before a search that a `model` objective's data load and fit its model.
+
+    Missing files or datasets, mismatched lengths, and data of the wrong shape for the model
+    become one `ConfigError` line (exit 2) instead of a search whose every trial fails. The
+    model is built with the middle of every parameter's range; if that build itself fails, the
+    check is skipped (a trial may still fail for its own parameters).
+    """
+    from ._errors import ConfigError
+
+    o = cfg.objective
+    if o.kind != "model":
+        return
+    from . import learn
+    from ._log import quiet_tensorflow
+    from .learn._data import n_samples, take
+
+    src = cfg.source or str(cfg.path)
+    with quiet_tensorflow():
+        import keras
+    runner = TrialRunner(cfg)
+    try:
+        source = learn.load_source(o.data, cfg.base_dir, runner.loader)
+        if source.train is not None:
+            sample = take(source.train[0], slice(0, 2)), take(source.train[1], slice(0, 2))
+        else:
+            from .learn._data import read_h5
+
+            x, y = read_h5(source.train_files[0], source.features, source.labels)
+            sample = take(x, slice(0, 2)), take(y, slice(0, 2))
+        xv, yv = source.validation()
+        val = take(xv, slice(0, 2)), take(yv, slice(0, 2))
+        if n_samples(sample[0]) == 0:
+            raise TrialFailed("the training data are empty")
+    except TrialFailed as exc:
+        raise ConfigError(str(exc).splitlines()[0], source=src, field="objective.data") from None
+    except Exception as exc:
+        raise ConfigError(f"load_data failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                          source=src, field="objective.data") from None
+    params = cfg.space.middle()
+    try:
+        keras.backend.clear_session()
+        model = runner.build(**cfg.model_kwargs(params))
+    except Exception:
+        return
+    try:
+        if not getattr(model, "compiled", False) or getattr(model, "optimizer", None) is None:
+            if o.loss is None:
+                raise ValueError("build_model returned an uncompiled model and objective.loss is not set")
+            model.compile(loss=o.loss, metrics=list(o.metrics))
+        for x, y in (sample, val):
+            model.compute_loss(x=x, y=y, y_pred=model(x, training=False), training=False)
+    except Exception as exc:
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # Keras colours its messages
+        lines = [ln.strip() for ln in plain.splitlines() if ln.strip()]
+        text = next((ln for ln in lines if "expected" in ln or "shape" in ln or "Incompatible" in ln),
+                    lines[0] if lines else "")
+        raise ConfigError(f"the model from {o.model} does not fit the data: {type(exc).__name__}: {text[:300]}",
+                          source=src, field="objective") from None
+    finally:
+        keras.backend.clear_session()

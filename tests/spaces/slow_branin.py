@@ -54,3 +54,19 @@ def sleepy(params):
     if params["x"] > 5:
         time.sleep(3600)
     return branin(params)
+
+
+def returns_string(params):
+    return "0.5"
+
+
+def returns_list(params):
+    return [params["x"], params["y"]]
+
+
+def returns_dict_without_metric(params):
+    return {"loss": params["x"]}
+
+
+def takes_three(params, comm, extra):
+    return 0.0

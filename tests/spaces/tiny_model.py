@@ -42,3 +42,18 @@ def load_inf_data():
     y = y.astype(np.float32)
     y[5] = np.inf
     return (x, y), (xv, yv.astype(np.float32))
+
+
+def build_wrong_input(units=8):
+    import keras
+
+    return keras.Sequential([keras.Input(shape=(9,)), keras.layers.Dense(units), keras.layers.Dense(2)])
+
+
+def load_wrong_label_shape():
+    (x, y), (xv, yv) = load_data()
+    return (x, y[:, None].repeat(3, axis=1)), (xv, yv[:, None].repeat(3, axis=1))
+
+
+def load_nothing():
+    return None

@@ -1,0 +1,137 @@
+"""Hostile input beyond the YAML file: objectives that break their contract, data that do not fit.
+
+Each gets one clear error line and exit code 2, in one process and under `mpiexec -n 3`.
+"""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import SPACES, run_cli
+from mpiopt._errors import ConfigError
+from mpiopt.config import load_config
+
+FUNCTION = """
+name: hostile
+objective: {{function: objectives.py:{fn}}}
+parameters: {{x: {{type: real, low: -5.0, high: 10.0}}, y: {{type: real, low: 0.0, high: 15.0}}}}
+search: {{initial_points: 2, trials: 6, seed: 0}}
+"""
+
+
+def error_line(proc) -> str:
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("mpiopt: error:")]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("fn,expected", [
+    ("returns_string", "returned str '0.5', expected a float or a dict of metrics"),
+    ("returns_list", "returned list"),
+    ("returns_dict_without_metric", "returned a dict without 'objective' (it has: loss)"),
+])
+def test_objective_breaking_its_contract_stops_with_exit_2(write_yaml, tmp_path, fn, expected):
+    p = run_cli(["search", write_yaml(FUNCTION.format(fn=fn))], cwd=tmp_path)
+    assert p.returncode == 2
+    line = error_line(p)
+    assert expected in line and fn in line
+
+
+def test_wrong_signature_is_a_config_error(write_yaml):
+    with pytest.raises(ConfigError, match=r"objective.function: .*takes_three must take \(params\) or \(params, comm\)"):
+        load_config(write_yaml(FUNCTION.format(fn="takes_three")))
+
+
+@pytest.mark.mpi
+def test_under_mpiexec_too(write_yaml, tmp_path):
+    p = run_cli(["search", write_yaml(FUNCTION.format(fn="returns_string"))], cwd=tmp_path, np=3, timeout=120)
+    assert p.returncode == 2 and "returned str" in error_line(p)
+
+
+# -- data and models (in-process preflight: TensorFlow is imported once) -------------------------
+@pytest.fixture
+def model_space(tmp_path):
+    shutil.copy(SPACES / "tiny_model.py", tmp_path / "tiny_model.py")
+
+    def make(model="build_model", data="tiny_model.py:load_data", extra=""):
+        p = tmp_path / "m.yaml"
+        p.write_text(f"objective: {{model: tiny_model.py:{model}, data: {data}, "
+                     f"loss: sparse_categorical_crossentropy{extra}}}\n"
+                     "parameters: {units: {type: integer, low: 2, high: 16}}\n")
+        return load_config(p)
+
+    return make
+
+
+def _h5(path, n_features=8, n_labels=None, n=20, names=("features", "labels")):
+    import h5py
+
+    with h5py.File(path, "w") as h:
+        h[names[0]] = np.zeros((n, n_features), dtype=np.float32)
+        h[names[1]] = np.zeros(n if n_labels is None else n_labels, dtype=np.int64)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case,expected", [
+    ("wrong_input", "does not fit the data"),
+    ("wrong_labels", "does not fit the data"),
+    ("loader_returns_none", "must return ((x_train, y_train), (x_val, y_val))"),
+    ("missing_files", "no files match"),
+    ("missing_dataset", "no dataset 'features'"),
+    ("mismatched_lengths", "features have 20 samples but labels have 19"),
+    ("unreadable_file", "cannot read as HDF5"),
+    ("wrong_feature_width", "does not fit the data"),
+])
+def test_data_that_do_not_fit_are_config_errors(model_space, tmp_path, case, expected):
+    from mpiopt.objective import preflight
+
+    h5 = "{train: d/train_*.h5, val: d/val.h5}"
+    (tmp_path / "d").mkdir()
+    if case == "wrong_input":
+        cfg = model_space(model="build_wrong_input")
+    elif case == "wrong_labels":
+        cfg = model_space(data="tiny_model.py:load_wrong_label_shape")
+    elif case == "loader_returns_none":
+        cfg = model_space(data="tiny_model.py:load_nothing")
+    elif case == "missing_files":
+        cfg = model_space(data=h5)
+    elif case == "missing_dataset":
+        _h5(tmp_path / "d" / "train_0.h5", names=("x", "y"))
+        _h5(tmp_path / "d" / "val.h5")
+        cfg = model_space(data=h5)
+    elif case == "mismatched_lengths":
+        _h5(tmp_path / "d" / "train_0.h5", n_labels=19)
+        _h5(tmp_path / "d" / "val.h5")
+        cfg = model_space(data=h5)
+    elif case == "unreadable_file":
+        (tmp_path / "d" / "train_0.h5").write_bytes(b"\x00not hdf5")
+        _h5(tmp_path / "d" / "val.h5")
+        cfg = model_space(data=h5)
+    else:
+        _h5(tmp_path / "d" / "train_0.h5", n_features=5)
+        _h5(tmp_path / "d" / "val.h5", n_features=5)
+        cfg = model_space(data=h5)
+    with pytest.raises(ConfigError) as info:
+        preflight(cfg)
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith(str(tmp_path / "m.yaml")) and expected in msg, msg
+
+
+@pytest.mark.slow
+def test_good_model_passes_preflight(model_space):
+    from mpiopt.objective import preflight
+
+    preflight(model_space())  # no exception
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_data_error_under_mpiexec_is_one_line(model_space, tmp_path):
+    model_space(model="build_wrong_input")
+    p = run_cli(["search", "m.yaml"], cwd=tmp_path, np=3, timeout=180)
+    assert p.returncode == 2
+    assert "does not fit the data" in error_line(p)
+    assert not (tmp_path / "runs").exists()  # nothing was started
