@@ -196,8 +196,15 @@ def _mpi_main(args) -> int:
         if rank == 0:
             print("mpiopt: interrupted; the journal is intact: continue with --resume", file=sys.stderr, flush=True)
         return 130
-    except Exception:  # a bug, a full disk, a lost file: never leave the other ranks blocked
-        log.exception("internal error on world rank %d; stopping the whole job", rank)
+    except Exception as exc:  # a bug, a full disk, a lost file: never leave the other ranks blocked
+        log.debug("traceback of the internal error", exc_info=True)
+        import traceback
+
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f" ({tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
+        print(f"mpiopt: internal error on world rank {rank}{where}: {type(exc).__name__}: {exc}; stopping the "
+              "whole job (finished trials are in the journal: fix the cause, then --resume; "
+              "MPIOPT_LOG_LEVEL=DEBUG shows the traceback)", file=sys.stderr, flush=True)
         logging.shutdown()
         if size > 1:
             comm.Abort(1)
@@ -279,7 +286,10 @@ def _coordinate(cfg, plan, comm, run_dir, trials) -> int:
     try:
         summary = coordinator.run()
     finally:
-        run_dir.write_results(coordinator.trials.values(), cfg.space.names, live=False)
+        try:
+            run_dir.write_results(coordinator.trials.values(), cfg.space.names, live=False)
+        except OSError as exc:  # keep the original error in view; the journal has everything
+            log.error("could not write %s: %s", run_dir.path / "results.csv", exc)
         run_dir.close()
     code = 0
     if summary.stopped:

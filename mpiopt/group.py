@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -58,6 +59,8 @@ def serve(channel, runner_factory) -> int:
         task = channel.next_task()
         if task is None:
             return done
+        if os.environ.get("MPIOPT_INJECT_FAULT") == f"serve:{task['trial']}":  # fault-injection tests only
+            raise RuntimeError(f"fault injected outside trial code at trial {task['trial']}")
         if runner is None:
             runner = runner_factory()
         comm = GroupComm(channel.comm)

@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ RESULTS = "results.csv"
 CONFIG = "config.yaml"
 LOCK = ".lock"
 FORMAT_VERSION = 1
+MIN_FREE_BYTES = 16 * 2**20  # room for a journal, a table and a few checkpoints, checked at start
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -200,6 +202,10 @@ class RunDir:
             probe.unlink()
         except OSError as exc:
             raise ConfigError(f"cannot write here: {exc.strerror or exc}", source=where) from None
+        free = shutil.disk_usage(self.path).free
+        if free < MIN_FREE_BYTES:
+            raise ConfigError(f"the file system is full ({free / 2**20:.1f} MiB free; a search needs at least "
+                              f"{MIN_FREE_BYTES // 2**20} MiB for its journal, table and checkpoints)", source=where)
         self._acquire_lock()
         if resume:
             self._check_same_search(config_text)

@@ -118,3 +118,13 @@ def test_result_columns_follow_spec():
     for c in ("trial", "status", "objective", "params_x", "epochs", "start", "end", "duration_s", "group",
               "ranks", "error"):
         assert c in cols
+
+
+def test_full_file_system_is_refused_at_start(tmp_path, monkeypatch):
+    import shutil as sh
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(sh, "disk_usage", lambda p: usage(10**9, 10**9 - 2**20, 2**20))
+    with pytest.raises(ConfigError, match=r"the file system is full \(1.0 MiB free"):
+        RunDir(tmp_path / "r").open(resume=False, config_text=CONFIG)
