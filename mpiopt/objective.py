@@ -199,12 +199,13 @@ def preflight(cfg: Config) -> None:
         source = learn.load_source(o.data, cfg.base_dir, runner.loader)
         if source.train is not None:
             sample = take(source.train[0], slice(0, 2)), take(source.train[1], slice(0, 2))
-        else:
+            xv, yv = source.validation()
+        else:  # one file of each: the coordinator does not read a whole data set
             from .learn._data import read_h5
 
             x, y = read_h5(source.train_files[0], source.features, source.labels)
             sample = take(x, slice(0, 2)), take(y, slice(0, 2))
-        xv, yv = source.validation()
+            xv, yv = read_h5(source.val_files[0], source.features, source.labels)
         val = take(xv, slice(0, 2)), take(yv, slice(0, 2))
         if n_samples(sample[0]) == 0:
             raise TrialFailed("the training data are empty")
