@@ -71,3 +71,37 @@ def best_trials(df, direction: str, top: int | None = None):
     rest = df[df["status"] != "completed"]
     out = __import__("pandas").concat([done, rest])
     return out.head(top) if top else out
+
+
+def timeline(df):
+    """Group utilization of a search: per group, trials and busy seconds; overall, the busy share.
+
+    Utilization is busy time over (groups x active time), where active time is the union of the
+    trials' intervals, so the pause between a kill and its --resume is not counted as idle.
+    Returns (per-group DataFrame, summary dict).
+    """
+    import pandas as pd
+
+    done = df.dropna(subset=["start", "end", "group"])
+    if done.empty:
+        return pd.DataFrame(columns=["group", "trials", "busy_s", "utilization"]), {}
+    spans = sorted((s.timestamp(), e.timestamp()) for s, e in zip(done.start, done.end))
+    active, cur_s, cur_e = 0.0, spans[0][0], spans[0][1]
+    for s, e in spans[1:]:
+        if s > cur_e:
+            active += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    active += cur_e - cur_s
+    busy = (done.end - done.start).dt.total_seconds()
+    per = done.assign(busy_s=busy).groupby("group").agg(trials=("trial", "count"), busy_s=("busy_s", "sum"))
+    per = per.reset_index()
+    per["utilization"] = per.busy_s / active if active > 0 else float("nan")
+    summary = {"groups": int(len(per)), "trials": int(len(done)), "active_s": active,
+               "utilization": float(per.busy_s.sum() / (len(per) * active)) if active > 0 else float("nan")}
+    if "dispatch_ms" in df and df.dispatch_ms.notna().any():
+        d = pd.to_numeric(df.dispatch_ms, errors="coerce").dropna()
+        summary["dispatch_p50_ms"] = float(d.quantile(0.5))
+        summary["dispatch_p99_ms"] = float(d.quantile(0.99))
+    return per, summary

@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("dir", metavar="DIR")
     r.add_argument("--top", type=int, default=10, metavar="K")
     r.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    r.add_argument("--timeline", action="store_true", help="group utilization and dispatch latency")
     return p
 
 
@@ -282,10 +283,15 @@ def _coordinate(cfg, plan, comm, run_dir, trials) -> int:
     else:
         comm.Split(color=transport._mpi().UNDEFINED, key=0)
         link = transport.MPITransport(comm, plan)
-    coordinator = Coordinator(cfg, make_searcher(cfg.space, cfg.search), link, run_dir, trials)
+    # several groups: keep suggestions ready so that no group waits for a surrogate fit; one
+    # group: suggest on demand, so that a sequential search is exactly reproducible
+    searcher = make_searcher(cfg.space, cfg.search, prefetch=2 if link.n_groups > 1 else 0)
+    coordinator = Coordinator(cfg, searcher, link, run_dir, trials)
     try:
         summary = coordinator.run()
     finally:
+        if hasattr(searcher, "close"):
+            searcher.close()
         try:
             run_dir.write_results(coordinator.trials.values(), cfg.space.names, live=False)
         except OSError as exc:  # keep the original error in view; the journal has everything
@@ -296,6 +302,9 @@ def _coordinate(cfg, plan, comm, run_dir, trials) -> int:
         print(f"mpiopt: error: {summary.stopped}", file=sys.stderr, flush=True)
         code = summary.exit_code or 1
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts().items()))
+    if getattr(searcher, "prefetched", 0) or getattr(searcher, "synchronous", 0):
+        log.info("suggestions: %d ready when asked for, %d computed on demand", searcher.prefetched,
+                 searcher.synchronous)
     log.info("search finished in %.1f s: %d trials (%s); %s", summary.wall_s, len(summary.trials), counts,
              dispatch_stats(summary.dispatch_s))
     best = summary.best
@@ -460,6 +469,20 @@ def cmd_results(args) -> int:
     from .analysis import best_trials, direction_of, load_results
 
     df = load_results(args.dir)
+    if args.timeline:
+        from .analysis import timeline
+
+        per, summary = timeline(df)
+        if not summary:
+            print(f"{args.dir}: no finished trial yet")
+            return 0
+        line = (f"{args.dir}: {summary['groups']} groups, {summary['trials']} trials, active "
+                f"{summary['active_s']:.1f} s; group utilization {summary['utilization']:.3f}")
+        if "dispatch_p50_ms" in summary:
+            line += f"; dispatch latency p50 {summary['dispatch_p50_ms']:.2f} ms, p99 {summary['dispatch_p99_ms']:.2f} ms"
+        print(line)
+        print(per.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        return 0
     direction, metric = direction_of(args.dir)
     top = best_trials(df, direction, args.top)
     if args.format == "csv":

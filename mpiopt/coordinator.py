@@ -103,6 +103,7 @@ class Coordinator:
         if stopping:
             log.info("the target %s was already reached", self.cfg.search.target)
 
+        idle_since = {g: time.perf_counter() for g in idle}  # when each group became free
         while True:
             while idle and not stopping and len(finished) + len(running) < budget:
                 t_ready = time.perf_counter()
@@ -117,9 +118,12 @@ class Coordinator:
                     params = self.searcher.ask(n)
                 ranks = self.transport.group_ranks(group)
                 now = time.time()
-                self.trials[n] = TrialRecord(trial=n, params=params, start=now, group=group, ranks=ranks)
+                # how long this group waited for the coordinator since it was free
+                dispatch = time.perf_counter() - idle_since.pop(group, t_ready)
+                self.trials[n] = TrialRecord(trial=n, params=params, start=now, group=group, ranks=ranks,
+                                             dispatch_s=dispatch)
                 self._journal({"event": "start", "trial": n, "params": params, "group": group, "ranks": ranks,
-                               "time": now})
+                               "time": now, "dispatch_s": dispatch})
                 task = {"trial": n, "params": params,
                         "trial_dir": str(self.run_dir.trial_dir(n)) if self.run_dir is not None else None}
                 self.transport.send_task(group, task)
@@ -127,7 +131,7 @@ class Coordinator:
                 if limit:
                     trial_limit = self.cfg.trial_training(params).get("time_limit") or limit
                     deadlines[group] = time.monotonic() + float(trial_limit) + grace
-                summary.dispatch_s.append(time.perf_counter() - t_ready)
+                summary.dispatch_s.append(dispatch)
                 summary.dispatched += 1
                 log.debug("trial %d -> group %d: %s", n, group, params)
             if not running:
@@ -157,12 +161,14 @@ class Coordinator:
                 retired.discard(group)
                 summary.retired.remove(group)
                 idle.append(group)
+                idle_since[group] = time.perf_counter()
                 log.warning("group %d came back after it was retired (its late result for trial %s is ignored)",
                             group, payload.get("trial"))
                 continue
             n = running.pop(group)
             deadlines.pop(group, None)
             idle.append(group)
+            idle_since[group] = time.perf_counter()
             self._record(n, TrialResult.from_dict(payload))
             finished.add(n)
             if payload.get("misuse") and not summary.stopped:

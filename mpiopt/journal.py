@@ -103,7 +103,7 @@ def replay(events: Iterable[dict[str, Any]]) -> dict[int, TrialRecord]:
             if old is not None and old.status.is_finished():
                 continue  # never let a stray start undo a finished trial
             trials[n] = TrialRecord(trial=n, params=dict(e.get("params") or {}), start=e.get("time"),
-                                    group=e.get("group"), ranks=e.get("ranks"))
+                                    group=e.get("group"), ranks=e.get("ranks"), dispatch_s=e.get("dispatch_s"))
         elif kind == "finish" and n is not None:
             rec = trials.get(n)
             if rec is None:
@@ -138,7 +138,7 @@ def result_rows(trials: Iterable[TrialRecord], param_names: list[str], *, live: 
     extra = sorted({k for t in trials for k in t.params if k not in param_names})
     params += [f"params_{k}" for k in extra]
     columns = ["trial", "status", "objective", *params, *metric_names, "epochs", "start", "end", "duration_s",
-               "group", "ranks", "error"]
+               "group", "ranks", "dispatch_ms", "error"]
     rows = []
     for t in trials:
         status = t.status
@@ -156,6 +156,7 @@ def result_rows(trials: Iterable[TrialRecord], param_names: list[str], *, live: 
         row["duration_s"] = round(t.end - t.start, 3) if t.end is not None and t.start is not None else None
         row["group"] = t.group
         row["ranks"] = t.ranks
+        row["dispatch_ms"] = round(t.dispatch_s * 1000, 3) if t.dispatch_s is not None else None
         row["error"] = t.error
         rows.append(row)
     return columns, rows

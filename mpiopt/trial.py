@@ -66,6 +66,7 @@ class TrialRecord:
     group: int | None = None
     ranks: int | None = None
     error: str | None = None
+    dispatch_s: float | None = None  # the group waited this long for the coordinator to hand this trial out
 
 
 def clean(value: Any) -> Any:

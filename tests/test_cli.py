@@ -115,3 +115,13 @@ def test_group_plan(world, size, expected):
     assert ranks == (list(range(1, world)) if world > 1 else [0])
     sizes = [len(g) for g in plan.groups]
     assert max(sizes) - min(sizes) <= 1
+
+
+def test_results_timeline(write_yaml, tmp_path):
+    space = write_yaml(SPACE)
+    assert run_cli(["search", space], cwd=tmp_path).returncode == 0
+    p = run_cli(["results", tmp_path / "runs" / "cli-branin", "--timeline"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "1 groups, 8 trials" in p.stdout and "group utilization" in p.stdout and "dispatch latency" in p.stdout
+    df = mpiopt.load_results(tmp_path / "runs" / "cli-branin")
+    assert df.dispatch_ms.notna().all() and (df.dispatch_ms >= 0).all()

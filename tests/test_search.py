@@ -96,3 +96,30 @@ def test_resumed_pending_points_are_avoided():
     for i in range(3):
         s.add_pending(i, {"a": i})
     assert s.ask(3) == {"a": 3}
+
+
+def test_prefetching_serves_ready_points_that_stay_apart():
+    import time as _time
+
+    from mpiopt.search import Prefetching
+
+    inner = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
+    s = Prefetching(inner, depth=2)
+    try:
+        for i in range(3):
+            p = s.ask(i)
+            s.tell(i, p, branin(p))
+        deadline = _time.monotonic() + 30
+        while len(s.ready) < 2 and _time.monotonic() < deadline:  # the thread fills the queue
+            _time.sleep(0.01)
+        assert len(s.ready) == 2
+        served = [s.ask(i) for i in range(3, 9)]  # six groups asking at once
+        assert s.prefetched >= 2
+        keys = {(p["x"], p["y"]) for p in served}
+        assert len(keys) == 6  # queued and pending points are never handed out twice
+        assert set(inner.pending) == set(range(3, 9))
+        for i, p in zip(range(3, 9), served):
+            s.tell(i, p, branin(p))
+        assert len(inner.completed) == 9 and not inner.pending
+    finally:
+        s.close()

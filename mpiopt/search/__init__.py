@@ -7,14 +7,16 @@ from __future__ import annotations
 from ..space import Space
 from ._base import Searcher
 from ._bayesian import BayesianSearch
+from ._prefetch import Prefetching
 from ._random import RandomSearch
 
-__all__ = ["Searcher", "RandomSearch", "BayesianSearch", "make_searcher"]
+__all__ = ["Searcher", "RandomSearch", "BayesianSearch", "Prefetching", "make_searcher"]
 
 
-def make_searcher(space: Space, settings) -> Searcher:
-    """The searcher of a `SearchSettings`."""
+def make_searcher(space: Space, settings, *, prefetch: int = 0) -> Searcher:
+    """The searcher of a `SearchSettings`; with `prefetch`, that many suggestions kept ready."""
     if settings.algorithm == "random":
         return RandomSearch(space, seed=settings.seed)
-    return BayesianSearch(space, seed=settings.seed, surrogate=settings.surrogate,
-                          acquisition=settings.acquisition, initial_points=settings.initial_points)
+    searcher = BayesianSearch(space, seed=settings.seed, surrogate=settings.surrogate,
+                              acquisition=settings.acquisition, initial_points=settings.initial_points)
+    return Prefetching(searcher, depth=prefetch) if prefetch else searcher

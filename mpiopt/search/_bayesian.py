@@ -14,6 +14,12 @@ import numpy as np
 from ..space import Space, encode, to_skopt
 from ._random import RandomSearch
 
+# The surrogate's fitting chatter (length scales at their bounds, repeated points) is not the
+# user's concern. Set once for the process: `warnings.catch_warnings` is not thread-safe, and
+# suggestions are computed in a background thread while the coordinator runs.
+warnings.filterwarnings("ignore", module=r"sklearn\.gaussian_process")
+warnings.filterwarnings("ignore", module=r"skopt\.")
+
 
 def _gbrt(random_state: int):
     """scikit-optimize 0.10's GBRT surrogate, mended for current scikit-learn and numpy."""
@@ -68,12 +74,10 @@ class BayesianSearch(RandomSearch):
             y.append(best)
         seed = int(self._rng.randint(0, 2**31 - 1))
         estimator = _gbrt(seed) if self.surrogate == "GBRT" else self.surrogate
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            opt = Optimizer(self._dims, base_estimator=estimator, n_initial_points=1,
-                            acq_func=self.acquisition, random_state=seed)
-            opt.tell(X, y)
-            x = opt.ask()
+        opt = Optimizer(self._dims, base_estimator=estimator, n_initial_points=1, acq_func=self.acquisition,
+                        random_state=seed)
+        opt.tell(X, y)
+        x = opt.ask()
         params = self.space.from_list(x)
         if tuple(encode(self.space, params)) in self.known_points():
             return self.draw()
