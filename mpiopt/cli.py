@@ -285,7 +285,8 @@ def _coordinate(cfg, plan, comm, run_dir, trials) -> int:
         link = transport.MPITransport(comm, plan)
     # several groups: keep suggestions ready so that no group waits for a surrogate fit; one
     # group: suggest on demand, so that a sequential search is exactly reproducible
-    searcher = make_searcher(cfg.space, cfg.search, prefetch=2 if link.n_groups > 1 else 0)
+    depth = int(os.environ.get("MPIOPT_PREFETCH", "2"))  # 0: the synchronous MPI Opt way, for comparisons
+    searcher = make_searcher(cfg.space, cfg.search, prefetch=depth if link.n_groups > 1 else 0)
     coordinator = Coordinator(cfg, searcher, link, run_dir, trials)
     try:
         summary = coordinator.run()
