@@ -285,7 +285,9 @@ def _coordinate(cfg, plan, comm, run_dir, trials) -> int:
         link = transport.MPITransport(comm, plan)
     # several groups: keep suggestions ready so that no group waits for a surrogate fit; one
     # group: suggest on demand, so that a sequential search is exactly reproducible
-    depth = int(os.environ.get("MPIOPT_PREFETCH", "2"))  # 0: the synchronous MPI Opt way, for comparisons
+    # as many ready as there are groups (at most 16), computed a batch per surrogate fit;
+    # MPIOPT_PREFETCH=0: the synchronous MPI Opt way, for comparisons
+    depth = int(os.environ.get("MPIOPT_PREFETCH", str(min(16, link.n_groups))))
     searcher = make_searcher(cfg.space, cfg.search, prefetch=depth if link.n_groups > 1 else 0)
     coordinator = Coordinator(cfg, searcher, link, run_dir, trials)
     try:

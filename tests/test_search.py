@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from mpiopt.search import BayesianSearch, RandomSearch
@@ -123,3 +124,22 @@ def test_prefetching_serves_ready_points_that_stay_apart():
         assert len(inner.completed) == 9 and not inner.pending
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("surrogate", ["GP", "RF"])
+def test_a_batch_from_one_fit_is_spread_out(surrogate):
+    s = BayesianSearch(SPACE, seed=0, initial_points=5, surrogate=surrogate, acquisition="EI")
+    for i in range(5):
+        p = s.ask(i)
+        s.tell(i, p, branin(p))
+    s.add_pending(5, {"x": 3.0, "y": 3.0})
+    batch = s.suggest_batch(6)
+    keys = [(p["x"], p["y"]) for p in batch]
+    assert len(set(keys)) == 6
+    assert not set(keys) & {(p["x"], p["y"]) for p, _ in s.observed.values()}
+    assert (3.0, 3.0) not in keys
+    assert set(s.pending) == {5}  # suggesting a batch does not mark anything pending
+    # spread: no two suggestions of the batch on top of each other
+    pts = np.array([[p["x"] / 15.0, p["y"] / 15.0] for p in batch])
+    gaps = [np.linalg.norm(a - b) for i, a in enumerate(pts) for b in pts[i + 1:]]
+    assert min(gaps) > 1e-3

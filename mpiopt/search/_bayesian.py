@@ -57,9 +57,25 @@ class BayesianSearch(RandomSearch):
         self._dims = to_skopt(space)
 
     def _suggest(self) -> dict[str, Any]:
+        return self.suggest_batch(1)[0]
+
+    def suggest_batch(self, k: int) -> list[dict[str, Any]]:
+        """`k` suggestions from one surrogate fit, each aware of the ones before it.
+
+        The first comes from a full fit (kernel hyperparameters optimised). With a GP, the others
+        reuse the fitted kernel: each earlier suggestion is added at the constant-liar value and the
+        GP is refitted with its hyperparameters fixed (a Cholesky factorisation, milliseconds), so a
+        batch costs about one fit instead of k.
+        """
         completed = self.completed
         if len(completed) < max(1, self.initial_points):
-            return self.draw()
+            out: list[dict[str, Any]] = []
+            for i in range(k):
+                out.append(self.draw())
+                self.pending[-10**9 - i] = out[-1]  # keep the batch's own points apart
+            for i in range(k):
+                self.pending.pop(-10**9 - i, None)
+            return out
         from skopt import Optimizer
 
         X = [encode(self.space, p) for p, _ in completed]
@@ -77,8 +93,33 @@ class BayesianSearch(RandomSearch):
         opt = Optimizer(self._dims, base_estimator=estimator, n_initial_points=1, acq_func=self.acquisition,
                         random_state=seed)
         opt.tell(X, y)
+        out = []
+        known = self.known_points()
         x = opt.ask()
-        params = self.space.from_list(x)
-        if tuple(encode(self.space, params)) in self.known_points():
-            return self.draw()
-        return params
+        for i in range(k):
+            params = self.space.from_list(x)
+            key = tuple(encode(self.space, params))
+            if key in known:
+                params = self.draw()
+                key = tuple(encode(self.space, params))
+            out.append(params)
+            known.add(key)
+            if i == k - 1:
+                break
+            X.append(encode(self.space, params))
+            y.append(best)  # the constant liar, as for pending points
+            if self.surrogate == "GP" and opt.models:
+                from skopt.learning import GaussianProcessRegressor
+
+                fitted = opt.models[-1]
+                fixed = GaussianProcessRegressor(kernel=fitted.kernel_, optimizer=None, normalize_y=True,
+                                                 noise=getattr(fitted, "noise", None))
+                opt = Optimizer(self._dims, base_estimator=fixed, n_initial_points=1, acq_func=self.acquisition,
+                                acq_optimizer="sampling", acq_optimizer_kwargs={"n_points": 2000},
+                                random_state=seed + i + 1)
+            else:
+                opt = Optimizer(self._dims, base_estimator=_gbrt(seed) if self.surrogate == "GBRT" else self.surrogate,
+                                n_initial_points=1, acq_func=self.acquisition, random_state=seed + i + 1)
+            opt.tell(X, y)
+            x = opt.ask()
+        return out

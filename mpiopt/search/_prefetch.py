@@ -106,8 +106,13 @@ class Prefetching(Searcher):
                 if self._stop:
                     return
                 clone = self._snapshot()
-            params = clone._suggest()  # the slow part, outside the lock
+            want = self.depth - len(clone.pending) + len(self.inner.pending)  # the queue's free places
+            batch = getattr(clone, "suggest_batch", None)
+            found = batch(max(1, want)) if batch is not None else [clone._suggest()]  # slow: outside the lock
             with self._lock:
                 known = self.inner.known_points() | {tuple(encode(self.space, p)) for p in self.ready}
-                if tuple(encode(self.space, params)) not in known:
-                    self.ready.append(params)
+                for params in found:
+                    key = tuple(encode(self.space, params))
+                    if key not in known and len(self.ready) < self.depth:
+                        self.ready.append(params)
+                        known.add(key)
