@@ -112,8 +112,9 @@ class BayesianSearch(RandomSearch):
                 from skopt.learning import GaussianProcessRegressor
 
                 fitted = opt.models[-1]
-                fixed = GaussianProcessRegressor(kernel=fitted.kernel_, optimizer=None, normalize_y=True,
-                                                 noise=getattr(fitted, "noise", None))
+                # the fitted kernel already holds the learned noise (its WhiteKernel): no noise= here,
+                # which would add a second, unfitted WhiteKernel(1.0) and flatten the model
+                fixed = GaussianProcessRegressor(kernel=fitted.kernel_, optimizer=None, normalize_y=True)
                 opt = Optimizer(self._dims, base_estimator=fixed, n_initial_points=1, acq_func=self.acquisition,
                                 acq_optimizer="sampling", acq_optimizer_kwargs={"n_points": 2000},
                                 random_state=seed + i + 1)
