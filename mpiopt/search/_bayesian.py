@@ -1,17 +1,27 @@
-"""Bayesian optimisation through scikit-optimize, aware of pending points (constant liar).
+"""Bayesian optimisation aware of pending points.
 
-Each suggestion fits the surrogate once on the completed trials, the non-completed ones at the
-worst completed value (never as good), and the pending ones at the best completed value (the
-optimistic "constant liar", so parallel groups are pushed apart instead of sent to one point).
+The first `initial_points` suggestions come from a scrambled Sobol design (space-filling, unlike
+independent random draws). Then the surrogate takes over:
+
+* `GP` (the default): mpiopt's own Gaussian process (`_gp.py`): one hyperparameter fit per batch,
+  pending points and earlier picks of a batch added as fantasy observations with cheap posterior
+  updates ("believer_clipped", see `_gp.py`), the acquisition maximised over space-filling and
+  local candidates and polished by L-BFGS.
+* `RF`, `ET`, `GBRT`: scikit-optimize's tree surrogates, the pending points at the best completed
+  value (the constant liar).
+
+Trials that did not complete are fitted at the worst completed value (never as good as any).
 """
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
 import numpy as np
 
 from ..space import Space, encode, to_skopt
+from . import _gp
 from ._random import RandomSearch
 
 # The surrogate's fitting chatter (length scales at their bounds, repeated points) is not the
@@ -46,38 +56,122 @@ def _gbrt(random_state: int):
 
 
 class BayesianSearch(RandomSearch):
-    """Random points until `initial_points` trials completed, then the surrogate's choice."""
+    """A Sobol design for the first `initial_points` trials, then the surrogate's choice.
+
+    `batch_rule` (not a user option; the benchmark compares them): how a pending point is
+    accounted for by the GP -- "believer_clipped" (default), "believer" or "liar".
+    """
 
     def __init__(self, space: Space, *, seed: int = 0, surrogate: str = "GP", acquisition: str = "gp_hedge",
-                 initial_points: int = 10) -> None:
+                 initial_points: int = 10, batch_rule: str = "believer_clipped") -> None:
         super().__init__(space, seed=seed)
         self.surrogate = surrogate
         self.acquisition = acquisition
         self.initial_points = initial_points
+        self.batch_rule = batch_rule
         self._dims = to_skopt(space)
+        self.coder = _gp.UnitCoder(space)
+        self.hyper: _gp.Hyper | None = None
+        self.gains = np.zeros(len(_gp.ACQUISITIONS))
+        self._proposals: np.ndarray | None = None  # each acquisition's favourite at the last fit (gp_hedge)
+        self.fantasy_noise = 0.0
+        self.polish_deadline: float | None = None  # set by a background caller in a hurry (time.perf_counter)
 
     def _suggest(self) -> dict[str, Any]:
         return self.suggest_batch(1)[0]
 
-    def suggest_batch(self, k: int) -> list[dict[str, Any]]:
-        """`k` suggestions from one surrogate fit, each aware of the ones before it.
+    # -- the initial design ------------------------------------------------------------------
+    def design_point(self, extra: int = 0) -> dict[str, Any]:
+        """The next point of the Sobol design that is not known yet (index: points known so far)."""
+        known = self.known_points()
+        start = len(self.observed) + len(self.pending) + extra
+        for idx in range(start, start + 64):
+            u = _gp.sobol(len(self.space), idx, 1, self.seed)
+            params = self.coder.decode(self.coder.from_design(u)[0])
+            if tuple(encode(self.space, params)) not in known:
+                return params
+        return self.draw()
 
-        The first comes from a full fit (kernel hyperparameters optimised). With a GP, the others
-        reuse the fitted kernel: each earlier suggestion is added at the constant-liar value and the
-        GP is refitted with its hyperparameters fixed (a Cholesky factorisation, milliseconds), so a
-        batch costs about one fit instead of k.
-        """
-        completed = self.completed
-        if len(completed) < max(1, self.initial_points):
-            out: list[dict[str, Any]] = []
-            for i in range(k):
-                out.append(self.draw())
-                self.pending[-10**9 - i] = out[-1]  # keep the batch's own points apart
-            for i in range(k):
-                self.pending.pop(-10**9 - i, None)
-            return out
+    def model_ready(self, extra_pending: int = 0) -> bool:
+        """The surrogate is used once the design is handed out and half of it has completed."""
+        known = len(self.observed) + len(self.pending) + extra_pending
+        done = len(self.completed)
+        return known >= self.initial_points and done >= max(2, math.ceil(self.initial_points / 2))
+
+    # -- batches -------------------------------------------------------------------------------
+    def suggest_batch(self, k: int) -> list[dict[str, Any]]:
+        """`k` suggestions, each aware of the pending points and of the ones before it."""
+        out: list[dict[str, Any]] = []
+        tmp = []
+        try:
+            while len(out) < k and not self.model_ready():
+                out.append(self.design_point())
+                tmp.append(-10**9 - len(out))
+                self.pending[tmp[-1]] = out[-1]  # the batch's own points are pending for what follows
+            if len(out) < k:
+                rest = k - len(out)
+                out += self._gp_batch(rest) if self.surrogate == "GP" else self._skopt_batch(rest)
+        finally:
+            for key in tmp:
+                self.pending.pop(key, None)
+        return out
+
+    def _data(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """Encoded points and losses: completed ones first, then the failed ones at the worst loss."""
+        done = self.completed
+        worst = max(v for _, v in done)
+        pts = [p for p, _ in done] + [p for p, v in self.observed.values() if v is None]
+        y = np.array([float(v) for _, v in done] + [worst] * (len(pts) - len(done)))
+        X = np.array([self.coder.encode(p) for p in pts])
+        return X, y, len(done)
+
+    def _gp_batch(self, k: int) -> list[dict[str, Any]]:
+        import time
+
+        X, y, n_done = self._data()
+        sd = float(y.std()) or 1.0
+        ys = (y - y.mean()) / sd
+        rng = np.random.default_rng([self.seed, len(self.observed), len(self.pending)])
+        self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=3 if self.hyper is None else 2, rng=rng)
+        post = _gp.Posterior(self.hyper, X, ys, capacity=len(X) + len(self.pending) + k)
+        best = float(ys[:n_done].min())
+        kinds = self._kinds(post, k, rng)
+        known = {tuple(np.round(x, 9)) for x in X}
+        for p in self.pending.values():  # the running trials, at their fantasy values
+            x = self.coder.encode(p)
+            known.add(tuple(np.round(x, 9)))
+            if self.batch_rule == "none":
+                continue
+            mu, var = post.predict(x[None, :])
+            post.add(x, _gp.fantasy(self.batch_rule, float(mu[0]), best, float(np.sqrt(var[0]))), noise=self.fantasy_noise * self.hyper.amplitude)
+        C = _gp.candidates(self.coder, X[:n_done], ys[:n_done], rng)
+        post.set_candidates(C)
+        if self.acquisition == "gp_hedge":
+            self._proposals = np.array([C[int(np.argmax(_gp.acquisition(a, post.mu_c, post.var_c, best)))]
+                                        for a in _gp.ACQUISITIONS])
+        polish = k
+        if self.polish_deadline is not None and time.perf_counter() > self.polish_deadline:
+            polish = 0
+        picks = _gp.select(post, k, kinds, best, rule=self.batch_rule, free=self.coder.continuous,
+                           polish_picks=polish, exclude=known, deadline=self.polish_deadline)
+        return [self.coder.decode(x) for x in picks]
+
+    def _kinds(self, post: "_gp.Posterior", k: int, rng: np.random.Generator) -> list[str]:
+        """The acquisition of each pick; gp_hedge draws one by the gains of its past proposals."""
+        if self.acquisition != "gp_hedge":
+            return [self.acquisition] * k
+        if self._proposals is not None:
+            mu, _ = post.predict(self._proposals)
+            self.gains -= mu  # a proposal the refitted model thinks good earns its acquisition credit
+        z = self.gains - self.gains.max()
+        probs = np.exp(z) / np.exp(z).sum()
+        return [_gp.ACQUISITIONS[int(i)] for i in rng.choice(len(probs), size=k, p=probs)]
+
+    def _skopt_batch(self, k: int) -> list[dict[str, Any]]:
+        """scikit-optimize's tree surrogates, pending points and earlier picks at the constant liar."""
         from skopt import Optimizer
 
+        completed = self.completed
         X = [encode(self.space, p) for p, _ in completed]
         y = [float(v) for _, v in completed]
         worst, best = max(y), min(y)
@@ -88,39 +182,21 @@ class BayesianSearch(RandomSearch):
         for p in self.pending.values():
             X.append(encode(self.space, p))
             y.append(best)
-        seed = int(self._rng.randint(0, 2**31 - 1))
-        estimator = _gbrt(seed) if self.surrogate == "GBRT" else self.surrogate
-        opt = Optimizer(self._dims, base_estimator=estimator, n_initial_points=1, acq_func=self.acquisition,
-                        random_state=seed)
-        opt.tell(X, y)
         out = []
         known = self.known_points()
-        x = opt.ask()
         for i in range(k):
-            params = self.space.from_list(x)
+            seed = int(self._rng.randint(0, 2**31 - 1))
+            estimator = _gbrt(seed) if self.surrogate == "GBRT" else self.surrogate
+            opt = Optimizer(self._dims, base_estimator=estimator, n_initial_points=1, acq_func=self.acquisition,
+                            random_state=seed)
+            opt.tell(X, y)
+            params = self.space.from_list(opt.ask())
             key = tuple(encode(self.space, params))
             if key in known:
                 params = self.draw()
                 key = tuple(encode(self.space, params))
             out.append(params)
             known.add(key)
-            if i == k - 1:
-                break
-            X.append(encode(self.space, params))
-            y.append(best)  # the constant liar, as for pending points
-            if self.surrogate == "GP" and opt.models:
-                from skopt.learning import GaussianProcessRegressor
-
-                fitted = opt.models[-1]
-                # the fitted kernel already holds the learned noise (its WhiteKernel): no noise= here,
-                # which would add a second, unfitted WhiteKernel(1.0) and flatten the model
-                fixed = GaussianProcessRegressor(kernel=fitted.kernel_, optimizer=None, normalize_y=True)
-                opt = Optimizer(self._dims, base_estimator=fixed, n_initial_points=1, acq_func=self.acquisition,
-                                acq_optimizer="sampling", acq_optimizer_kwargs={"n_points": 2000},
-                                random_state=seed + i + 1)
-            else:
-                opt = Optimizer(self._dims, base_estimator=_gbrt(seed) if self.surrogate == "GBRT" else self.surrogate,
-                                n_initial_points=1, acq_func=self.acquisition, random_state=seed + i + 1)
-            opt.tell(X, y)
-            x = opt.ask()
+            X.append(list(key))
+            y.append(best)
         return out

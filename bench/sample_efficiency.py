@@ -1,0 +1,222 @@
+"""Parallel sample efficiency: best value found by 1, 8 and 32 groups searching at once.
+
+    python bench/sample_efficiency.py [--seeds 10] [--widths 1 8 32] [--budgets 40 80] [--jobs 2]
+                                      [--methods mpiopt random optuna] [--functions branin hartmann6]
+
+Each search is simulated in virtual time (no MPI, no sleeping): `width` groups run trials whose
+durations are drawn from U(0.5, 1.5), so results come back in a shuffled order as they do on a
+cluster; when a trial finishes, the searcher is told its value and asked for the next point while
+the other `width - 1` trials are still pending. The best value among the first B trials asked is
+what a search with `trials: B` would have found (no method here looks at the budget).
+
+Methods:
+  mpiopt            BayesianSearch as `mpiopt search` runs it: GP, gp_hedge, initial_points 10
+  mpiopt-liar       the same GP, pending points at the best value seen (the constant liar)
+  mpiopt-believer   the same GP, pending points at the posterior mean (the kriging believer)
+  skopt-liar        scikit-optimize 0.10 Optimizer (GP, gp_hedge, 10 initial), pending points
+                    told at the best value seen (constant liar)
+  random            independent uniform draws
+  optuna            Optuna's TPESampler(constant_liar=True, seed) through study.ask/tell
+                    (`pip install optuna` for this benchmark; mpiopt does not depend on it)
+
+Prints median [25th, 75th percentile] of the best value over seeds; asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import math
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mpiopt.space import Real, Space  # noqa: E402
+
+# -- test functions ------------------------------------------------------------------------------
+BRANIN_MIN = 0.397887
+HARTMANN6_MIN = -3.32237
+
+
+def branin(p: dict) -> float:
+    x1, x2 = p["x1"], p["x2"]
+    a, b, c, r, s, t = 1.0, 5.1 / (4 * math.pi ** 2), 5 / math.pi, 6.0, 10.0, 1 / (8 * math.pi)
+    return a * (x2 - b * x1 ** 2 + c * x1 - r) ** 2 + s * (1 - t) * math.cos(x1) + s
+
+
+_H_A = np.array([[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14], [3, 3.5, 1.7, 10, 17, 8],
+                 [17, 8, 0.05, 10, 0.1, 14]])
+_H_P = 1e-4 * np.array([[1312, 1696, 5569, 124, 8283, 5886], [2329, 4135, 8307, 3736, 1004, 9991],
+                        [2348, 1451, 3522, 2883, 3047, 6650], [4047, 8828, 8732, 5743, 1091, 381]])
+_H_ALPHA = np.array([1.0, 1.2, 3.0, 3.2])
+
+
+def hartmann6(p: dict) -> float:
+    x = np.array([p[f"x{i}"] for i in range(1, 7)])
+    return float(-(_H_ALPHA * np.exp(-(_H_A * (x - _H_P) ** 2).sum(1))).sum())
+
+
+FUNCTIONS = {
+    "branin": (branin, Space((Real("x1", -5.0, 10.0), Real("x2", 0.0, 15.0))), BRANIN_MIN),
+    "hartmann6": (hartmann6, Space(tuple(Real(f"x{i}", 0.0, 1.0) for i in range(1, 7))), HARTMANN6_MIN),
+}
+
+
+# -- searchers behind one ask/tell ----------------------------------------------------------------
+class MpioptAdapter:
+    def __init__(self, space, seed, rule=None, random=False):
+        from mpiopt.search import BayesianSearch, RandomSearch
+
+        if random:
+            self.s = RandomSearch(space, seed=seed)
+        else:
+            self.s = BayesianSearch(space, seed=seed, batch_rule=rule or "believer_clipped")
+
+    def ask(self, n):
+        return self.s.ask(n)
+
+    def tell(self, n, params, value):
+        self.s.tell(n, params, value)
+
+
+class SkoptLiar:
+    def __init__(self, space, seed):
+        from skopt import Optimizer
+        from mpiopt.space import to_skopt
+
+        self.space = space
+        self.opt = Optimizer(to_skopt(space), base_estimator="GP", acq_func="gp_hedge", n_initial_points=10,
+                             random_state=seed)
+        self.done: list[tuple[list, float]] = []
+        self.pending: dict[int, list] = {}
+        self.seed = seed
+
+    def ask(self, n):
+        from skopt import Optimizer
+        from mpiopt.space import to_skopt
+
+        if not self.pending:
+            x = self.opt.ask()
+        else:  # pending points told at the best value seen, on a copy (what ask(n_points) does inside)
+            opt = Optimizer(to_skopt(self.space), base_estimator="GP", acq_func="gp_hedge", n_initial_points=10,
+                            random_state=self.seed + n)
+            best = min((v for _, v in self.done), default=0.0)
+            X = [x for x, _ in self.done] + list(self.pending.values())
+            y = [v for _, v in self.done] + [best] * len(self.pending)
+            if X:
+                opt.tell(X, y)
+            x = opt.ask()
+        self.pending[n] = list(x)
+        return self.space.from_list(x)
+
+    def tell(self, n, params, value):
+        x = self.pending.pop(n)
+        self.done.append((x, value))
+        self.opt.tell(x, value)
+
+
+class OptunaTPE:
+    def __init__(self, space, seed):
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.optuna = optuna
+        self.study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed, constant_liar=True))
+        self.dists = {p.name: optuna.distributions.FloatDistribution(p.low, p.high) for p in space.params}
+        self.trials = {}
+
+    def ask(self, n):
+        t = self.study.ask(self.dists)
+        self.trials[n] = t
+        return dict(t.params)
+
+    def tell(self, n, params, value):
+        self.study.tell(self.trials.pop(n), value)
+
+
+def make(method, space, seed):
+    if method == "optuna":
+        return OptunaTPE(space, seed)
+    if method == "random":
+        return MpioptAdapter(space, seed, random=True)
+    if method == "skopt-liar":
+        return SkoptLiar(space, seed)
+    rule = {"mpiopt": None, "mpiopt-liar": "liar", "mpiopt-believer": "believer"}[method]
+    return MpioptAdapter(space, seed, rule=rule)
+
+
+def simulate(method: str, function: str, width: int, budget: int, seed: int) -> tuple[list[float], float]:
+    """Losses of trials 0..budget-1 (in the order asked) and the seconds spent in ask/tell."""
+    f, space, _ = FUNCTIONS[function]
+    searcher = make(method, space, seed)
+    rng = np.random.default_rng(seed + 1000 * width)
+    values: dict[int, float] = {}
+    running: list[tuple[float, int, dict]] = []
+    clock, asked, spent = 0.0, 0, 0.0
+    while asked < min(width, budget):
+        t = time.perf_counter()
+        params = searcher.ask(asked)
+        spent += time.perf_counter() - t
+        heapq.heappush(running, (clock + rng.uniform(0.5, 1.5), asked, params))
+        asked += 1
+    while running:
+        clock, n, params = heapq.heappop(running)
+        values[n] = f(params)
+        t = time.perf_counter()
+        searcher.tell(n, params, values[n])
+        if asked < budget:
+            new = searcher.ask(asked)
+            heapq.heappush(running, (clock + rng.uniform(0.5, 1.5), asked, new))
+            asked += 1
+        spent += time.perf_counter() - t
+    return [values[i] for i in range(budget)], spent
+
+
+def _job(args):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    return args, simulate(*args)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--widths", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--budgets", type=int, nargs="+", default=[40, 80])
+    ap.add_argument("--methods", nargs="+", default=["mpiopt", "random", "optuna"])
+    ap.add_argument("--functions", nargs="+", default=["branin", "hartmann6"])
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    top = max(args.budgets)
+    jobs = [(m, fn, w, top, s) for fn in args.functions for m in args.methods for w in args.widths
+            for s in range(args.seeds)]
+    results = {}
+    t0 = time.time()
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for (m, fn, w, _, s), (vals, spent) in pool.map(_job, jobs):
+            results[(m, fn, w, s)] = (vals, spent)
+    print(f"{len(jobs)} searches in {time.time() - t0:.0f} s; median [25th, 75th percentile] of the best value "
+          f"over {args.seeds} seeds (lower is better)\n")
+    for fn in args.functions:
+        print(f"### {fn} (minimum {FUNCTIONS[fn][2]})\n")
+        head = "| method | groups | " + " | ".join(f"best @ {b}" for b in args.budgets) + " | s in ask/tell per search |"
+        print(head)
+        print("|" + " --- |" * (head.count("|") - 1))
+        for m in args.methods:
+            for w in args.widths:
+                cells = []
+                for b in args.budgets:
+                    bests = [min(results[(m, fn, w, s)][0][:b]) for s in range(args.seeds)]
+                    q1, med, q3 = np.percentile(bests, [25, 50, 75])
+                    cells.append(f"{med:.3f} [{q1:.3f}, {q3:.3f}]")
+                spent = np.median([results[(m, fn, w, s)][1] for s in range(args.seeds)])
+                print(f"| {m} | {w} | " + " | ".join(cells) + f" | {spent:.1f} |")
+        print()
+
+
+if __name__ == "__main__":
+    main()
