@@ -78,6 +78,8 @@ def timeline(df):
 
     Utilization is busy time over (groups x active time), where active time is the union of the
     trials' intervals, so the pause between a kill and its --resume is not counted as idle.
+    `dispatch_ms` is the coordinator's part of a hand-out (result received -> next trial sent);
+    `wait_ms` is what the group saw (result sent -> next trial received), MPI included.
     Returns (per-group DataFrame, summary dict).
     """
     import pandas as pd
@@ -100,8 +102,9 @@ def timeline(df):
     per["utilization"] = per.busy_s / active if active > 0 else float("nan")
     summary = {"groups": int(len(per)), "trials": int(len(done)), "active_s": active,
                "utilization": float(per.busy_s.sum() / (len(per) * active)) if active > 0 else float("nan")}
-    if "dispatch_ms" in df and df.dispatch_ms.notna().any():
-        d = pd.to_numeric(df.dispatch_ms, errors="coerce").dropna()
-        summary["dispatch_p50_ms"] = float(d.quantile(0.5))
-        summary["dispatch_p99_ms"] = float(d.quantile(0.99))
+    for col, key in (("dispatch_ms", "dispatch"), ("wait_ms", "wait")):
+        if col in df and df[col].notna().any():
+            d = pd.to_numeric(df[col], errors="coerce").dropna()
+            summary[f"{key}_p50_ms"] = float(d.quantile(0.5))
+            summary[f"{key}_p99_ms"] = float(d.quantile(0.99))
     return per, summary

@@ -283,13 +283,13 @@ def _coordinate(cfg, plan, comm, run_dir, trials) -> int:
     else:
         comm.Split(color=transport._mpi().UNDEFINED, key=0)
         link = transport.MPITransport(comm, plan)
-    # several groups: keep suggestions ready so that no group waits for a surrogate fit; one
-    # group: suggest on demand, so that a sequential search is exactly reproducible
-    # Experimental, off by default: MPIOPT_PREFETCH=N keeps N suggestions ready, computed a batch
-    # per surrogate fit in a background thread. It raises throughput when results arrive faster
-    # than the surrogate refits, but its effect on sample efficiency is not measured yet (issue 5).
-    depth = int(os.environ.get("MPIOPT_PREFETCH", "0"))
-    searcher = make_searcher(cfg.space, cfg.search, prefetch=depth if link.n_groups > 1 else 0)
+    # several groups: suggestions are computed ahead in a background thread, so that no group
+    # waits for a surrogate fit; one group: suggested on demand, so that a sequential search is
+    # exactly reproducible. MPIOPT_PREFETCH=0 asks on demand with any number of groups (the
+    # synchronous baseline of bench/coordinator.py).
+    ahead = link.n_groups > 1 and os.environ.get("MPIOPT_PREFETCH", "1") != "0"
+    searcher = make_searcher(cfg.space, cfg.search, prefetch=link.n_groups if ahead else 0)
+    cpu0 = time.process_time()
     coordinator = Coordinator(cfg, searcher, link, run_dir, trials)
     try:
         summary = coordinator.run()
@@ -306,11 +306,12 @@ def _coordinate(cfg, plan, comm, run_dir, trials) -> int:
         print(f"mpiopt: error: {summary.stopped}", file=sys.stderr, flush=True)
         code = summary.exit_code or 1
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts().items()))
-    if getattr(searcher, "prefetched", 0) or getattr(searcher, "synchronous", 0):
-        log.info("suggestions: %d ready when asked for, %d computed on demand", searcher.prefetched,
-                 searcher.synchronous)
-    log.info("search finished in %.1f s: %d trials (%s); %s", summary.wall_s, len(summary.trials), counts,
-             dispatch_stats(summary.dispatch_s))
+    if hasattr(searcher, "report"):
+        log.info("%s", searcher.report())
+    cpu = time.process_time() - cpu0
+    log.info("search finished in %.1f s: %d trials (%s); %s; coordinator CPU %.1f s (%.0f%% of one core)",
+             summary.wall_s, len(summary.trials), counts, dispatch_stats(summary.dispatch_s), cpu,
+             100.0 * cpu / max(summary.wall_s, 1e-9))
     best = summary.best
     if best is not None:
         params = ", ".join(f"{k}={v!r}" for k, v in best.params.items())
@@ -467,6 +468,30 @@ def _describe_param(p) -> str:
     return f"{p.name} in [{p.low}, {p.high}]{prior}"
 
 
+def _records(df) -> list[dict[str, Any]]:
+    """Rows as JSON-ready dicts: floats exact (pandas' to_json keeps 15 digits), times ISO 8601,
+    missing values null."""
+    import math
+
+    def value(v):
+        if type(v).__name__ == "NaTType":
+            return None
+        if hasattr(v, "isoformat"):
+            return v.isoformat()
+        if hasattr(v, "item"):
+            v = v.item()
+        if v is None or (isinstance(v, float) and not math.isfinite(v)):
+            return None
+        try:
+            if v != v:  # pandas' NA and NaT
+                return None
+        except TypeError:
+            return None
+        return v
+
+    return [{k: value(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
+
+
 def cmd_results(args) -> int:
     import json
 
@@ -484,6 +509,8 @@ def cmd_results(args) -> int:
                 f"{summary['active_s']:.1f} s; group utilization {summary['utilization']:.3f}")
         if "dispatch_p50_ms" in summary:
             line += f"; dispatch latency p50 {summary['dispatch_p50_ms']:.2f} ms, p99 {summary['dispatch_p99_ms']:.2f} ms"
+        if "wait_p50_ms" in summary:
+            line += f"; group wait p50 {summary['wait_p50_ms']:.2f} ms, p99 {summary['wait_p99_ms']:.2f} ms"
         print(line)
         print(per.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
         return 0
@@ -492,7 +519,7 @@ def cmd_results(args) -> int:
     if args.format == "csv":
         sys.stdout.write(top.to_csv(index=False))
     elif args.format == "json":
-        sys.stdout.write(top.to_json(orient="records", date_format="iso", indent=1, double_precision=15) + "\n")
+        sys.stdout.write(json.dumps(_records(top), indent=1, allow_nan=False) + "\n")
     else:
         counts = df["status"].value_counts().to_dict()
         print(f"{args.dir}: {len(df)} trials (" + ", ".join(f"{n} {s}" for s, n in counts.items())

@@ -53,6 +53,8 @@ class Coordinator:
         self.run_dir = run_dir
         self.trials: dict[int, TrialRecord] = dict(trials or {})
         self.sign = 1.0 if cfg.objective.direction == "minimize" else -1.0
+        self._table_dirty = False
+        self._table_at = -1e9
 
     # -- helpers -----------------------------------------------------------------------------
     def loss(self, rec: TrialRecord) -> float | None:
@@ -70,12 +72,23 @@ class Coordinator:
         return target is not None and best is not None and self.sign * best.objective <= self.sign * target
 
     def _journal(self, event: dict[str, Any]) -> None:
+        # written and flushed at once (safe from a kill); fsynced once a loop, before the next wait
         if self.run_dir is not None:
-            self.run_dir.append(event)
+            self.run_dir.append(event, sync=False)
 
-    def _table(self) -> None:
-        if self.run_dir is not None:
-            self.run_dir.write_results(self.trials.values(), self.cfg.space.names, live=True)
+    TABLE_EVERY_S = 0.5  # results.csv is rewritten at most this often while trials pour in
+
+    def _table(self, force: bool = False) -> None:
+        """Rewrite results.csv if it is behind, not more often than TABLE_EVERY_S (the journal is
+        written at once; the table is a view of it and is complete when the search ends)."""
+        if self.run_dir is None or not self._table_dirty:
+            return
+        now = time.monotonic()
+        if not force and now - self._table_at < self.TABLE_EVERY_S:
+            return
+        self.run_dir.write_results(self.trials.values(), self.cfg.space.names, live=True)
+        self._table_dirty = False
+        self._table_at = now
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> Summary:
@@ -118,15 +131,17 @@ class Coordinator:
                     params = self.searcher.ask(n)
                 ranks = self.transport.group_ranks(group)
                 now = time.time()
-                # how long this group waited for the coordinator since it was free
-                dispatch = time.perf_counter() - idle_since.pop(group, t_ready)
-                self.trials[n] = TrialRecord(trial=n, params=params, start=now, group=group, ranks=ranks,
-                                             dispatch_s=dispatch)
+                self.trials[n] = TrialRecord(trial=n, params=params, start=now, group=group, ranks=ranks)
+                # written before the task goes out (a crash after the send must not lose the trial);
+                # the dispatch time is measured at the send and kept in memory and in the table
                 self._journal({"event": "start", "trial": n, "params": params, "group": group, "ranks": ranks,
-                               "time": now, "dispatch_s": dispatch})
+                               "time": now})
                 task = {"trial": n, "params": params,
                         "trial_dir": str(self.run_dir.trial_dir(n)) if self.run_dir is not None else None}
                 self.transport.send_task(group, task)
+                # how long this group waited for the coordinator, from its result's arrival to the send
+                dispatch = time.perf_counter() - idle_since.pop(group, t_ready)
+                self.trials[n].dispatch_s = dispatch
                 running[group] = n
                 if limit:
                     trial_limit = self.cfg.trial_training(params).get("time_limit") or limit
@@ -134,6 +149,9 @@ class Coordinator:
                 summary.dispatch_s.append(dispatch)
                 summary.dispatched += 1
                 log.debug("trial %d -> group %d: %s", n, group, params)
+            if self.run_dir is not None:  # every idle group has its next trial: now the disk may catch up
+                self.run_dir.sync()
+            self._table()
             if not running:
                 if retired and not idle and len(finished) < budget and not stopping:
                     summary.stopped = "every group was retired (none came back from a trial past its time limit)"
@@ -142,6 +160,7 @@ class Coordinator:
             waits = [deadlines[g] for g in running if g in deadlines]
             timeout = max(0.0, min(waits) - time.monotonic()) if waits else None
             got = self.transport.recv_result(timeout=timeout)
+            t_recv = time.perf_counter()
             if got is None:  # a group is past its trial's time limit and grace period
                 now = time.monotonic()
                 for group in [g for g in running if deadlines.get(g, now + 1) <= now]:
@@ -168,7 +187,7 @@ class Coordinator:
             n = running.pop(group)
             deadlines.pop(group, None)
             idle.append(group)
-            idle_since[group] = time.perf_counter()
+            idle_since[group] = t_recv
             self._record(n, TrialResult.from_dict(payload))
             finished.add(n)
             if payload.get("misuse") and not summary.stopped:
@@ -190,6 +209,7 @@ class Coordinator:
                          len(running))
                 summary.target_reached = True
         self.transport.shutdown()
+        self._table(force=True)
         summary.best = self.best()
         summary.target_reached = summary.target_reached or self.reached_target()
         summary.wall_s = time.monotonic() - t0
@@ -221,11 +241,12 @@ class Coordinator:
         rec.error = result.error
         rec.start = result.start or rec.start
         rec.end = result.end or time.time()
+        rec.wait_s = result.wait_s
         self._journal({"event": "finish", "trial": n, "status": rec.status.value, "objective": rec.objective,
                        "metrics": rec.metrics, "epochs": rec.epochs, "error": rec.error, "start": rec.start,
-                       "end": rec.end})
+                       "end": rec.end, "wait_s": rec.wait_s, "dispatch_s": rec.dispatch_s})
         self.searcher.tell(n, rec.params, self.loss(rec))
-        self._table()
+        self._table_dirty = True
         best = self.best()
         n_done = sum(1 for t in self.trials.values() if t.status.is_finished())
         what = f"objective={rec.objective:.6g}" if rec.objective is not None else (rec.error or "").splitlines()[0][:120]

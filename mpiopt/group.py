@@ -40,10 +40,11 @@ def run_task(runner: TrialRunner, task: dict[str, Any], comm=None) -> tuple[Outc
     return outcome, start, time.time()
 
 
-def result_of(task: dict[str, Any], outcome: Outcome, start: float, end: float) -> dict[str, Any]:
+def result_of(task: dict[str, Any], outcome: Outcome, start: float, end: float,
+              wait: float | None = None) -> dict[str, Any]:
     out = TrialResult(trial=task["trial"], status=outcome.status, objective=outcome.objective,
                       metrics=outcome.metrics, epochs=outcome.epochs, error=outcome.error,
-                      start=start, end=end).to_dict()
+                      start=start, end=end, wait_s=wait).to_dict()
     if outcome.misuse:
         out["misuse"] = True
     return out
@@ -55,8 +56,10 @@ def serve(channel, runner_factory) -> int:
 
     runner: TrialRunner | None = None
     done = 0
+    sent: float | None = None  # when this group's previous result went out
     while True:
         task = channel.next_task()
+        wait = time.perf_counter() - sent if sent is not None else None
         if task is None:
             return done
         if os.environ.get("MPIOPT_INJECT_FAULT") == f"serve:{task['trial']}":  # fault-injection tests only
@@ -72,5 +75,6 @@ def serve(channel, runner_factory) -> int:
             comm.close()
         outcomes = channel.gather_outcomes(asdict(outcome))
         if outcomes is not None:
-            channel.send_result(result_of(task, merge(outcomes), start, time.time()))
+            channel.send_result(result_of(task, merge(outcomes), start, time.time(), wait))
+        sent = time.perf_counter()
         done += 1

@@ -118,6 +118,8 @@ def replay(events: Iterable[dict[str, Any]]) -> dict[int, TrialRecord]:
             rec.error = e.get("error")
             rec.start = e.get("start", rec.start)
             rec.end = e.get("end")
+            rec.wait_s = e.get("wait_s")
+            rec.dispatch_s = e.get("dispatch_s", rec.dispatch_s)
     return dict(sorted(trials.items()))
 
 
@@ -138,7 +140,7 @@ def result_rows(trials: Iterable[TrialRecord], param_names: list[str], *, live: 
     extra = sorted({k for t in trials for k in t.params if k not in param_names})
     params += [f"params_{k}" for k in extra]
     columns = ["trial", "status", "objective", *params, *metric_names, "epochs", "start", "end", "duration_s",
-               "group", "ranks", "dispatch_ms", "error"]
+               "group", "ranks", "dispatch_ms", "wait_ms", "error"]
     rows = []
     for t in trials:
         status = t.status
@@ -157,6 +159,7 @@ def result_rows(trials: Iterable[TrialRecord], param_names: list[str], *, live: 
         row["group"] = t.group
         row["ranks"] = t.ranks
         row["dispatch_ms"] = round(t.dispatch_s * 1000, 3) if t.dispatch_s is not None else None
+        row["wait_ms"] = round(t.wait_s * 1000, 3) if t.wait_s is not None else None
         row["error"] = t.error
         rows.append(row)
     return columns, rows
@@ -263,13 +266,24 @@ class RunDir:
         log.warning("%s: a torn last line (%d bytes) was cut off and kept in %s.torn", self.journal_path, len(torn),
                     JOURNAL)
 
-    def append(self, event: dict[str, Any]) -> None:
-        """Append one record: written whole, flushed and fsynced before this returns."""
+    def append(self, event: dict[str, Any], *, sync: bool = True) -> None:
+        """Append one record, written whole and flushed to the OS (it survives a kill of this
+        process at once); fsynced before this returns unless `sync=False`, in which case `sync()`
+        must follow (the coordinator syncs once a loop, before it waits for the next result)."""
         assert self._journal is not None, "RunDir.open() first"
         line = json.dumps(clean(event), separators=(",", ":"), allow_nan=False).encode("utf-8") + b"\n"
         self._journal.write(line)
         self._journal.flush()
-        os.fsync(self._journal.fileno())
+        if sync:
+            os.fsync(self._journal.fileno())
+        else:
+            self._unsynced = True
+
+    def sync(self) -> None:
+        """fsync the journal if records were appended with `sync=False` since the last one."""
+        if self._journal is not None and getattr(self, "_unsynced", False):
+            os.fsync(self._journal.fileno())
+            self._unsynced = False
 
     def load(self) -> tuple[dict[int, TrialRecord], list[str]]:
         if not self.journal_path.exists():

@@ -41,13 +41,15 @@ class TrialResult:
     error: str | None = None
     start: float = 0.0
     end: float = 0.0
+    wait_s: float | None = None  # how long the group waited for this task after its previous result
 
     def to_dict(self) -> dict[str, Any]:
         return clean(asdict(self))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrialResult":
-        return cls(**{k: d.get(k) for k in ("trial", "status", "objective", "metrics", "epochs", "error", "start", "end")
+        return cls(**{k: d.get(k) for k in ("trial", "status", "objective", "metrics", "epochs", "error", "start", "end",
+                                                "wait_s")
                       if k in d})
 
 
@@ -66,7 +68,8 @@ class TrialRecord:
     group: int | None = None
     ranks: int | None = None
     error: str | None = None
-    dispatch_s: float | None = None  # the group waited this long for the coordinator to hand this trial out
+    dispatch_s: float | None = None  # coordinator: from the group's previous result to this trial's hand-out
+    wait_s: float | None = None  # group: from sending its previous result to receiving this trial
 
 
 def clean(value: Any) -> Any:

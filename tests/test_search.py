@@ -105,25 +105,37 @@ def test_prefetching_serves_ready_points_that_stay_apart():
     from mpiopt.search import Prefetching
 
     inner = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
-    s = Prefetching(inner, depth=2)
+    s = Prefetching(inner, groups=6)
     try:
         for i in range(3):
             p = s.ask(i)
             s.tell(i, p, branin(p))
+        assert s.counts["design"] == 3
         deadline = _time.monotonic() + 30
-        while len(s.ready) < 2 and _time.monotonic() < deadline:  # the thread fills the queue
+        while (not s.ready or s.rounds < 1) and _time.monotonic() < deadline:  # the thread fills the queue
             _time.sleep(0.01)
-        assert len(s.ready) == 2
+        assert s.ready and s.rounds >= 1 and s.error is None
         served = [s.ask(i) for i in range(3, 9)]  # six groups asking at once
-        assert s.prefetched >= 2
+        assert s.counts["model"] >= 1 and s.counts["model"] + s.counts["fallback"] == 6
         keys = {(p["x"], p["y"]) for p in served}
         assert len(keys) == 6  # queued and pending points are never handed out twice
         assert set(inner.pending) == set(range(3, 9))
         for i, p in zip(range(3, 9), served):
             s.tell(i, p, branin(p))
         assert len(inner.completed) == 9 and not inner.pending
+        assert "from the surrogate" in s.report()
     finally:
         s.close()
+
+
+def test_points_handed_out_during_a_round_remove_their_nearest_twin():
+    from mpiopt.search import Prefetching
+
+    s = Prefetching(BayesianSearch(SPACE, seed=0), groups=4)
+    batch = [{"x": 0.0, "y": 0.0}, {"x": 5.0, "y": 5.0}, {"x": 9.0, "y": 14.0}]
+    kept = s._drop_near(batch, [{"x": 5.1, "y": 4.9}])
+    assert kept == [batch[0], batch[2]]
+    assert s._drop_near(batch, []) == batch
 
 
 @pytest.mark.parametrize("surrogate", ["GP", "RF"])

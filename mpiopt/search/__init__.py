@@ -14,9 +14,10 @@ __all__ = ["Searcher", "RandomSearch", "BayesianSearch", "Prefetching", "make_se
 
 
 def make_searcher(space: Space, settings, *, prefetch: int = 0) -> Searcher:
-    """The searcher of a `SearchSettings`; with `prefetch`, that many suggestions kept ready."""
+    """The searcher of a `SearchSettings`; with `prefetch` (the number of groups), suggestions are
+    computed ahead in a background thread (`Prefetching`)."""
     if settings.algorithm == "random":
         return RandomSearch(space, seed=settings.seed)
     searcher = BayesianSearch(space, seed=settings.seed, surrogate=settings.surrogate,
                               acquisition=settings.acquisition, initial_points=settings.initial_points)
-    return Prefetching(searcher, depth=prefetch) if prefetch else searcher
+    return Prefetching(searcher, groups=prefetch) if prefetch else searcher

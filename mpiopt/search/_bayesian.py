@@ -71,6 +71,7 @@ class BayesianSearch(RandomSearch):
         self.batch_rule = batch_rule
         self._dims = to_skopt(space)
         self.coder = _gp.UnitCoder(space)
+        from scipy.stats import qmc  # noqa: F401 - imported now, not at the first hand-out
         self.hyper: _gp.Hyper | None = None
         self.gains = np.zeros(len(_gp.ACQUISITIONS))
         self._proposals: np.ndarray | None = None  # each acquisition's favourite at the last fit (gp_hedge)

@@ -25,7 +25,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import cho_solve, solve_triangular
 from scipy.optimize import minimize
 from scipy.special import ndtr
 
@@ -183,9 +182,10 @@ def _neg_log_posterior(theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple
         L = np.linalg.cholesky(K)
     except np.linalg.LinAlgError:
         return 1e10, np.zeros_like(theta)
-    alpha = cho_solve((L, True), y)
+    Li = np.linalg.inv(L)  # numpy releases the interpreter lock here; scipy's triangular solvers do not
+    Kinv = Li.T @ Li
+    alpha = Kinv @ y
     nll = 0.5 * y @ alpha + np.log(np.diag(L)).sum() + 0.5 * n * math.log(2 * math.pi)
-    Kinv = cho_solve((L, True), np.eye(n))
     R = np.outer(alpha, alpha) - Kinv  # dNLL/dtheta = -0.5 sum(R * dK/dtheta)
     G = h.amplitude * (5.0 / 3.0) * (1.0 + SQRT5 * r) * e  # dK/dlog(l_j) = G * (a_i - a_k)^2
     RG = R * G
@@ -230,7 +230,12 @@ def fit_hyper(X: np.ndarray, y: np.ndarray, start: Hyper | None = None, *, resta
 
 # -- the posterior, grown one point at a time -----------------------------------------------------
 class Posterior:
-    """The GP conditioned on training points; `add()` conditions on one more (real or fantasy)."""
+    """The GP conditioned on training points; `add()` conditions on one more (real or fantasy).
+
+    Keeps the inverse of the Cholesky factor, so every solve is a matrix product: numpy runs
+    those without the interpreter lock, and the coordinator's dispatch thread is never held up
+    by a fit running in the background thread (scipy's triangular solver holds the lock).
+    """
 
     def __init__(self, h: Hyper, X: np.ndarray, y: np.ndarray, capacity: int | None = None) -> None:
         self.h = h
@@ -238,18 +243,18 @@ class Posterior:
         cap = max(capacity or 0, n) + 8
         self.X = np.zeros((cap, X.shape[1]))
         self.X[:n] = X
-        self.L = np.zeros((cap, cap))
+        self.Li = np.zeros((cap, cap))  # L^-1, L the Cholesky factor of the training covariance
         K = kernel(X, X, h) + (h.noise + JITTER) * np.eye(n)
-        self.L[:n, :n] = np.linalg.cholesky(K)
+        self.Li[:n, :n] = np.linalg.inv(np.linalg.cholesky(K))
         self.beta = np.zeros(cap)  # L^-1 y
-        self.beta[:n] = solve_triangular(self.L[:n, :n], y, lower=True)
+        self.beta[:n] = self.Li[:n, :n] @ y
         self.n = n
         self.C: np.ndarray | None = None  # candidates, with V = L^-1 k(X, C), their mean and variance
         self.V: np.ndarray | None = None
 
     def _grow(self) -> None:
-        cap = len(self.L) * 2
-        for name in ("X", "L"):
+        cap = len(self.Li) * 2
+        for name in ("X", "Li"):
             old = getattr(self, name)
             new = np.zeros((cap, old.shape[1]) if name == "X" else (cap, cap))
             new[:old.shape[0], :old.shape[1]] = old
@@ -265,7 +270,7 @@ class Posterior:
     def predict(self, Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and latent variance at the rows of `Z`."""
         n = self.n
-        W = solve_triangular(self.L[:n, :n], kernel(self.X[:n], Z, self.h), lower=True, check_finite=False)
+        W = self.Li[:n, :n] @ kernel(self.X[:n], Z, self.h)
         mu = W.T @ self.beta[:n]
         var = np.maximum(self.h.amplitude - (W * W).sum(0), 1e-12)
         return mu, var
@@ -273,25 +278,25 @@ class Posterior:
     def set_candidates(self, C: np.ndarray) -> None:
         n = self.n
         self.C = C
-        V = np.zeros((len(self.L), len(C)))
-        V[:n] = solve_triangular(self.L[:n, :n], kernel(self.X[:n], C, self.h), lower=True, check_finite=False)
+        V = np.zeros((len(self.Li), len(C)))
+        V[:n] = self.Li[:n, :n] @ kernel(self.X[:n], C, self.h)
         self.V = V
         self.mu_c = V[:n].T @ self.beta[:n]
         self.var_c = np.maximum(self.h.amplitude - (V[:n] ** 2).sum(0), 1e-12)
 
     def add(self, x: np.ndarray, value: float, noise: float | None = None) -> None:
         """Condition on one more observation `value` at `x` (O(n^2 + n C)), of variance `noise`."""
-        if self.n + 1 >= len(self.L):
+        if self.n + 1 >= len(self.Li):
             self._grow()
         n = self.n
         k = kernel(self.X[:n], x[None, :], self.h)[:, 0]
-        w = solve_triangular(self.L[:n, :n], k, lower=True, check_finite=False)
+        w = self.Li[:n, :n] @ k
         dd = math.sqrt(max(self.h.amplitude + (self.h.noise if noise is None else noise) + JITTER - w @ w, 1e-12))
         mean_x = w @ self.beta[:n]
         b = (value - mean_x) / dd
         self.X[n] = x
-        self.L[n, :n] = w
-        self.L[n, n] = dd
+        self.Li[n, :n] = -(w @ self.Li[:n, :n]) / dd  # the new row of L^-1 for L's new row [w, dd]
+        self.Li[n, n] = 1.0 / dd
         self.beta[n] = b
         if self.C is not None:
             row = (kernel(x[None, :], self.C, self.h)[0] - w @ self.V[:n]) / dd

@@ -1,0 +1,94 @@
+"""The coordinator under load: group utilization and dispatch latency, ahead-of-time vs synchronous.
+
+    python bench/coordinator.py [--layouts 64x1 33x1 33x4] [--sleeps 0.5 2] [--trials 315]
+                                [--modes ahead sync]
+
+Runs `mpiexec -n RANKS mpiopt search bench/spaces/sleepy_hartmann6.yaml` (Hartmann-6 behind a
+sleep of 0.5 or 2 s, GP + gp_hedge, 10 initial points) for each layout (RANKS x group size) and
+sleep, in two modes in the same run:
+
+  ahead  mpiopt's default: suggestions computed in a background thread, handed out at once
+  sync   MPIOPT_PREFETCH=0: tell and ask on every result, the group waiting (MPI Opt's way)
+
+and reads the run directory back (`mpiopt.analysis.timeline`): group utilization (busy time over
+groups x active time), the coordinator's dispatch latency (result received -> next trial sent)
+p50/p99, the group's wait (result sent -> next trial received, MPI included) p50/p99, the
+coordinator process's CPU time (both threads), and where the suggestions came from.
+Prints a table; asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+SPACE = ROOT / "bench" / "spaces" / "sleepy_hartmann6.yaml"
+
+
+def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path) -> dict:
+    from mpiopt.analysis import load_results, timeline
+
+    env = dict(os.environ, MPIOPT_BENCH_SLEEP=str(sleep), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    if mode == "sync":
+        env["MPIOPT_PREFETCH"] = "0"
+    out.mkdir(parents=True)
+    space = out.parent / f"{out.name}.yaml"  # the space with this layout's group size, beside its objective
+    space.write_text(SPACE.read_text().replace("group_size: 1", f"group_size: {size}"))
+    obj = out.parent / "sleepy_hartmann6.py"
+    if not obj.exists():
+        obj.write_text((SPACE.parent / "sleepy_hartmann6.py").read_text())
+    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "mpiopt", "search", str(space), "--out", str(out / "run"),
+           "--trials", str(trials)]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    _, summary = timeline(load_results(out / "run"))
+    cpu = re.search(r"coordinator CPU ([0-9.]+) s \(([0-9]+)% of one core\)", p.stderr)
+    search = re.search(r"search finished in ([0-9.]+) s", p.stderr)
+    best = re.search(r"best objective = ([0-9.eE+-]+)", p.stdout)
+    src = re.search(r"suggestions: (\d+) from the surrogate .*?(?:p50 (\d+), max (\d+))?\), (\d+) from the initial "
+                    r"design, (\d+) fallback", p.stderr)
+    return {"wall": wall, "search": float(search.group(1)), "best": float(best.group(1)), **summary,
+            "cpu": float(cpu.group(1)), "cpu_pct": int(cpu.group(2)),
+            "model": int(src.group(1)) if src else None, "stale": src.group(2) if src else None,
+            "fallback": int(src.group(5)) if src else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layouts", nargs="+", default=["64x1", "33x1", "33x4"], help="RANKSxGROUP_SIZE")
+    ap.add_argument("--sleeps", type=float, nargs="+", default=[0.5, 2.0])
+    ap.add_argument("--trials", type=int, default=315)
+    ap.add_argument("--modes", nargs="+", default=["ahead", "sync"])
+    args = ap.parse_args()
+    print(f"Hartmann-6 behind a sleep, {args.trials} trials, GP + gp_hedge; {os.cpu_count()} cores\n")
+    print("| ranks | groups | trial s | mode | search s | utilization | dispatch p50 / p99 ms | group wait p50 / p99 ms "
+          "| coordinator CPU s (% core) | model / fallback suggestions (staleness p50) | best |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    with tempfile.TemporaryDirectory() as tmp:
+        for layout in args.layouts:
+            ranks, size = (int(v) for v in layout.split("x"))
+            groups = (ranks - 1) // size
+            for sleep in args.sleeps:
+                for mode in args.modes:
+                    out = Path(tmp) / f"{layout}-{sleep}-{mode}"
+                    r = run(ranks, size, sleep, args.trials, mode, out)
+                    sugg = f"{r['model']} / {r['fallback']} ({r['stale']})" if r["model"] is not None else "on demand"
+                    print(f"| {ranks} | {groups} x {size} | {sleep:g} | {mode} | {r['search']:.1f} | {r['utilization']:.3f} "
+                          f"| {r['dispatch_p50_ms']:.2f} / {r['dispatch_p99_ms']:.2f} "
+                          f"| {r['wait_p50_ms']:.2f} / {r['wait_p99_ms']:.2f} | {r['cpu']:.1f} ({r['cpu_pct']}%) "
+                          f"| {sugg} | {r['best']:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
