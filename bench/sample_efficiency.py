@@ -10,7 +10,12 @@ the other `width - 1` trials are still pending. The best value among the first B
 what a search with `trials: B` would have found (no method here looks at the budget).
 
 Methods:
-  mpiopt            BayesianSearch as `mpiopt search` runs it: GP, gp_hedge, initial_points 10
+  mpiopt            BayesianSearch: GP, gp_hedge, initial_points 10, each suggestion computed
+                    when a result arrives (what `mpiopt search` does with one group, or with
+                    MPIOPT_PREFETCH=0)
+  mpiopt-ahead      the same, each suggestion computed before the latest result arrived (what
+                    `mpiopt search` does with several groups when trials are long compared with a
+                    surrogate fit; with very short trials it can be a few results behind)
   mpiopt-liar       the same GP, pending points at the best value seen (the constant liar)
   mpiopt-believer   the same GP, pending points at the posterior mean (the kriging believer)
   skopt-liar        scikit-optimize 0.10 Optimizer (GP, gp_hedge, 10 initial), pending points
@@ -69,18 +74,34 @@ FUNCTIONS = {
 
 # -- searchers behind one ask/tell ----------------------------------------------------------------
 class MpioptAdapter:
-    def __init__(self, space, seed, rule=None, random=False):
+    def __init__(self, space, seed, rule=None, random=False, stale=False):
         from mpiopt.search import BayesianSearch, RandomSearch
 
         if random:
             self.s = RandomSearch(space, seed=seed)
         else:
             self.s = BayesianSearch(space, seed=seed, batch_rule=rule or "believer_clipped")
+        self.stale = stale
+        self.before: tuple[dict, dict] | None = None
 
     def ask(self, n):
-        return self.s.ask(n)
+        if not self.stale or self.before is None or not self.s.model_ready():
+            return self.s.ask(n)
+        # as the live coordinator does with several groups: the suggestion was computed in the
+        # background before the latest result came in (that trial still pending), and is handed
+        # out when it does
+        observed, pending = self.s.observed, self.s.pending
+        self.s.observed, self.s.pending = self.before
+        try:
+            params = self.s.suggest_batch(1)[0]
+        finally:
+            self.s.observed, self.s.pending = observed, pending
+        self.s.pending[n] = params
+        return params
 
     def tell(self, n, params, value):
+        if self.stale:
+            self.before = (dict(self.s.observed), dict(self.s.pending))
         self.s.tell(n, params, value)
 
 
@@ -146,6 +167,8 @@ def make(method, space, seed):
         return MpioptAdapter(space, seed, random=True)
     if method == "skopt-liar":
         return SkoptLiar(space, seed)
+    if method == "mpiopt-ahead":
+        return MpioptAdapter(space, seed, stale=True)
     rule = {"mpiopt": None, "mpiopt-liar": "liar", "mpiopt-believer": "believer"}[method]
     return MpioptAdapter(space, seed, rule=rule)
 
