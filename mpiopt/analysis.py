@@ -79,7 +79,9 @@ def timeline(df):
     Utilization is busy time over (groups x active time), where active time is the union of the
     trials' intervals, so the pause between a kill and its --resume is not counted as idle.
     `dispatch_ms` is the coordinator's part of a hand-out (result received -> next trial sent);
-    `wait_ms` is what the group saw (result sent -> next trial received), MPI included.
+    `wait_ms` is what the group saw (result sent -> next trial received), MPI included. The
+    first trial of each group (no result before it) is counted apart: `first_wave_ms` is the
+    longest time from the search's start to a group's first trial going out.
     Returns (per-group DataFrame, summary dict).
     """
     import pandas as pd
@@ -102,9 +104,19 @@ def timeline(df):
     per["utilization"] = per.busy_s / active if active > 0 else float("nan")
     summary = {"groups": int(len(per)), "trials": int(len(done)), "active_s": active,
                "utilization": float(per.busy_s.sum() / (len(per) * active)) if active > 0 else float("nan")}
-    for col, key in (("dispatch_ms", "dispatch"), ("wait_ms", "wait")):
-        if col in df and df[col].notna().any():
-            d = pd.to_numeric(df[col], errors="coerce").dropna()
-            summary[f"{key}_p50_ms"] = float(d.quantile(0.5))
-            summary[f"{key}_p99_ms"] = float(d.quantile(0.99))
+    if "dispatch_ms" in df and df["dispatch_ms"].notna().any():
+        d = pd.to_numeric(df["dispatch_ms"], errors="coerce")
+        # a group's first trial answers no result (wait_ms is empty): it is the start-up wave,
+        # reported apart; the latency is that of the hand-outs that follow a result
+        first = df["wait_ms"].isna() if "wait_ms" in df else pd.Series(False, index=df.index)
+        after = d[~first].dropna()
+        if not after.empty:
+            summary["dispatch_p50_ms"] = float(after.quantile(0.5))
+            summary["dispatch_p99_ms"] = float(after.quantile(0.99))
+        if d[first].notna().any():
+            summary["first_wave_ms"] = float(d[first].max())
+    if "wait_ms" in df and df["wait_ms"].notna().any():
+        w = pd.to_numeric(df["wait_ms"], errors="coerce").dropna()
+        summary["wait_p50_ms"] = float(w.quantile(0.5))
+        summary["wait_p99_ms"] = float(w.quantile(0.99))
     return per, summary

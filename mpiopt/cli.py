@@ -249,17 +249,25 @@ def _search(args, comm, rank: int, size: int) -> int:
                 log.warning(msg)
         except ConfigError as exc:
             error = exc
+    else:
+        # a group rank loads the objective now, while the coordinator checks and opens the run
+        # directory, so that every group is ready when the first trials go out
+        from .objective import TrialRunner
+
+        try:
+            runner = TrialRunner(cfg)
+        except ConfigError as exc:
+            error = exc
     _agree_or_raise(comm, error)
 
     if rank == 0:
         return _coordinate(cfg, plan, comm, run_dir, trials)
     from .group import serve
-    from .objective import TrialRunner
 
     g = plan.group_of(rank)
     group_comm = comm.Split(color=g, key=rank)
     set_rank_tag(f"[group {g} rank {group_comm.Get_rank()}]")
-    serve(transport.GroupChannel(comm, group_comm), lambda: TrialRunner(cfg))
+    serve(transport.GroupChannel(comm, group_comm), lambda: runner)
     return 0
 
 
@@ -275,9 +283,14 @@ def _coordinate(cfg, plan, comm, run_dir, trials) -> int:
     if plan.shared:
         runner = TrialRunner(cfg)
 
+        returned: list[float] = []  # when the previous result went back to the coordinator
+
         def run_here(group: int, task: dict) -> dict:
+            wait = time.perf_counter() - returned[0] if returned else None
             outcome, start, end = run_task(runner, task, None)
-            return result_of(task, outcome, start, end)
+            result = result_of(task, outcome, start, end, wait)
+            returned[:] = [time.perf_counter()]
+            return result
 
         link = transport.InProcessTransport(run_here)
     else:
@@ -509,6 +522,8 @@ def cmd_results(args) -> int:
                 f"{summary['active_s']:.1f} s; group utilization {summary['utilization']:.3f}")
         if "dispatch_p50_ms" in summary:
             line += f"; dispatch latency p50 {summary['dispatch_p50_ms']:.2f} ms, p99 {summary['dispatch_p99_ms']:.2f} ms"
+        if "first_wave_ms" in summary:
+            line += f"; every group's first trial out within {summary['first_wave_ms']:.2f} ms"
         if "wait_p50_ms" in summary:
             line += f"; group wait p50 {summary['wait_p50_ms']:.2f} ms, p99 {summary['wait_p99_ms']:.2f} ms"
         print(line)

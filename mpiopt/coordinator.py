@@ -55,6 +55,10 @@ class Coordinator:
         self.sign = 1.0 if cfg.objective.direction == "minimize" else -1.0
         self._table_dirty = False
         self._table_at = -1e9
+        self._best: TrialRecord | None = None
+        self._best_known = False
+        self._failed = sum(1 for t in self.trials.values() if t.status == TrialStatus.FAILED)
+        self._finished = sum(1 for t in self.trials.values() if t.status.is_finished())
 
     # -- helpers -----------------------------------------------------------------------------
     def loss(self, rec: TrialRecord) -> float | None:
@@ -63,8 +67,11 @@ class Coordinator:
         return self.sign * rec.objective
 
     def best(self) -> TrialRecord | None:
-        done = [t for t in self.trials.values() if self.loss(t) is not None]
-        return min(done, key=lambda t: (self.loss(t), t.trial)) if done else None
+        if not self._best_known:  # computed once, then kept up to date by _record (O(1) a result)
+            done = [t for t in self.trials.values() if self.loss(t) is not None]
+            self._best = min(done, key=lambda t: (self.loss(t), t.trial)) if done else None
+            self._best_known = True
+        return self._best
 
     def reached_target(self) -> bool:
         target = self.cfg.search.target
@@ -149,9 +156,13 @@ class Coordinator:
                 summary.dispatch_s.append(dispatch)
                 summary.dispatched += 1
                 log.debug("trial %d -> group %d: %s", n, group, params)
-            if self.run_dir is not None:  # every idle group has its next trial: now the disk may catch up
-                self.run_dir.sync()
-            self._table()
+            has_result = getattr(self.transport, "has_result", None)
+            if has_result is None or not has_result():
+                # nothing waiting: the disk may catch up, and the searcher's background work resume
+                if self.run_dir is not None:
+                    self.run_dir.sync()
+                self._table()
+                self.searcher.pause(False)
             if not running:
                 if retired and not idle and len(finished) < budget and not stopping:
                     summary.stopped = "every group was retired (none came back from a trial past its time limit)"
@@ -161,6 +172,7 @@ class Coordinator:
             timeout = max(0.0, min(waits) - time.monotonic()) if waits else None
             got = self.transport.recv_result(timeout=timeout)
             t_recv = time.perf_counter()
+            self.searcher.pause(True)  # results are coming in: the background thread steps aside
             if got is None:  # a group is past its trial's time limit and grace period
                 now = time.monotonic()
                 for group in [g for g in running if deadlines.get(g, now + 1) <= now]:
@@ -209,6 +221,9 @@ class Coordinator:
                          len(running))
                 summary.target_reached = True
         self.transport.shutdown()
+        self.searcher.pause(False)
+        if self.run_dir is not None:
+            self.run_dir.sync()
         self._table(force=True)
         summary.best = self.best()
         summary.target_reached = summary.target_reached or self.reached_target()
@@ -218,9 +233,9 @@ class Coordinator:
     def _failure_limit(self) -> str | None:
         """The reason to stop once `search.max_failures` trials failed, naming the commonest error."""
         limit = self.cfg.search.max_failures
-        failed = [t for t in self.trials.values() if t.status == TrialStatus.FAILED]
-        if limit is None or len(failed) < limit:
+        if limit is None or self._failed < limit:
             return None
+        failed = [t for t in self.trials.values() if t.status == TrialStatus.FAILED]
         errors: dict[str, int] = {}
         for t in failed:
             head = (t.error or "unknown error").splitlines()[0][:200]
@@ -231,6 +246,7 @@ class Coordinator:
 
     def _record(self, n: int, result: TrialResult) -> None:
         rec = self.trials[n]
+        was_finished = rec.status.is_finished()
         try:
             rec.status = TrialStatus(result.status)
         except ValueError:
@@ -247,8 +263,13 @@ class Coordinator:
                        "end": rec.end, "wait_s": rec.wait_s, "dispatch_s": rec.dispatch_s})
         self.searcher.tell(n, rec.params, self.loss(rec))
         self._table_dirty = True
+        if not was_finished:
+            self._finished += 1
+            self._failed += rec.status == TrialStatus.FAILED
         best = self.best()
-        n_done = sum(1 for t in self.trials.values() if t.status.is_finished())
+        if self.loss(rec) is not None and (best is None or (self.loss(rec), n) < (self.loss(best), best.trial)):
+            self._best = best = rec
+        n_done = self._finished
         what = f"objective={rec.objective:.6g}" if rec.objective is not None else (rec.error or "").splitlines()[0][:120]
         best_txt = f"best {best.objective:.6g} (trial {best.trial})" if best else "no completed trial yet"
         log.info("trial %d %s %s [group %s, %.2f s] %d/%d, %s", n, rec.status.value, what, rec.group,

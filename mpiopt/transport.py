@@ -225,6 +225,10 @@ class MPITransport:
         data, source = got
         return self._leaders[source], decode(data)
 
+    def has_result(self) -> bool:
+        """Whether a group's result is already waiting to be received."""
+        return bool(self.comm.Iprobe(source=_mpi().ANY_SOURCE, tag=TAG_RESULT))
+
     def shutdown(self) -> None:
         for ranks in self.plan.groups:
             send_bytes(self.comm, b"", ranks[0], TAG_STOP)

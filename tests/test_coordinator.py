@@ -206,3 +206,28 @@ def test_a_group_that_never_comes_back_is_retired(cfg, write_yaml):
     s = run(c, SimTransport([math.inf, math.inf]))
     assert sorted(s.retired) == [0, 1] and "every group was retired" in s.stopped
     assert len(s.trials) == 2
+
+
+def test_latencies_are_recorded_and_the_first_wave_is_counted_apart(cfg, tmp_path):
+    from mpiopt.analysis import load_results, timeline
+    from mpiopt.journal import RunDir
+
+    class Waiting(SimTransport):  # groups that report how long they waited for each trial
+        def recv_result(self, timeout=None):
+            group, payload = super().recv_result(timeout)
+            payload["wait_s"] = None if sum(1 for k, g, _ in self.log if k == "send" and g == group) == 1 else 0.004
+            payload["start"], payload["end"] = self.clock - self.durations[group], self.clock
+            return group, payload
+
+    rd = RunDir(tmp_path / "run")
+    rd.open(resume=False, config_text="name: t\n")
+    s = run(cfg(), Waiting([1.0, 1.5, 0.5]), rd)
+    rd.close()
+    assert len(s.dispatch_s) == 20 and all(d >= 0 for d in s.dispatch_s)
+    df = load_results(tmp_path / "run")
+    assert df.dispatch_ms.notna().all()
+    assert df.wait_ms.isna().sum() == 3 and (df.wait_ms.dropna() == 4.0).all()  # a first trial per group
+    _, summary = timeline(df)
+    assert summary["wait_p50_ms"] == 4.0 and "first_wave_ms" in summary and "dispatch_p99_ms" in summary
+    best = min(df.objective)
+    assert s.best.objective == best  # kept up to date result by result

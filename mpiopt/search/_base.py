@@ -40,6 +40,10 @@ class Searcher(ABC):
         """Mark a trial as running without asking for it (a resumed search re-runs it)."""
         self.pending[trial] = dict(params)
 
+    def pause(self, busy: bool) -> None:
+        """The coordinator is (`busy=True`) or is no longer handing out trials: background work,
+        if any, should keep out of its way meanwhile."""
+
     @abstractmethod
     def _suggest(self) -> dict[str, Any]:
         """A new point, aware of `observed` and `pending`."""

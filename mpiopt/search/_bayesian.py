@@ -71,11 +71,22 @@ class BayesianSearch(RandomSearch):
         self.batch_rule = batch_rule
         self._dims = to_skopt(space)
         self.coder = _gp.UnitCoder(space)
-        from scipy.stats import qmc  # noqa: F401 - imported now, not at the first hand-out
+        self._design = np.zeros((0, self.coder.dim))
+        self._discrete = bool(self.coder.integer or self.coder.blocks)
+        # imported now, not in the background thread in the middle of a search: loading compiled
+        # modules holds the interpreter lock for a long time
+        import scipy.optimize  # noqa: F401
+        import scipy.special  # noqa: F401
+        from scipy.stats import qmc  # noqa: F401
         self.hyper: _gp.Hyper | None = None
         self.gains = np.zeros(len(_gp.ACQUISITIONS))
         self._proposals: np.ndarray | None = None  # each acquisition's favourite at the last fit (gp_hedge)
         self.fantasy_noise = 0.0
+        # a background caller picks with the last hyperparameters and refits them afterwards
+        # (`refit_due`/`refit`), so that a fit on hundreds of points never delays a batch
+        self.defer_fit = False
+        self.checkpoint = None  # a background caller's hook, called between steps of a batch
+        self.fitted_on = 0
         self.polish_deadline: float | None = None  # set by a background caller in a hurry (time.perf_counter)
 
     def _suggest(self) -> dict[str, Any]:
@@ -84,11 +95,15 @@ class BayesianSearch(RandomSearch):
     # -- the initial design ------------------------------------------------------------------
     def design_point(self, extra: int = 0) -> dict[str, Any]:
         """The next point of the Sobol design that is not known yet (index: points known so far)."""
-        known = self.known_points()
         start = len(self.observed) + len(self.pending) + extra
+        if len(self._design) < start + 64:  # the sequence, drawn a block at a time
+            self._design = self.coder.from_design(_gp.sobol(len(self.space), 0, 2 * (start + 64), self.seed))
+        known = None
         for idx in range(start, start + 64):
-            u = _gp.sobol(len(self.space), idx, 1, self.seed)
-            params = self.coder.decode(self.coder.from_design(u)[0])
+            params = self.coder.decode(self._design[idx])
+            if not self._discrete:  # a continuous space never repeats a Sobol point
+                return params
+            known = known if known is not None else self.known_points()
             if tuple(encode(self.space, params)) not in known:
                 return params
         return self.draw()
@@ -133,7 +148,9 @@ class BayesianSearch(RandomSearch):
         sd = float(y.std()) or 1.0
         ys = (y - y.mean()) / sd
         rng = np.random.default_rng([self.seed, len(self.observed), len(self.pending)])
-        self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=3 if self.hyper is None else 2, rng=rng)
+        if self.hyper is None or not self.defer_fit:
+            self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=3 if self.hyper is None else 2, rng=rng)
+            self.fitted_on = len(X)
         post = _gp.Posterior(self.hyper, X, ys, capacity=len(X) + len(self.pending) + k)
         best = float(ys[:n_done].min())
         kinds = self._kinds(post, k, rng)
@@ -154,8 +171,21 @@ class BayesianSearch(RandomSearch):
         if self.polish_deadline is not None and time.perf_counter() > self.polish_deadline:
             polish = 0
         picks = _gp.select(post, k, kinds, best, rule=self.batch_rule, free=self.coder.continuous,
-                           polish_picks=polish, exclude=known, deadline=self.polish_deadline)
+                           polish_picks=polish, exclude=known, deadline=self.polish_deadline,
+                           checkpoint=self.checkpoint)
         return [self.coder.decode(x) for x in picks]
+
+    def refit_due(self) -> bool:
+        """Deferred fitting: refit once the data grew by a tenth (or 5 points) since the last fit."""
+        n = len(self.observed)
+        return self.surrogate == "GP" and self.hyper is not None and n - self.fitted_on >= max(5, 0.1 * self.fitted_on)
+
+    def refit(self, maxiter: int = 60) -> None:
+        """Fit the kernel hyperparameters now, warm-started (for `defer_fit` callers)."""
+        X, y, _ = self._data()
+        ys = (y - y.mean()) / (float(y.std()) or 1.0)
+        self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=1, maxiter=maxiter, checkpoint=self.checkpoint)
+        self.fitted_on = len(X)
 
     def _kinds(self, post: "_gp.Posterior", k: int, rng: np.random.Generator) -> list[str]:
         """The acquisition of each pick; gp_hedge draws one by the gains of its past proposals."""

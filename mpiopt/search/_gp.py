@@ -205,7 +205,7 @@ def _neg_log_posterior(theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple
 
 
 def fit_hyper(X: np.ndarray, y: np.ndarray, start: Hyper | None = None, *, restarts: int = 1,
-              rng: np.random.Generator | None = None, maxiter: int = 200) -> Hyper:
+              rng: np.random.Generator | None = None, maxiter: int = 200, checkpoint=None) -> Hyper:
     """The maximum a posteriori kernel hyperparameters for standardised `y`."""
     d = X.shape[1]
     bounds = [tuple(np.log(_BOUNDS["ls"]))] * d + [tuple(np.log(_BOUNDS["amp"])), tuple(np.log(_BOUNDS["noise"]))]
@@ -222,7 +222,8 @@ def fit_hyper(X: np.ndarray, y: np.ndarray, start: Hyper | None = None, *, resta
         theta0 = np.clip(theta0, [b[0] for b in bounds], [b[1] for b in bounds])
         with np.errstate(all="ignore"):
             res = minimize(_neg_log_posterior, theta0, args=(X, y), jac=True, method="L-BFGS-B", bounds=bounds,
-                           options={"maxiter": maxiter})
+                           options={"maxiter": maxiter},
+                           callback=(lambda *_: checkpoint()) if checkpoint is not None else None)
         if np.isfinite(res.fun) and (best is None or res.fun < best.fun):
             best = res
     return Hyper.of(best.x) if best is not None else Hyper(np.full(d, 0.3), 1.0, 1e-3)
@@ -347,11 +348,14 @@ def candidates(coder: UnitCoder, X: np.ndarray, y: np.ndarray, rng: np.random.Ge
     return np.vstack(parts)
 
 
-def polish(post: Posterior, x0: np.ndarray, kind: str, best: float, free: list[int], maxiter: int = 30) -> tuple[np.ndarray, float]:
+def polish(post: Posterior, x0: np.ndarray, kind: str, best: float, free: list[int], maxiter: int = 30,
+           checkpoint=None) -> tuple[np.ndarray, float]:
     """Local L-BFGS ascent of the acquisition over the continuous columns `free`."""
     x = x0.copy()
 
     def f(z):
+        if checkpoint is not None:
+            checkpoint()
         x[free] = z
         mu, var = post.predict(x[None, :])
         return -float(acquisition(kind, mu, var, best)[0])
@@ -369,7 +373,8 @@ def polish(post: Posterior, x0: np.ndarray, kind: str, best: float, free: list[i
 
 
 def select(post: Posterior, k: int, kinds: list[str], best: float, *, rule: str, free: list[int],
-           polish_picks: int, exclude: set[tuple] | None = None, deadline: float | None = None) -> list[np.ndarray]:
+           polish_picks: int, exclude: set[tuple] | None = None, deadline: float | None = None,
+           checkpoint=None) -> list[np.ndarray]:
     """`k` points, one at a time, each conditioned on the ones before (at their fantasy value).
 
     The candidates (`post.set_candidates`) and the pending points must already be in `post`.
@@ -383,6 +388,8 @@ def select(post: Posterior, k: int, kinds: list[str], best: float, *, rule: str,
     exclude = set(exclude or ())
     picks: list[np.ndarray] = []
     for i in range(k):
+        if checkpoint is not None:
+            checkpoint()
         score = acquisition(kinds[i], post.mu_c, post.var_c, best)
         score[taken] = -np.inf
         order = np.argsort(-score)
@@ -390,7 +397,7 @@ def select(post: Posterior, k: int, kinds: list[str], best: float, *, rule: str,
         taken[j] = True
         x = C[j]
         if i < polish_picks and free and (deadline is None or time.perf_counter() < deadline):
-            x, _ = polish(post, x, kinds[i], best, free)
+            x, _ = polish(post, x, kinds[i], best, free, checkpoint=checkpoint)
             if tuple(np.round(x, 9)) in exclude:
                 x = C[j]
         exclude.add(tuple(np.round(x, 9)))

@@ -43,6 +43,7 @@ class Prefetching(Searcher):
     def __init__(self, inner, groups: int) -> None:
         super().__init__(inner.space, seed=inner.seed)
         self.inner = inner
+        inner.defer_fit = True
         self.observed = inner.observed  # shared views: the coordinator reads them
         self.pending = inner.pending
         self.capacity = max(1, groups)
@@ -58,11 +59,15 @@ class Prefetching(Searcher):
         self._last_tell: float | None = None
         self.round_s = 0.05  # seconds a round takes (moving average)
         self.rounds = 0
+        self.fits = 0  # deferred hyperparameter fits
         self.counts = {"model": 0, "design": 0, "fallback": 0}
         self.staleness: list[int] = []  # per model suggestion: results it did not know about
         self._ages: deque[int] = deque()  # the tells count of each queued suggestion's round
         self.error: BaseException | None = None
         self._warned = False
+        self._go = threading.Event()  # cleared while the coordinator is busy handing out trials
+        self._go.set()
+        inner.checkpoint = self._checkpoint
         self._keys = inner.known_points()  # every point asked, re-run or told, kept up to date here
 
     # -- the interface -------------------------------------------------------------------
@@ -109,7 +114,22 @@ class Prefetching(Searcher):
     def _suggest(self) -> dict[str, Any]:  # not used: ask() is overridden
         return self.inner._suggest()
 
+    def pause(self, busy: bool) -> None:
+        if busy:
+            self._go.clear()
+        else:
+            self._go.set()
+
+    def _checkpoint(self) -> None:
+        """Called by the surrogate between steps of a round: wait while the coordinator is busy.
+
+        The dispatch loop and this thread share one interpreter lock; a result burst (many groups
+        finishing together) is handed out fastest with this thread parked. Waits at most 1 s."""
+        if not self._go.is_set() and not self._stop:
+            self._go.wait(1.0)
+
     def close(self) -> None:
+        self._go.set()
         with self._lock:
             self._stop = True
             self._wake.notify()
@@ -130,9 +150,9 @@ class Prefetching(Searcher):
 
     def _start(self) -> None:
         if self._thread is None and self.inner.model_ready():
-            # a short switch interval: the dispatch loop gets the interpreter back within 0.5 ms
+            # a short switch interval: the dispatch loop gets the interpreter back within 0.1 ms
             # of a message, whatever the background thread is doing
-            sys.setswitchinterval(min(sys.getswitchinterval(), 0.0005))
+            sys.setswitchinterval(min(sys.getswitchinterval(), 0.0001))
             self._thread = threading.Thread(target=self._run, name="mpiopt-suggestions", daemon=True)
             self._thread.start()
 
@@ -157,6 +177,10 @@ class Prefetching(Searcher):
                     self._wake.wait()
                 if self._stop:
                     return
+            self._checkpoint()
+            with self._lock:
+                if self._stop:
+                    return
                 clone = self._snapshot()
                 tells = self._tells
                 self._since_snapshot = []
@@ -168,13 +192,23 @@ class Prefetching(Searcher):
             with self._lock:
                 self.rounds += 1
                 self.round_s = 0.7 * self.round_s + 0.3 * took
-                self.inner.hyper = clone.hyper  # warm start for the next fit
+                self.inner.hyper = clone.hyper
+                self.inner.fitted_on = clone.fitted_on
                 self.inner.gains = clone.gains
                 self.inner._proposals = clone._proposals
                 batch = self._drop_near(batch, self._since_snapshot)
                 self.ready = deque(batch)
                 self._ages = deque([tells] * len(batch))
                 self._round_tells = tells
+                refit = self.inner.refit_due() and not self._stop
+                if refit:
+                    clone = self._snapshot()
+            if refit:  # the queue is full again: now there is time to refit the kernel
+                clone.refit()
+                with self._lock:
+                    self.inner.hyper = clone.hyper
+                    self.inner.fitted_on = clone.fitted_on
+                    self.fits += 1
 
     def _drop_near(self, batch: list[dict[str, Any]], handed: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """For each suggestion handed out during the round, drop the batch's closest point."""
@@ -195,6 +229,6 @@ class Prefetching(Searcher):
         """One line about where the suggestions came from."""
         st = sorted(self.staleness)
         stale = f", results not yet in the model at hand-out p50 {st[len(st) // 2]}, max {st[-1]}" if st else ""
-        return (f"suggestions: {self.counts['model']} from the surrogate ({self.rounds} rounds, "
+        return (f"suggestions: {self.counts['model']} from the surrogate ({self.rounds} rounds, {self.fits} refits, "
                 f"{self.round_s * 1000:.0f} ms a round{stale}), {self.counts['design']} from the initial design, "
                 f"{self.counts['fallback']} fallback design points (queue empty)")
