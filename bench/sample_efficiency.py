@@ -13,9 +13,10 @@ Methods:
   mpiopt            BayesianSearch: GP, gp_hedge, initial_points 10, each suggestion computed
                     when a result arrives (what `mpiopt search` does with one group, or with
                     MPIOPT_PREFETCH=0)
-  mpiopt-ahead      the same, each suggestion computed before the latest result arrived (what
-                    `mpiopt search` does with several groups when trials are long compared with a
-                    surrogate fit; with very short trials it can be a few results behind)
+  mpiopt-ahead      what `mpiopt search` does with several groups: the round (fit, candidates,
+                    polish) prepared before the latest result arrived, brought up to date with
+                    that result at hand-out (see mpiopt/search/_prefetch.py); with very short
+                    trials the fit can be a few results older still
   mpiopt-liar       the same GP, pending points at the best value seen (the constant liar)
   mpiopt-believer   the same GP, pending points at the posterior mean (the kriging believer)
   skopt-liar        scikit-optimize 0.10 Optimizer (GP, gp_hedge, 10 initial), pending points
@@ -74,7 +75,7 @@ FUNCTIONS = {
 
 # -- searchers behind one ask/tell ----------------------------------------------------------------
 class MpioptAdapter:
-    def __init__(self, space, seed, rule=None, random=False, stale=False):
+    def __init__(self, space, seed, rule=None, random=False, stale=False, width=1):
         from mpiopt.search import BayesianSearch, RandomSearch
 
         if random:
@@ -82,26 +83,33 @@ class MpioptAdapter:
         else:
             self.s = BayesianSearch(space, seed=seed, batch_rule=rule or "believer_clipped")
         self.stale = stale
+        self.width = width
         self.before: tuple[dict, dict] | None = None
+        self.latest = None
 
     def ask(self, n):
         if not self.stale or self.before is None or not self.s.model_ready():
             return self.s.ask(n)
-        # as the live coordinator does with several groups: the suggestion was computed in the
-        # background before the latest result came in (that trial still pending), and is handed
-        # out when it does
+        # as the live coordinator does with several groups: the round (fit, candidates, polish)
+        # was prepared in the background before the latest result came in, with that trial still
+        # pending; the hand-out replaces its fantasy by its value and takes the best candidate
         observed, pending = self.s.observed, self.s.pending
         self.s.observed, self.s.pending = self.before
         try:
-            params = self.s.suggest_batch(1)[0]
+            rnd = self.s.prepare_round(polish=min(2 * self.width, 12))
         finally:
             self.s.observed, self.s.pending = observed, pending
+        rnd.learn(*self.latest)
+        params = rnd.hand_out(self.s.known_points())
+        if params is None:
+            params = self.s.design_point()
         self.s.pending[n] = params
         return params
 
     def tell(self, n, params, value):
         if self.stale:
             self.before = (dict(self.s.observed), dict(self.s.pending))
+            self.latest = (params, value)
         self.s.tell(n, params, value)
 
 
@@ -160,7 +168,7 @@ class OptunaTPE:
         self.study.tell(self.trials.pop(n), value)
 
 
-def make(method, space, seed):
+def make(method, space, seed, width=1):
     if method == "optuna":
         return OptunaTPE(space, seed)
     if method == "random":
@@ -168,7 +176,7 @@ def make(method, space, seed):
     if method == "skopt-liar":
         return SkoptLiar(space, seed)
     if method == "mpiopt-ahead":
-        return MpioptAdapter(space, seed, stale=True)
+        return MpioptAdapter(space, seed, stale=True, width=width)
     rule = {"mpiopt": None, "mpiopt-liar": "liar", "mpiopt-believer": "believer"}[method]
     return MpioptAdapter(space, seed, rule=rule)
 
@@ -176,7 +184,7 @@ def make(method, space, seed):
 def simulate(method: str, function: str, width: int, budget: int, seed: int) -> tuple[list[float], float]:
     """Losses of trials 0..budget-1 (in the order asked) and the seconds spent in ask/tell."""
     f, space, _ = FUNCTIONS[function]
-    searcher = make(method, space, seed)
+    searcher = make(method, space, seed, width)
     rng = np.random.default_rng(seed + 1000 * width)
     values: dict[int, float] = {}
     running: list[tuple[float, int, dict]] = []

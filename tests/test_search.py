@@ -112,13 +112,13 @@ def test_prefetching_serves_ready_points_that_stay_apart():
             s.tell(i, p, branin(p))
         assert s.counts["design"] == 3
         deadline = _time.monotonic() + 30
-        while (not s.ready or s.rounds < 1) and _time.monotonic() < deadline:  # the thread fills the queue
+        while s.round is None and _time.monotonic() < deadline:  # the thread prepares a round
             _time.sleep(0.01)
-        assert s.ready and s.rounds >= 1 and s.error is None
+        assert s.round is not None and s.error is None
         served = [s.ask(i) for i in range(3, 9)]  # six groups asking at once
         assert s.counts["model"] >= 1 and s.counts["model"] + s.counts["fallback"] == 6
         keys = {(p["x"], p["y"]) for p in served}
-        assert len(keys) == 6  # queued and pending points are never handed out twice
+        assert len(keys) == 6  # pending points are never handed out twice
         assert set(inner.pending) == set(range(3, 9))
         for i, p in zip(range(3, 9), served):
             s.tell(i, p, branin(p))
@@ -128,14 +128,27 @@ def test_prefetching_serves_ready_points_that_stay_apart():
         s.close()
 
 
-def test_points_handed_out_during_a_round_remove_their_nearest_twin():
-    from mpiopt.search import Prefetching
+def test_a_round_learns_results_exactly_and_spreads_its_hand_outs():
+    from mpiopt.search._gp import Posterior
 
-    s = Prefetching(BayesianSearch(SPACE, seed=0), groups=4)
-    batch = [{"x": 0.0, "y": 0.0}, {"x": 5.0, "y": 5.0}, {"x": 9.0, "y": 14.0}]
-    kept = s._drop_near(batch, [{"x": 5.1, "y": 4.9}])
-    assert kept == [batch[0], batch[2]]
-    assert s._drop_near(batch, []) == batch
+    s = BayesianSearch(SPACE, seed=0, initial_points=5, acquisition="EI")
+    for i in range(8):
+        p = s.ask(i)
+        s.tell(i, p, branin(p))
+    running = {"x": 3.0, "y": 2.5}
+    s.add_pending(8, running)
+    rnd = s.prepare_round(polish=2)
+    rnd.learn(running, branin(running))  # trial 8 came back before any hand-out
+    # the corrected means are those of a posterior fitted with trial 8's real value
+    X = np.array([s.coder.encode(p) for p, _ in s.completed] + [s.coder.encode(running)])
+    y = np.array([v for _, v in s.completed] + [branin(running)])
+    ys = (y - rnd.mean) / rnd.sd
+    ref = Posterior(s.hyper, X, ys)
+    mu, _ = ref.predict(rnd.post.C)
+    assert np.allclose(rnd.post.mu_c, mu, atol=1e-6)
+    out = [rnd.hand_out() for _ in range(5)]
+    pts = np.array([[p["x"] / 15.0, p["y"] / 15.0] for p in out])
+    assert min(np.linalg.norm(a - b) for i, a in enumerate(pts) for b in pts[i + 1:]) > 1e-3
 
 
 @pytest.mark.parametrize("surrogate", ["GP", "RF"])

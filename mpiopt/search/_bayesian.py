@@ -81,7 +81,6 @@ class BayesianSearch(RandomSearch):
         self.hyper: _gp.Hyper | None = None
         self.gains = np.zeros(len(_gp.ACQUISITIONS))
         self._proposals: np.ndarray | None = None  # each acquisition's favourite at the last fit (gp_hedge)
-        self.fantasy_noise = 0.0
         # a background caller picks with the last hyperparameters and refits them afterwards
         # (`refit_due`/`refit`), so that a fit on hundreds of points never delays a batch
         self.defer_fit = False
@@ -141,32 +140,39 @@ class BayesianSearch(RandomSearch):
         X = np.array([self.coder.encode(p) for p in pts])
         return X, y, len(done)
 
-    def _gp_batch(self, k: int) -> list[dict[str, Any]]:
-        import time
-
+    def _posterior(self, extra: int):
+        """The GP on the data, with every pending point added at its fantasy value."""
         X, y, n_done = self._data()
-        sd = float(y.std()) or 1.0
-        ys = (y - y.mean()) / sd
+        mean, sd = float(y.mean()), float(y.std()) or 1.0
+        ys = (y - mean) / sd
         rng = np.random.default_rng([self.seed, len(self.observed), len(self.pending)])
         if self.hyper is None or not self.defer_fit:
-            self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=3 if self.hyper is None else 2, rng=rng)
+            self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=3 if self.hyper is None else 2, rng=rng,
+                                       checkpoint=self.checkpoint)
             self.fitted_on = len(X)
-        post = _gp.Posterior(self.hyper, X, ys, capacity=len(X) + len(self.pending) + k)
+        post = _gp.Posterior(self.hyper, X, ys, capacity=len(X) + len(self.pending) + extra)
         best = float(ys[:n_done].min())
-        kinds = self._kinds(post, k, rng)
         known = {tuple(np.round(x, 9)) for x in X}
-        for p in self.pending.values():  # the running trials, at their fantasy values
+        rows: dict[tuple, tuple[int, float]] = {}  # pending point -> (its row in `post`, its fantasy value)
+        for p in self.pending.values():
             x = self.coder.encode(p)
             known.add(tuple(np.round(x, 9)))
-            if self.batch_rule == "none":
-                continue
             mu, var = post.predict(x[None, :])
-            post.add(x, _gp.fantasy(self.batch_rule, float(mu[0]), best, float(np.sqrt(var[0]))), noise=self.fantasy_noise * self.hyper.amplitude)
+            f = _gp.fantasy(self.batch_rule, float(mu[0]), best, float(np.sqrt(var[0])))
+            rows[tuple(encode(self.space, p))] = (post.n, f)
+            post.add(x, f)
         C = _gp.candidates(self.coder, X[:n_done], ys[:n_done], rng)
         post.set_candidates(C)
         if self.acquisition == "gp_hedge":
             self._proposals = np.array([C[int(np.argmax(_gp.acquisition(a, post.mu_c, post.var_c, best)))]
                                         for a in _gp.ACQUISITIONS])
+        return post, (mean, sd, best, float(ys.max())), rng, known, rows
+
+    def _gp_batch(self, k: int) -> list[dict[str, Any]]:
+        import time
+
+        post, (_, _, best, _), rng, known, _ = self._posterior(k)
+        kinds = self._kinds(post, k, rng)
         polish = k
         if self.polish_deadline is not None and time.perf_counter() > self.polish_deadline:
             polish = 0
@@ -174,6 +180,31 @@ class BayesianSearch(RandomSearch):
                            polish_picks=polish, exclude=known, deadline=self.polish_deadline,
                            checkpoint=self.checkpoint)
         return [self.coder.decode(x) for x in picks]
+
+    def prepare_round(self, polish: int = 6) -> "Round":
+        """A posterior ready to hand out suggestions one at a time, each in O(n C) (see `Round`).
+
+        The best few candidates of the acquisition(s) are polished by L-BFGS now and join the
+        candidate set (`polish` of them, until `polish_deadline`)."""
+        import time
+
+        post, (mean, sd, best, worst), rng, known, rows = self._posterior(256)
+        kinds = list(_gp.ACQUISITIONS) if self.acquisition == "gp_hedge" else [self.acquisition]
+        probs = self._kinds(post, 1, rng, probabilities=True)
+        extra = []
+        if self.coder.continuous:
+            for i in range(polish):
+                if self.polish_deadline is not None and time.perf_counter() > self.polish_deadline:
+                    break
+                kind = kinds[i % len(kinds)]
+                score = _gp.acquisition(kind, post.mu_c, post.var_c, best)
+                order = np.argsort(-score)
+                x0 = post.C[order[i // len(kinds)]]
+                x, _ = _gp.polish(post, x0, kind, best, self.coder.continuous, checkpoint=self.checkpoint)
+                extra.append(x)
+        if extra:
+            post.set_candidates(np.vstack([post.C, np.array(extra)]))
+        return Round(self, post, rows, mean, sd, best, worst, rng, probs, known)
 
     def refit_due(self) -> bool:
         """Deferred fitting: refit once the data grew by a tenth (or 5 points) since the last fit."""
@@ -187,15 +218,17 @@ class BayesianSearch(RandomSearch):
         self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=1, maxiter=maxiter, checkpoint=self.checkpoint)
         self.fitted_on = len(X)
 
-    def _kinds(self, post: "_gp.Posterior", k: int, rng: np.random.Generator) -> list[str]:
+    def _kinds(self, post: "_gp.Posterior", k: int, rng: np.random.Generator, probabilities: bool = False):
         """The acquisition of each pick; gp_hedge draws one by the gains of its past proposals."""
         if self.acquisition != "gp_hedge":
-            return [self.acquisition] * k
+            return None if probabilities else [self.acquisition] * k
         if self._proposals is not None:
             mu, _ = post.predict(self._proposals)
             self.gains -= mu  # a proposal the refitted model thinks good earns its acquisition credit
         z = self.gains - self.gains.max()
         probs = np.exp(z) / np.exp(z).sum()
+        if probabilities:
+            return probs
         return [_gp.ACQUISITIONS[int(i)] for i in rng.choice(len(probs), size=k, p=probs)]
 
     def _skopt_batch(self, k: int) -> list[dict[str, Any]]:
@@ -231,3 +264,78 @@ class BayesianSearch(RandomSearch):
             X.append(list(key))
             y.append(best)
         return out
+
+
+class Round:
+    """Suggestions from one surrogate fit, handed out one at a time as groups become free.
+
+    Built in the background (`BayesianSearch.prepare_round`): the GP with every running trial as a
+    fantasy observation, and a candidate set with its posterior mean and variance. A hand-out
+    (`hand_out`) first corrects the posterior for results that arrived since -- a finished trial's
+    fantasy value replaced by its real one, an exact O(n C) update of the candidates' means -- then
+    takes the best candidate by the acquisition and adds it as a fantasy (O(n^2 + n C)). So a
+    suggestion always knows every result so far, at a cost of about a millisecond at 300 trials;
+    only the kernel hyperparameters and the candidate set date from the round.
+    """
+
+    def __init__(self, owner: BayesianSearch, post, rows, mean, sd, best, worst, rng, probs, known) -> None:
+        self.owner = owner
+        self.post = post
+        self.rows = rows
+        self.mean, self.sd, self.best, self.worst = mean, sd, best, worst
+        self.rng = rng
+        self.probs = probs
+        self.taken = np.zeros(len(post.C), dtype=bool)
+        self.known = set(known)
+        self.applied: set[tuple] = set()
+        self.handed = 0
+
+    def add_pending(self, params: dict[str, Any]) -> None:
+        """A trial handed out by someone else (an older round, a re-run) is running too."""
+        key = tuple(encode(self.owner.space, params))
+        if key in self.rows:
+            return
+        x = self.owner.coder.encode(params)
+        mu, var = self.post.predict(x[None, :])
+        f = _gp.fantasy(self.owner.batch_rule, float(mu[0]), self.best, float(np.sqrt(var[0])))
+        self.rows[key] = (self.post.n, f)
+        self.known.add(tuple(np.round(x, 9)))
+        self.post.add(x, f)
+
+    def learn(self, params: dict[str, Any], loss: float | None) -> None:
+        """A running trial finished: its fantasy becomes its value (failures: the worst value)."""
+        key = tuple(encode(self.owner.space, params))
+        if key in self.applied or key not in self.rows:
+            return
+        self.applied.add(key)
+        row, f = self.rows[key]
+        y = self.worst if loss is None else (float(loss) - self.mean) / self.sd
+        self.post.correct(row, y - f)
+        self.rows[key] = (row, y)
+        self.best = min(self.best, y)
+
+    def hand_out(self, taken_keys: set[tuple] | None = None) -> dict[str, Any] | None:
+        """The next suggestion (None once no candidate is left)."""
+        if self.probs is None:
+            kind = self.owner.acquisition
+        else:
+            kind = _gp.ACQUISITIONS[int(self.rng.choice(len(self.probs), p=self.probs))]
+        score = _gp.acquisition(kind, self.post.mu_c, self.post.var_c, self.best)
+        score[self.taken] = -np.inf
+        for j in np.argsort(-score)[:64]:
+            j = int(j)
+            if not np.isfinite(score[j]):
+                break
+            self.taken[j] = True
+            x = self.post.C[j]
+            params = self.owner.coder.decode(x)
+            key = tuple(encode(self.owner.space, params))
+            if tuple(np.round(x, 9)) in self.known or (taken_keys is not None and key in taken_keys):
+                continue
+            n = self.post.n  # a fitted noise level can leave a point attractive next to a running one
+            if np.min(((self.post.X[:n] - x) ** 2).sum(1)) < 1e-6:
+                continue
+            self.handed += 1
+            self.add_pending(params)
+            return params
+        return None

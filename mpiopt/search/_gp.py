@@ -285,6 +285,15 @@ class Posterior:
         self.mu_c = V[:n].T @ self.beta[:n]
         self.var_c = np.maximum(self.h.amplitude - (V[:n] ** 2).sum(0), 1e-12)
 
+    def correct(self, row: int, delta: float) -> None:
+        """Training point `row`'s value changes by `delta` (a fantasy replaced by a result): the
+        mean moves by an exact O(n C) update; the variance does not change."""
+        n = self.n
+        d = self.Li[row:n, row] * delta  # beta = L^-1 y, and L^-1 is lower triangular
+        self.beta[row:n] += d
+        if self.C is not None:
+            self.mu_c = self.mu_c + d @ self.V[row:n]
+
     def add(self, x: np.ndarray, value: float, noise: float | None = None) -> None:
         """Condition on one more observation `value` at `x` (O(n^2 + n C)), of variance `noise`."""
         if self.n + 1 >= len(self.Li):

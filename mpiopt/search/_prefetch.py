@@ -1,30 +1,29 @@
-"""Suggestions computed ahead of time, beside the dispatch loop.
+"""Suggestions prepared ahead of time, beside the dispatch loop.
 
 A Bayesian suggestion costs a surrogate fit and an acquisition search: tens of milliseconds at
 100 trials, more at 300. Done when a group asks, every group waits for it, and with many groups
 the waits add up (MPI Opt's way: 0.2 group utilization with 8 groups of 0.5 s trials).
 
-`Prefetching` keeps a queue of ready suggestions. A background thread runs *rounds*: it takes a
-snapshot of the observations and the running trials, fits the surrogate, and picks a batch with
-every running trial as a pending point (`BayesianSearch.suggest_batch`). The finished batch
-replaces the queue, so a suggestion is at most one round old. `ask()` only pops the queue: no
-fitting, no waiting. If the queue is ever empty once the surrogate is in use, the next point of
-the Sobol design is handed out instead (counted as a `fallback`).
+`Prefetching` splits the work. A background thread prepares *rounds* (`BayesianSearch.
+prepare_round`): it fits the surrogate on a snapshot of the results, adds every running trial as
+a fantasy observation, scores a candidate set and polishes its best points. `ask()` hands out the
+best candidate of the current round after bringing the round up to date: results that arrived
+since the round was prepared replace their fantasies (an exact update of the candidates' means,
+O(n C)), and each hand-out becomes a fantasy itself so that the next one goes elsewhere. So a
+hand-out costs about a millisecond, knows every result so far, and never waits for a fit; only
+the kernel hyperparameters and the candidate set are as old as the round. A new round replaces
+the old one as soon as it is ready, and starts whenever a result arrived since the last.
 
-The batch size follows the load: enough suggestions for the results that arrive during one round
-(measured arrival rate x round time, doubled), at least 1 and at most one per group. Suggestions
-handed out while a round was computing were not among its pending points: for each of them the
-closest point of the new batch is dropped, so two groups are not sent to the same place.
+Before the first round (and if a round ran out of candidates) the next point of the Sobol design
+is handed out instead, counted as a `fallback`.
 """
 from __future__ import annotations
 
 import copy
 import logging
-import math
 import sys
 import threading
 import time
-from collections import deque
 from typing import Any
 
 import numpy as np
@@ -46,37 +45,37 @@ class Prefetching(Searcher):
         inner.defer_fit = True
         self.observed = inner.observed  # shared views: the coordinator reads them
         self.pending = inner.pending
-        self.capacity = max(1, groups)
-        self.ready: deque[dict[str, Any]] = deque()
+        self.groups = max(1, groups)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stop = False
         self._thread: threading.Thread | None = None
+        self.round = None  # the current `Round`
         self._tells = 0  # results told so far
-        self._round_tells = -1  # results the queue's batch knew
-        self._since_snapshot: list[dict[str, Any]] = []  # handed out while a round computes
-        self._rate = 0.0  # results a second (moving average)
-        self._last_tell: float | None = None
-        self.round_s = 0.05  # seconds a round takes (moving average)
+        self._round_tells = -1  # results the current round was prepared with
+        self._told: list[tuple[dict[str, Any], float | None]] = []  # every result, in order
+        self._handed: list[dict[str, Any]] = []  # handed out (or re-run) while a round is prepared
+        self.round_s = 0.0  # seconds the last round took to prepare
         self.rounds = 0
         self.fits = 0  # deferred hyperparameter fits
         self.counts = {"model": 0, "design": 0, "fallback": 0}
-        self.staleness: list[int] = []  # per model suggestion: results it did not know about
-        self._ages: deque[int] = deque()  # the tells count of each queued suggestion's round
+        self.behind: list[int] = []  # per model suggestion: results newer than its round's fit
         self.error: BaseException | None = None
         self._warned = False
+        self._keys = inner.known_points()  # every point asked, re-run or told, kept up to date here
         self._go = threading.Event()  # cleared while the coordinator is busy handing out trials
         self._go.set()
         inner.checkpoint = self._checkpoint
-        self._keys = inner.known_points()  # every point asked, re-run or told, kept up to date here
 
     # -- the interface -------------------------------------------------------------------
     def ask(self, trial: int) -> dict[str, Any]:
         with self._lock:
-            params, age = self._pop_valid()
+            params = None
+            if self.round is not None:
+                params = self.round.hand_out(self._keys)
             if params is not None:
                 self.counts["model"] += 1
-                self.staleness.append(self._tells - age)
+                self.behind.append(self._tells - self._round_tells)
             else:
                 if self.error is not None and not self._warned:
                     self._warned = True
@@ -85,31 +84,33 @@ class Prefetching(Searcher):
                 source = "fallback" if self.inner.model_ready() else "design"
                 self.counts[source] += 1
                 params = self.inner.design_point()
-            self.inner.pending[trial] = params
-            self._keys.add(tuple(encode(self.space, params)))
-            if self._thread is not None:
-                self._since_snapshot.append(params)
+            self._note_running(trial, params)
             self._wake.notify()
         self._start()
         return params
 
     def tell(self, trial: int, params: dict[str, Any], loss: float | None) -> None:
-        now = time.perf_counter()
         with self._lock:
             self.inner.tell(trial, params, loss)
             self._keys.add(tuple(encode(self.space, params)))
+            self._told.append((dict(params), loss))
             self._tells += 1
-            if self._last_tell is not None:
-                gap = max(now - self._last_tell, 1e-6)
-                self._rate = 0.8 * self._rate + 0.2 / gap if self._rate else 1.0 / gap
-            self._last_tell = now
+            if self.round is not None:
+                self.round.learn(params, self.inner.observed[trial][1])
             self._wake.notify()
         self._start()
 
     def add_pending(self, trial: int, params: dict[str, Any]) -> None:
         with self._lock:
             self.inner.add_pending(trial, params)
-            self._keys.add(tuple(encode(self.space, params)))
+            self._note_running(trial, params)
+
+    def _note_running(self, trial: int, params: dict[str, Any]) -> None:
+        self.inner.pending[trial] = params
+        self._keys.add(tuple(encode(self.space, params)))
+        self._handed.append(params)
+        if self.round is not None:
+            self.round.add_pending(params)
 
     def _suggest(self) -> dict[str, Any]:  # not used: ask() is overridden
         return self.inner._suggest()
@@ -136,18 +137,7 @@ class Prefetching(Searcher):
         if self._thread is not None:
             self._thread.join(timeout=30)
 
-    def depth(self) -> int:
-        """How many suggestions a round prepares: the results expected during two rounds, plus one."""
-        return max(1, min(self.capacity, int(math.ceil(2.0 * self._rate * self.round_s)) + 1))
-
     # -- the background thread -------------------------------------------------------------
-    def _pop_valid(self) -> tuple[dict[str, Any] | None, int]:
-        while self.ready:
-            params, age = self.ready.popleft(), self._ages.popleft()
-            if tuple(encode(self.space, params)) not in self._keys:
-                return params, age
-        return None, 0
-
     def _start(self) -> None:
         if self._thread is None and self.inner.model_ready():
             # a short switch interval: the dispatch loop gets the interpreter back within 0.1 ms
@@ -173,7 +163,7 @@ class Prefetching(Searcher):
     def _loop(self) -> None:
         while True:
             with self._lock:
-                while not self._stop and self._tells == self._round_tells and len(self.ready) >= 1:
+                while not self._stop and self._tells == self._round_tells and self.round is not None:
                     self._wake.wait()
                 if self._stop:
                     return
@@ -183,52 +173,37 @@ class Prefetching(Searcher):
                     return
                 clone = self._snapshot()
                 tells = self._tells
-                self._since_snapshot = []
-                k = self.depth()
+                self._handed = []
             t0 = time.perf_counter()
             clone.polish_deadline = t0 + POLISH_BUDGET_S
-            batch = clone.suggest_batch(k)  # slow: outside the lock
-            took = time.perf_counter() - t0
+            new = clone.prepare_round(polish=min(2 * self.groups, 12))  # slow: outside the lock
             with self._lock:
                 self.rounds += 1
-                self.round_s = 0.7 * self.round_s + 0.3 * took
+                self.round_s = time.perf_counter() - t0
                 self.inner.hyper = clone.hyper
                 self.inner.fitted_on = clone.fitted_on
                 self.inner.gains = clone.gains
                 self.inner._proposals = clone._proposals
-                batch = self._drop_near(batch, self._since_snapshot)
-                self.ready = deque(batch)
-                self._ages = deque([tells] * len(batch))
+                for params in self._handed:  # handed out while this round was prepared
+                    new.add_pending(params)
+                for params, loss in self._told[tells:]:  # and the results that came in meanwhile
+                    new.learn(params, loss)
+                self.round = new
                 self._round_tells = tells
                 refit = self.inner.refit_due() and not self._stop
                 if refit:
                     clone = self._snapshot()
-            if refit:  # the queue is full again: now there is time to refit the kernel
+            if refit:  # the current round serves meanwhile: now there is time to refit the kernel
                 clone.refit()
                 with self._lock:
                     self.inner.hyper = clone.hyper
                     self.inner.fitted_on = clone.fitted_on
                     self.fits += 1
 
-    def _drop_near(self, batch: list[dict[str, Any]], handed: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """For each suggestion handed out during the round, drop the batch's closest point."""
-        if not handed or not batch:
-            return batch
-        coder = self.inner.coder
-        B = np.array([coder.encode(p) for p in batch])
-        alive = np.ones(len(batch), dtype=bool)
-        for p in handed:
-            if not alive.any():
-                break
-            d = ((B - coder.encode(p)) ** 2).sum(1)
-            d[~alive] = np.inf
-            alive[int(np.argmin(d))] = False
-        return [p for p, a in zip(batch, alive) if a]
-
     def report(self) -> str:
         """One line about where the suggestions came from."""
-        st = sorted(self.staleness)
-        stale = f", results not yet in the model at hand-out p50 {st[len(st) // 2]}, max {st[-1]}" if st else ""
+        st = sorted(self.behind)
+        stale = f"; results newer than the round's fit p50 {st[len(st) // 2]}, max {st[-1]}" if st else ""
         return (f"suggestions: {self.counts['model']} from the surrogate ({self.rounds} rounds, {self.fits} refits, "
-                f"{self.round_s * 1000:.0f} ms a round{stale}), {self.counts['design']} from the initial design, "
-                f"{self.counts['fallback']} fallback design points (queue empty)")
+                f"last round {self.round_s * 1000:.0f} ms{stale}), {self.counts['design']} from the initial design, "
+                f"{self.counts['fallback']} fallback design points")
