@@ -74,7 +74,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"Hartmann-6 behind a sleep, {args.trials} trials, GP + gp_hedge; {os.cpu_count()} cores\n")
     print("| ranks | groups | trial s | mode | search s | utilization | dispatch p50 / p99 ms | group wait p50 / p99 ms "
-          "| first wave ms | coordinator CPU s (% core) | model / fallback suggestions (staleness p50) | best |")
+          "| first wave ms | coordinator CPU s (% core) | model / fallback suggestions (results newer than the fit, p50) | best |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for layout in args.layouts:
