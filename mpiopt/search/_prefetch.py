@@ -34,6 +34,8 @@ from ._base import Searcher
 log = logging.getLogger(__name__)
 
 POLISH_BUDGET_S = 0.25  # a round polishes its picks with L-BFGS for at most this long
+FIRST_ROUND_WAIT_S = 10.0
+PARK_MAX_S = 0.05
 
 
 class Prefetching(Searcher):
@@ -56,6 +58,7 @@ class Prefetching(Searcher):
         self._told: list[tuple[dict[str, Any], float | None]] = []  # every result, in order
         self._handed: list[dict[str, Any]] = []  # handed out (or re-run) while a round is prepared
         self.round_s = 0.0  # seconds the last round took to prepare
+        self.first_wait_s = 0.0  # how long the first model suggestion waited for the first round
         self.rounds = 0
         self.fits = 0  # deferred hyperparameter fits
         self.counts = {"model": 0, "design": 0, "fallback": 0}
@@ -71,6 +74,17 @@ class Prefetching(Searcher):
     def ask(self, trial: int) -> dict[str, Any]:
         with self._lock:
             params = None
+            if self.round is None and self.inner.model_ready() and self.error is None:
+                # the switch from the design to the model: wait (once per search) for the first
+                # round, a few tens of milliseconds, rather than hand out design points for as long
+                # as results keep the background thread parked
+                t0 = time.perf_counter()
+                self._start()
+                self._go.set()
+                self._wake.notify_all()
+                self._wake.wait_for(lambda: self.round is not None or self.error is not None or self._stop,
+                                    timeout=FIRST_ROUND_WAIT_S)
+                self.first_wait_s = time.perf_counter() - t0
             if self.round is not None:
                 params = self.round.hand_out(self._keys)
             if params is not None:
@@ -125,9 +139,10 @@ class Prefetching(Searcher):
         """Called by the surrogate between steps of a round: wait while the coordinator is busy.
 
         The dispatch loop and this thread share one interpreter lock; a result burst (many groups
-        finishing together) is handed out fastest with this thread parked. Waits at most 1 s."""
+        finishing together) is handed out fastest with this thread parked; at most PARK_MAX_S at a
+        time, so that a coordinator that is never idle (trials of milliseconds) still gets rounds."""
         if not self._go.is_set() and not self._stop:
-            self._go.wait(1.0)
+            self._go.wait(PARK_MAX_S)
 
     def close(self) -> None:
         self._go.set()
@@ -176,7 +191,8 @@ class Prefetching(Searcher):
                 self._handed = []
             t0 = time.perf_counter()
             clone.polish_deadline = t0 + POLISH_BUDGET_S
-            new = clone.prepare_round(polish=min(2 * self.groups, 12))  # slow: outside the lock
+            # slow: outside the lock (the first round, which a group waits for, polishes little)
+            new = clone.prepare_round(polish=min(2 * self.groups, 12) if self.round is not None else 2)
             with self._lock:
                 self.rounds += 1
                 self.round_s = time.perf_counter() - t0
@@ -190,6 +206,7 @@ class Prefetching(Searcher):
                     new.learn(params, loss)
                 self.round = new
                 self._round_tells = tells
+                self._wake.notify_all()
                 refit = self.inner.refit_due() and not self._stop
                 if refit:
                     clone = self._snapshot()
@@ -205,5 +222,6 @@ class Prefetching(Searcher):
         st = sorted(self.behind)
         stale = f"; results newer than the round's fit p50 {st[len(st) // 2]}, max {st[-1]}" if st else ""
         return (f"suggestions: {self.counts['model']} from the surrogate ({self.rounds} rounds, {self.fits} refits, "
-                f"last round {self.round_s * 1000:.0f} ms{stale}), {self.counts['design']} from the initial design, "
+                f"first round waited for {self.first_wait_s * 1000:.0f} ms, last round {self.round_s * 1000:.0f} ms"
+                f"{stale}), {self.counts['design']} from the initial design, "
                 f"{self.counts['fallback']} fallback design points")
