@@ -163,16 +163,20 @@ class BayesianSearch(RandomSearch):
             post.add(x, f)
         C = _gp.candidates(self.coder, X[:n_done], ys[:n_done], rng)
         post.set_candidates(C)
-        if self.acquisition == "gp_hedge":
-            self._proposals = np.array([C[int(np.argmax(_gp.acquisition(a, post.mu_c, post.var_c, best)))]
-                                        for a in _gp.ACQUISITIONS])
         return post, (mean, sd, best, float(ys.max())), rng, known, rows
+
+    def _propose(self, post: "_gp.Posterior", best: float) -> None:
+        """Remember each acquisition's favourite candidate, for gp_hedge's credit at the next fit."""
+        if self.acquisition == "gp_hedge":
+            self._proposals = np.array([post.C[int(np.argmax(_gp.acquisition(a, post.mu_c, post.var_c, best)))]
+                                        for a in _gp.ACQUISITIONS])
 
     def _gp_batch(self, k: int) -> list[dict[str, Any]]:
         import time
 
         post, (_, _, best, _), rng, known, _ = self._posterior(k)
-        kinds = self._kinds(post, k, rng)
+        kinds = self._kinds(post, k, rng)  # credits the previous proposals under the new fit
+        self._propose(post, best)
         polish = k
         if self.polish_deadline is not None and time.perf_counter() > self.polish_deadline:
             polish = 0
@@ -191,6 +195,7 @@ class BayesianSearch(RandomSearch):
         post, (mean, sd, best, worst), rng, known, rows = self._posterior(256)
         kinds = list(_gp.ACQUISITIONS) if self.acquisition == "gp_hedge" else [self.acquisition]
         probs = self._kinds(post, 1, rng, probabilities=True)
+        self._propose(post, best)
         extra = []
         if self.coder.continuous:
             for i in range(polish):
