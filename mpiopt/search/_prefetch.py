@@ -14,8 +14,11 @@ hand-out costs about a millisecond, knows every result so far, and never waits f
 the kernel hyperparameters and the candidate set are as old as the round. A new round replaces
 the old one as soon as it is ready, and starts whenever a result arrived since the last.
 
-Before the first round (and if a round ran out of candidates) the next point of the Sobol design
-is handed out instead, counted as a `fallback`.
+When the model takes over from the design, the first hand-out waits for the first round (tens of
+milliseconds, once). If trials are so short that more than one result per group arrived since
+the round's fit (`stale_limit`), a hand-out waits for the next round too: with such trials the
+groups are idle most of the time anyway, and a fit that old would waste them. If a round ran out
+of candidates, the next point of the Sobol design is handed out instead (a `fallback`).
 """
 from __future__ import annotations
 
@@ -59,6 +62,7 @@ class Prefetching(Searcher):
         self._handed: list[dict[str, Any]] = []  # handed out (or re-run) while a round is prepared
         self.round_s = 0.0  # seconds the last round took to prepare
         self.first_wait_s = 0.0  # how long the first model suggestion waited for the first round
+        self.waits, self.wait_s = 0, 0.0  # hand-outs that waited for a fresher round, and how long
         self.rounds = 0
         self.fits = 0  # deferred hyperparameter fits
         self.counts = {"model": 0, "design": 0, "fallback": 0}
@@ -74,17 +78,25 @@ class Prefetching(Searcher):
     def ask(self, trial: int) -> dict[str, Any]:
         with self._lock:
             params = None
-            if self.round is None and self.inner.model_ready() and self.error is None:
-                # the switch from the design to the model: wait (once per search) for the first
-                # round, a few tens of milliseconds, rather than hand out design points for as long
-                # as results keep the background thread parked
+            limit = self.stale_limit()
+            if self.inner.model_ready() and self.error is None and \
+                    (self.round is None or self._tells - self._round_tells > limit):
+                # the switch from the design to the model (once per search), or trials so short
+                # that more than `limit` results arrived since the round's fit: wait for a round,
+                # tens of milliseconds, rather than hand out design points or a stale fit
                 t0 = time.perf_counter()
+                first = self.round is None
                 self._start()
                 self._go.set()
                 self._wake.notify_all()
-                self._wake.wait_for(lambda: self.round is not None or self.error is not None or self._stop,
-                                    timeout=FIRST_ROUND_WAIT_S)
-                self.first_wait_s = time.perf_counter() - t0
+                self._wake.wait_for(lambda: (self.round is not None and self._tells - self._round_tells <= limit)
+                                    or self.error is not None or self._stop, timeout=FIRST_ROUND_WAIT_S)
+                waited = time.perf_counter() - t0
+                if first:
+                    self.first_wait_s = waited
+                else:
+                    self.waits += 1
+                    self.wait_s += waited
             if self.round is not None:
                 params = self.round.hand_out(self._keys)
             if params is not None:
@@ -118,6 +130,11 @@ class Prefetching(Searcher):
         with self._lock:
             self.inner.add_pending(trial, params)
             self._note_running(trial, params)
+
+    def stale_limit(self) -> int:
+        """The most results a hand-out's round may be behind: one per group, at least 4. Trials
+        long enough for a round between results never come near it; trials of milliseconds do."""
+        return max(self.groups, 4)
 
     def _note_running(self, trial: int, params: dict[str, Any]) -> None:
         self.inner.pending[trial] = params
@@ -222,6 +239,7 @@ class Prefetching(Searcher):
         st = sorted(self.behind)
         stale = f"; results newer than the round's fit p50 {st[len(st) // 2]}, max {st[-1]}" if st else ""
         return (f"suggestions: {self.counts['model']} from the surrogate ({self.rounds} rounds, {self.fits} refits, "
-                f"first round waited for {self.first_wait_s * 1000:.0f} ms, last round {self.round_s * 1000:.0f} ms"
+                f"first round waited for {self.first_wait_s * 1000:.0f} ms, {self.waits} waits for a fresher "
+                f"round ({self.wait_s * 1000:.0f} ms), last round {self.round_s * 1000:.0f} ms"
                 f"{stale}), {self.counts['design']} from the initial design, "
                 f"{self.counts['fallback']} fallback design points")
