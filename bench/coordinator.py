@@ -71,12 +71,15 @@ def main() -> None:
     ap.add_argument("--sleeps", type=float, nargs="+", default=[0.5, 2.0])
     ap.add_argument("--trials", type=int, default=315)
     ap.add_argument("--modes", nargs="+", default=["ahead", "sync"])
+    ap.add_argument("--keep", type=Path, help="keep the run directories under this folder (default: a temporary one)")
     args = ap.parse_args()
     print(f"Hartmann-6 behind a sleep, {args.trials} trials, GP + gp_hedge; {os.cpu_count()} cores\n")
     print("| ranks | groups | trial s | mode | search s | utilization | dispatch p50 / p99 ms | group wait p50 / p99 ms "
           "| first wave ms | coordinator CPU s (% core) | model / fallback suggestions (results newer than the fit, p50) | best |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
+        if args.keep:
+            tmp = args.keep
         for layout in args.layouts:
             ranks, size = (int(v) for v in layout.split("x"))
             groups = (ranks - 1) // size

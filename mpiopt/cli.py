@@ -265,7 +265,7 @@ def _search(args, comm, rank: int, size: int) -> int:
     from .group import serve
 
     g = plan.group_of(rank)
-    group_comm = comm.Split(color=g, key=rank)
+    group_comm = transport.group_comm(comm, plan.groups[g])
     set_rank_tag(f"[group {g} rank {group_comm.Get_rank()}]")
     serve(transport.GroupChannel(comm, group_comm), lambda: runner)
     return 0
@@ -294,7 +294,6 @@ def _coordinate(cfg, plan, comm, run_dir, trials) -> int:
 
         link = transport.InProcessTransport(run_here)
     else:
-        comm.Split(color=transport._mpi().UNDEFINED, key=0)
         link = transport.MPITransport(comm, plan)
     # several groups: suggestions are computed ahead in a background thread, so that no group
     # waits for a surrogate fit; one group: suggested on demand, so that a sequential search is
@@ -340,6 +339,7 @@ def _coordinate(cfg, plan, comm, run_dir, trials) -> int:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
+        time.sleep(0.2)  # let mpiexec forward those lines before the abort tears its pipes down
         comm.Abort(code)  # 0 when the search itself finished: mpiexec then exits 0
     return code
 

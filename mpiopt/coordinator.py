@@ -79,7 +79,8 @@ class Coordinator:
         return target is not None and best is not None and self.sign * best.objective <= self.sign * target
 
     def _journal(self, event: dict[str, Any]) -> None:
-        # written and flushed at once (safe from a kill); fsynced once a loop, before the next wait
+        # written and flushed at once (safe from a kill); fsynced by a helper thread whenever the
+        # loop has nothing waiting (group commit), and before the search ends
         if self.run_dir is not None:
             self.run_dir.append(event, sync=False)
 
@@ -158,9 +159,10 @@ class Coordinator:
                 log.debug("trial %d -> group %d: %s", n, group, params)
             has_result = getattr(self.transport, "has_result", None)
             if has_result is None or not has_result():
-                # nothing waiting: the disk may catch up, and the searcher's background work resume
+                # nothing waiting: the journal goes to disk (in a helper thread), the table is
+                # brought up to date, and the searcher's background work resumes
                 if self.run_dir is not None:
-                    self.run_dir.sync()
+                    self.run_dir.sync_soon()
                 self._table()
                 self.searcher.pause(False)
             if not running:

@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -33,15 +34,18 @@ FORMAT_VERSION = 1
 MIN_FREE_BYTES = 16 * 2**20  # room for a journal, a table and a few checkpoints, checked at start
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that readers see the old or the new file, never a mix."""
+def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace `path` with `data` so that readers see the old or the new file, never a mix;
+    `durable`: on disk (fsynced, file and folder) before this returns."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -124,55 +128,79 @@ def replay(events: Iterable[dict[str, Any]]) -> dict[int, TrialRecord]:
 
 
 # -- the results table -------------------------------------------------------------------------
-def result_rows(trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = False) -> tuple[list[str], list[dict]]:
-    """The results table's columns and rows (SPEC §5).
-
-    Trials still marked running are `running` while their search is `live`, else `interrupted`.
-    """
-    trials = list(trials)
+def _columns(trials: list[TrialRecord], param_names: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """(columns, parameter names with extras, metric names) of the results table."""
     metric_names: list[str] = []
     for t in trials:
         for k in t.metrics:
             if k not in metric_names and k not in ("epochs", "objective"):
                 metric_names.append(k)
     metric_names.sort(key=lambda k: (k.startswith("val_"), k))
-    params = [f"params_{n}" for n in param_names]
     extra = sorted({k for t in trials for k in t.params if k not in param_names})
-    params += [f"params_{k}" for k in extra]
-    columns = ["trial", "status", "objective", *params, *metric_names, "epochs", "start", "end", "duration_s",
-               "group", "ranks", "dispatch_ms", "wait_ms", "error"]
-    rows = []
-    for t in trials:
-        status = t.status
-        if status == TrialStatus.RUNNING and not live:
-            status = TrialStatus.INTERRUPTED
-        row: dict[str, Any] = {"trial": t.trial, "status": status.value,
-                               "objective": t.objective if status == TrialStatus.COMPLETED else None}
-        for n in param_names + extra:
-            row[f"params_{n}"] = t.params.get(n)
-        for m in metric_names:
-            row[m] = t.metrics.get(m)
-        row["epochs"] = t.epochs
-        row["start"] = iso(t.start)
-        row["end"] = iso(t.end) if status.is_finished() else ""
-        row["duration_s"] = round(t.end - t.start, 3) if t.end is not None and t.start is not None else None
-        row["group"] = t.group
-        row["ranks"] = t.ranks
-        row["dispatch_ms"] = round(t.dispatch_s * 1000, 3) if t.dispatch_s is not None else None
-        row["wait_ms"] = round(t.wait_s * 1000, 3) if t.wait_s is not None else None
-        row["error"] = t.error
-        rows.append(row)
-    return columns, rows
+    names = list(param_names) + extra
+    columns = ["trial", "status", "objective", *(f"params_{n}" for n in names), *metric_names, "epochs", "start", "end",
+               "duration_s", "group", "ranks", "dispatch_ms", "wait_ms", "error"]
+    return columns, names, metric_names
 
 
-def results_csv(trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = False) -> bytes:
-    columns, rows = result_rows(trials, param_names, live=live)
+def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool) -> dict[str, Any]:
+    status = t.status
+    if status == TrialStatus.RUNNING and not live:
+        status = TrialStatus.INTERRUPTED
+    row: dict[str, Any] = {"trial": t.trial, "status": status.value,
+                           "objective": t.objective if status == TrialStatus.COMPLETED else None}
+    for n in names:
+        row[f"params_{n}"] = t.params.get(n)
+    for m in metric_names:
+        row[m] = t.metrics.get(m)
+    row["epochs"] = t.epochs
+    row["start"] = iso(t.start)
+    row["end"] = iso(t.end) if status.is_finished() else ""
+    row["duration_s"] = round(t.end - t.start, 3) if t.end is not None and t.start is not None else None
+    row["group"] = t.group
+    row["ranks"] = t.ranks
+    row["dispatch_ms"] = round(t.dispatch_s * 1000, 3) if t.dispatch_s is not None else None
+    row["wait_ms"] = round(t.wait_s * 1000, 3) if t.wait_s is not None else None
+    row["error"] = t.error
+    return row
+
+
+def result_rows(trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = False) -> tuple[list[str], list[dict]]:
+    """The results table's columns and rows (SPEC §5).
+
+    Trials still marked running are `running` while their search is `live`, else `interrupted`.
+    """
+    trials = list(trials)
+    columns, names, metric_names = _columns(trials, param_names)
+    return columns, [_row(t, names, metric_names, live) for t in trials]
+
+
+def results_csv(trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = False,
+                cache: dict | None = None) -> bytes:
+    """The results table as CSV. With a `cache` (a dict kept by the caller), the lines of finished
+    trials are formatted once and reused while the columns stay the same: rewriting the table of
+    a long search then costs little more than joining its lines."""
+    trials = list(trials)
+    columns, names, metric_names = _columns(trials, param_names)
+    if cache is not None and cache.get("columns") != columns:
+        cache.clear()
+        cache["columns"] = columns
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
     w.writeheader()
-    for row in rows:
-        w.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    return buf.getvalue().encode("utf-8")
+    out = [buf.getvalue()]
+    for t in trials:
+        key = (t.trial, t.status, t.start, t.end) if cache is not None and t.status.is_finished() else None
+        line = cache.get(key) if key is not None else None
+        if line is None:
+            buf.seek(0)
+            buf.truncate()
+            w.writerow({k: ("" if v is None else v) for k, v in _row(t, names, metric_names, live).items()})
+            line = buf.getvalue()
+            if key is not None:
+                cache[key] = line
+        out.append(line)
+    return "".join(out).encode("utf-8")
 
 
 # -- the run directory -------------------------------------------------------------------------
@@ -184,6 +212,12 @@ class RunDir:
         self.journal_path = self.path / JOURNAL
         self._lock_fd: int | None = None
         self._journal = None
+        self._unsynced = False
+        self._table_cache: dict = {}
+        self._syncer: threading.Thread | None = None
+        self._sync_cv = threading.Condition()
+        self._sync_due = False
+        self._sync_error: OSError | None = None
 
     def holds_search(self) -> bool:
         return self.journal_path.exists() and self.journal_path.stat().st_size > 0
@@ -280,10 +314,46 @@ class RunDir:
             self._unsynced = True
 
     def sync(self) -> None:
-        """fsync the journal if records were appended with `sync=False` since the last one."""
-        if self._journal is not None and getattr(self, "_unsynced", False):
-            os.fsync(self._journal.fileno())
+        """fsync the journal now if records were appended with `sync=False` since the last one."""
+        self._raise_sync_error()
+        if self._journal is not None and self._unsynced:
             self._unsynced = False
+            os.fsync(self._journal.fileno())
+
+    def sync_soon(self) -> None:
+        """Have a helper thread fsync the journal (group commit): the records are already written
+        and flushed, so a killed process loses nothing; the fsync, which waits for the disk, keeps
+        them through a crash of the machine, and the caller goes on meanwhile. An error of that
+        fsync is raised by the next call."""
+        self._raise_sync_error()
+        if self._journal is None or not self._unsynced:
+            return
+        self._unsynced = False
+        with self._sync_cv:
+            self._sync_due = True
+            if self._syncer is None:
+                self._syncer = threading.Thread(target=self._sync_loop, name="mpiopt-journal-sync", daemon=True)
+                self._syncer.start()
+            self._sync_cv.notify()
+
+    def _sync_loop(self) -> None:
+        while True:
+            with self._sync_cv:
+                self._sync_cv.wait_for(lambda: self._sync_due)
+                self._sync_due = False
+                journal = self._journal
+            if journal is None:
+                return
+            try:
+                os.fsync(journal.fileno())
+            except (OSError, ValueError) as exc:  # ValueError: closed meanwhile (close() syncs itself)
+                if isinstance(exc, OSError):
+                    self._sync_error = exc
+
+    def _raise_sync_error(self) -> None:
+        if self._sync_error is not None:
+            exc, self._sync_error = self._sync_error, None
+            raise exc
 
     def load(self) -> tuple[dict[int, TrialRecord], list[str]]:
         if not self.journal_path.exists():
@@ -292,15 +362,29 @@ class RunDir:
         return replay(events), problems
 
     def write_results(self, trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = True) -> None:
-        atomic_write(self.path / RESULTS, results_csv(trials, param_names, live=live))
+        """Rewrite results.csv. While the search is `live` the table is a view of the journal (the
+        record of truth, fsynced), so it is replaced atomically but not fsynced; the final table is."""
+        atomic_write(self.path / RESULTS, results_csv(trials, param_names, live=live, cache=self._table_cache),
+                     durable=not live)
 
     def trial_dir(self, trial: int) -> Path:
         return self.path / "trials" / str(trial)
 
     def close(self) -> None:
+        if self._syncer is not None:
+            with self._sync_cv:
+                journal, self._journal = self._journal, None
+                self._sync_due = True
+                self._sync_cv.notify()
+            self._syncer.join(timeout=60)
+            self._syncer = None
+            self._journal = journal
         if self._journal is not None:
-            self._journal.close()
-            self._journal = None
+            try:
+                os.fsync(self._journal.fileno())
+            finally:
+                self._journal.close()
+                self._journal = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

@@ -143,9 +143,32 @@ def configure_waits(comm) -> str:
 
 
 def agree(comm, error: str | None) -> str | None:
-    """Every rank learns the first error any rank had (lowest rank first), or None."""
-    errors = comm.allgather(error)
-    return next((e for e in errors if e), None)
+    """Every rank learns the first error any rank had (lowest rank first), or None.
+
+    Non-blocking with back-off: ranks that arrive early sleep instead of spinning in a blocking
+    collective, which on a node with more ranks than cores slows the ranks still working.
+    """
+    import numpy as np
+
+    MPI = _mpi()
+    size = comm.Get_size()
+    mine = np.array([comm.Get_rank() if error else size], dtype=np.int64)
+    first = np.empty_like(mine)
+    wait(comm.Iallreduce([mine, MPI.INT64_T], [first, MPI.INT64_T], op=MPI.MIN))
+    who = int(first[0])
+    if who == size:
+        return None
+    data = bcast_bytes(comm, error.encode("utf-8") if comm.Get_rank() == who else None, root=who)
+    return bytes(data).decode("utf-8")
+
+
+def group_comm(comm, ranks: tuple[int, ...]):
+    """The communicator of one group (its world ranks in order), made by those ranks alone.
+
+    `MPI_Comm_create_group` involves only the group's members, so no rank waits for the whole
+    world (a world-wide split would keep every group spinning until the last rank arrived).
+    """
+    return comm.Create_group(comm.Get_group().Incl(list(ranks)))
 
 
 # -- the group plan ----------------------------------------------------------------------------

@@ -128,3 +128,54 @@ def test_full_file_system_is_refused_at_start(tmp_path, monkeypatch):
     monkeypatch.setattr(sh, "disk_usage", lambda p: usage(10**9, 10**9 - 2**20, 2**20))
     with pytest.raises(ConfigError, match=r"the file system is full \(1.0 MiB free"):
         RunDir(tmp_path / "r").open(resume=False, config_text=CONFIG)
+
+
+def test_cached_table_matches_a_fresh_one_as_trials_finish(tmp_path):
+    from mpiopt.journal import results_csv
+
+    events = [start(0, 0.1), start(1, 0.2), finish(0, obj=0.5)]
+    cache: dict = {}
+    trials = replay(events)
+    assert results_csv(trials.values(), ["x"], live=True, cache=cache) == results_csv(trials.values(), ["x"], live=True)
+    events += [finish(1, obj=0.25), start(2, 0.3)]
+    trials = replay(events)  # trial 1 finished since: its cached running line must not be reused
+    cached = results_csv(trials.values(), ["x"], live=True, cache=cache)
+    assert cached == results_csv(trials.values(), ["x"], live=True)
+    rows = list(csv.DictReader(io.StringIO(cached.decode())))
+    assert [r["status"] for r in rows] == ["completed", "completed", "running"] and rows[1]["objective"] == "0.25"
+    events.append({**finish(2, obj=1.0), "metrics": {"objective": 1.0, "val_acc": 0.9}})  # a new column
+    trials = replay(events)
+    assert results_csv(trials.values(), ["x"], live=False, cache=cache) == results_csv(trials.values(), ["x"])
+
+
+def test_group_commit_syncs_in_the_background_and_reports_its_error(tmp_path, monkeypatch):
+    import os
+    import time
+
+    rd = RunDir(tmp_path / "run")
+    rd.open(resume=False, config_text=CONFIG)
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    rd.append(start(0, 0.1), sync=False)
+    rd.sync_soon()
+    deadline = time.monotonic() + 10
+    while not synced and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert synced, "the helper thread never fsynced the journal"
+
+    def failing(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    rd.append(finish(0), sync=False)
+    rd.sync_soon()
+    deadline = time.monotonic() + 10
+    while rd._sync_error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(OSError, match="No space"):
+        rd.sync_soon()  # the helper's error comes out of the next call
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    rd.close()
+    events, problems = read_journal(tmp_path / "run" / "trials.jsonl")
+    assert problems == [] and [e["event"] for e in events] == ["start", "finish"]

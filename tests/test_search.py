@@ -128,6 +128,44 @@ def test_prefetching_serves_ready_points_that_stay_apart():
         s.close()
 
 
+@pytest.mark.parametrize("short", [True, False])
+def test_groups_wait_for_the_first_round_only_when_trials_are_short(short, monkeypatch):
+    """Trials shorter than a round: the switch to the model waits for the first round. Longer
+    trials: the groups never wait; the design goes on until the round is ready."""
+    import threading
+
+    from mpiopt.search import Prefetching, _prefetch
+
+    monkeypatch.setattr(_prefetch, "FIRST_ROUND_GUESS_S", 1e9 if short else 0.0)
+    inner = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
+    s = Prefetching(inner, groups=4)
+    hold = threading.Event()  # keeps the first round from finishing until the hand-out is done
+    prepare = inner.prepare_round
+    inner.prepare_round = lambda *a, **k: (hold.wait(0 if short else 30), prepare(*a, **k))[1]
+    try:
+        for i in range(3):
+            p = s.ask(i)
+            s.tell(i, p, branin(p))
+        p = s.ask(3)  # the model is ready: the first round starts now
+        if short:
+            assert s.counts["model"] == 1 and s.first_wait_s > 0  # it waited for the round
+        else:
+            assert s.round is None and s.counts == {"model": 0, "design": 4, "fallback": 0}
+            assert s.first_wait_s == 0.0
+        assert (p["x"], p["y"]) not in {(q["x"], q["y"]) for q, _ in inner.observed.values()}
+    finally:
+        hold.set()
+        s.close()
+
+
+def test_random_search_never_repeats_a_point_it_was_told_or_asked():
+    s = RandomSearch(Space((Integer("a", 0, 5),)), seed=1)
+    s.add_pending(0, {"a": 2})
+    s.tell(1, {"a": 4}, 1.0)
+    drawn = [s.ask(i)["a"] for i in range(2, 6)]
+    assert sorted(drawn + [2, 4]) == [0, 1, 2, 3, 4, 5]
+
+
 def test_a_round_learns_results_exactly_and_spreads_its_hand_outs():
     from mpiopt.search._gp import Posterior
 

@@ -92,6 +92,11 @@ class BayesianSearch(RandomSearch):
         return self.suggest_batch(1)[0]
 
     # -- the initial design ------------------------------------------------------------------
+    def _known_keys(self) -> set[tuple]:
+        # a wrapper (`Prefetching`) marks hand-outs pending directly: build the set from scratch
+        # (draw() is this class's rare fallback, not its every suggestion)
+        return self.known_points()
+
     def design_point(self, extra: int = 0) -> dict[str, Any]:
         """The next point of the Sobol design that is not known yet (index: points known so far)."""
         start = len(self.observed) + len(self.pending) + extra

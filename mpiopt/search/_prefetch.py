@@ -14,11 +14,12 @@ hand-out costs about a millisecond, knows every result so far, and never waits f
 the kernel hyperparameters and the candidate set are as old as the round. A new round replaces
 the old one as soon as it is ready, and starts whenever a result arrived since the last.
 
-When the model takes over from the design, the first hand-out waits for the first round (tens of
-milliseconds, once). If trials are so short that more than one result per group arrived since
-the round's fit (`stale_limit`), a hand-out waits for the next round too: with such trials the
-groups are idle most of the time anyway, and a fit that old would waste them. If a round ran out
-of candidates, the next point of the Sobol design is handed out instead (a `fallback`).
+When the model takes over from the design, the design goes on until the first round is ready
+(tens of milliseconds). Only when trials are shorter than a round (the median time from hand-out
+to result) does a hand-out wait: for the first round, and for a fresher one when more than one
+result per group arrived since the round's fit (`stale_limit`); with such trials the groups are
+idle most of the time anyway, and a fit that old would waste them. If a round ran out of
+candidates, the next point of the Sobol design is handed out instead (a `fallback`).
 """
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 
 POLISH_BUDGET_S = 0.25  # a round polishes its picks with L-BFGS for at most this long
 FIRST_ROUND_WAIT_S = 10.0
+FIRST_ROUND_GUESS_S = 0.1  # what a round is taken to cost before the first one was timed
+TURNAROUND_KEEP = 64
 PARK_MAX_S = 0.05
 
 
@@ -69,6 +72,8 @@ class Prefetching(Searcher):
         self.behind: list[int] = []  # per model suggestion: results newer than its round's fit
         self.error: BaseException | None = None
         self._warned = False
+        self._asked: dict[int, float] = {}  # trial -> when it was handed out
+        self._turnaround: list[float] = []  # hand-out to result, seconds, the latest TURNAROUND_KEEP
         self._keys = inner.known_points()  # every point asked, re-run or told, kept up to date here
         self._go = threading.Event()  # cleared while the coordinator is busy handing out trials
         self._go.set()
@@ -79,13 +84,14 @@ class Prefetching(Searcher):
         with self._lock:
             params = None
             limit = self.stale_limit()
+            first = self.round is None
             if self.inner.model_ready() and self.error is None and \
-                    (self.round is None or self._tells - self._round_tells > limit):
-                # the switch from the design to the model (once per search), or trials so short
-                # that more than `limit` results arrived since the round's fit: wait for a round,
-                # tens of milliseconds, rather than hand out design points or a stale fit
+                    (first or self._tells - self._round_tells > limit) and self._trials_are_short(first):
+                # trials shorter than a round: wait for the first round (the switch from the design
+                # to the model, once), or for a fresher one when more than `limit` results arrived
+                # since the round's fit, rather than hand out design points or a stale fit; tens of
+                # milliseconds, and with such trials the groups are idle most of the time anyway
                 t0 = time.perf_counter()
-                first = self.round is None
                 self._start()
                 self._go.set()
                 self._wake.notify_all()
@@ -107,16 +113,34 @@ class Prefetching(Searcher):
                     self._warned = True
                     log.warning("the suggestion thread stopped (%s: %s); handing out design points from now on",
                                 type(self.error).__name__, self.error)
-                source = "fallback" if self.inner.model_ready() else "design"
+                # before the first round is ready the design goes on; later, a design point stands
+                # in for a round that ran out of candidates or a stopped thread
+                source = "fallback" if self.inner.model_ready() and self.round is not None else "design"
                 self.counts[source] += 1
                 params = self.inner.design_point()
             self._note_running(trial, params)
+            self._asked[trial] = time.perf_counter()
             self._wake.notify()
         self._start()
         return params
 
+    def _trials_are_short(self, first: bool) -> bool:
+        """Whether a group finishes a trial faster than a round is prepared (the median time from
+        a hand-out to its result against the last round's time, or FIRST_ROUND_GUESS_S before the
+        first): then waiting for a round costs little, and handing out without one wastes trials.
+        With longer trials a group never waits: the design goes on until the first round is ready,
+        and a round behind by many results is still corrected exactly by each of them."""
+        if not self._turnaround:
+            return True
+        t = sorted(self._turnaround)[len(self._turnaround) // 2]
+        return t < (FIRST_ROUND_GUESS_S if first or not self.round_s else self.round_s)
+
     def tell(self, trial: int, params: dict[str, Any], loss: float | None) -> None:
         with self._lock:
+            asked = self._asked.pop(trial, None)
+            if asked is not None:
+                self._turnaround.append(time.perf_counter() - asked)
+                del self._turnaround[:-TURNAROUND_KEEP]
             self.inner.tell(trial, params, loss)
             self._keys.add(tuple(encode(self.space, params)))
             self._told.append((dict(params), loss))
@@ -128,6 +152,7 @@ class Prefetching(Searcher):
 
     def add_pending(self, trial: int, params: dict[str, Any]) -> None:
         with self._lock:
+            self._asked[trial] = time.perf_counter()
             self.inner.add_pending(trial, params)
             self._note_running(trial, params)
 
@@ -157,8 +182,9 @@ class Prefetching(Searcher):
 
         The dispatch loop and this thread share one interpreter lock; a result burst (many groups
         finishing together) is handed out fastest with this thread parked; at most PARK_MAX_S at a
-        time, so that a coordinator that is never idle (trials of milliseconds) still gets rounds."""
-        if not self._go.is_set() and not self._stop:
+        time, so that a coordinator that is never idle (trials of milliseconds) still gets rounds.
+        The first round is never parked: until it is ready the groups get design points."""
+        if not self._go.is_set() and not self._stop and self.round is not None:
             self._go.wait(PARK_MAX_S)
 
     def close(self) -> None:

@@ -18,10 +18,27 @@ class RandomSearch(Searcher):
 
         self._sk = SkSpace(to_skopt(space))
         self._rng = np.random.RandomState(seed)
+        self._known: set[tuple] = set()  # every point asked, re-run or told (kept as it grows: O(1) an ask)
+
+    def ask(self, trial: int) -> dict[str, Any]:
+        params = super().ask(trial)
+        self._known.add(tuple(encode(self.space, params)))
+        return params
+
+    def tell(self, trial: int, params: dict[str, Any], loss: float | None) -> None:
+        super().tell(trial, params, loss)
+        self._known.add(tuple(encode(self.space, params)))
+
+    def add_pending(self, trial: int, params: dict[str, Any]) -> None:
+        super().add_pending(trial, params)
+        self._known.add(tuple(encode(self.space, params)))
+
+    def _known_keys(self) -> set[tuple]:
+        return self._known
 
     def draw(self) -> dict[str, Any]:
         """A random point that is neither observed nor pending (if the space has one left)."""
-        known = self.known_points()
+        known = self._known_keys()
         for _ in range(_MAX_REDRAWS):
             x = self._sk.rvs(n_samples=1, random_state=self._rng)[0]
             params = self.space.from_list(x)
