@@ -41,6 +41,7 @@ POLISH_BUDGET_S = 0.25  # a round polishes its picks with L-BFGS for at most thi
 FIRST_ROUND_WAIT_S = 10.0
 FIRST_ROUND_GUESS_S = 0.1  # what a round is taken to cost before the first one was timed
 TURNAROUND_KEEP = 64
+VERY_SHORT = 4  # trials this many times shorter than a round: hand-outs wait for a round behind by >1 result
 PARK_MAX_S = 0.05
 
 
@@ -130,10 +131,8 @@ class Prefetching(Searcher):
         first): then waiting for a round costs little, and handing out without one wastes trials.
         With longer trials a group never waits: the design goes on until the first round is ready,
         and a round behind by many results is still corrected exactly by each of them."""
-        if not self._turnaround:
-            return True
-        t = sorted(self._turnaround)[len(self._turnaround) // 2]
-        return t < (FIRST_ROUND_GUESS_S if first or not self.round_s else self.round_s)
+        t = self._median_turnaround()
+        return t is None or t < (FIRST_ROUND_GUESS_S if first or not self.round_s else self.round_s)
 
     def tell(self, trial: int, params: dict[str, Any], loss: float | None) -> None:
         with self._lock:
@@ -157,9 +156,17 @@ class Prefetching(Searcher):
             self._note_running(trial, params)
 
     def stale_limit(self) -> int:
-        """The most results a hand-out's round may be behind: one per group, at least 4. Trials
-        long enough for a round between results never come near it; trials of milliseconds do."""
+        """The most results a hand-out's round may be behind: one per group, at least 4; but only
+        1 when a group finishes several trials while one round is prepared (trials of
+        milliseconds: the model, not the groups, is what limits such a search). Trials long
+        enough for a round between results never come near it."""
+        t = self._median_turnaround()
+        if t is not None and self.round_s and t * VERY_SHORT < self.round_s:
+            return 1
         return max(self.groups, 4)
+
+    def _median_turnaround(self) -> float | None:
+        return sorted(self._turnaround)[len(self._turnaround) // 2] if self._turnaround else None
 
     def _note_running(self, trial: int, params: dict[str, Any]) -> None:
         self.inner.pending[trial] = params
