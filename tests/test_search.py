@@ -158,6 +158,23 @@ def test_groups_wait_for_the_first_round_only_when_trials_are_short(short, monke
         s.close()
 
 
+def test_how_stale_a_round_may_be_follows_the_trial_length():
+    from mpiopt.search import Prefetching
+
+    s = Prefetching(BayesianSearch(SPACE, seed=0), groups=16)
+    try:
+        assert s.stale_limit() == 16  # nothing timed yet
+        s.round_s = 0.04
+        s._turnaround = [0.5] * 5  # trials longer than a round: one result per group
+        assert s.stale_limit() == 16 and not s._trials_are_short(first=False)
+        s._turnaround = [0.03] * 5  # a little shorter: wait for fresher rounds, still per group
+        assert s.stale_limit() == 16 and s._trials_are_short(first=False)
+        s._turnaround = [0.002] * 5  # trials of milliseconds: the model is the bottleneck
+        assert s.stale_limit() == 1
+    finally:
+        s.close()
+
+
 def test_random_search_never_repeats_a_point_it_was_told_or_asked():
     s = RandomSearch(Space((Integer("a", 0, 5),)), seed=1)
     s.add_pending(0, {"a": 2})
