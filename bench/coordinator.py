@@ -1,18 +1,27 @@
 """The coordinator under load: group utilization and dispatch latency, ahead-of-time vs synchronous.
 
-    python bench/coordinator.py [--layouts 64x1 33x1 33x4] [--sleeps 0.5 2] [--trials 315]
-                                [--modes ahead sync]
+    python bench/coordinator.py [--layouts 64x1 33x1 33x4] [--sleeps 0.5 2] [--trials N]
+                                [--modes ahead sync] [--keep DIR]
 
 Runs `mpiexec -n RANKS mpiopt search bench/spaces/sleepy_hartmann6.yaml` (Hartmann-6 behind a
 sleep of 0.5 or 2 s, GP + gp_hedge, 10 initial points) for each layout (RANKS x group size) and
 sleep, in two modes in the same run:
 
-  ahead  mpiopt's default: suggestions computed in a background thread, handed out at once
-  sync   MPIOPT_PREFETCH=0: tell and ask on every result, the group waiting (MPI Opt's way)
+  ahead  mpiopt's default: suggestions computed in a background thread, handed out at once, and
+         sent to a group shortly before its trial is expected to end where serving a burst of
+         results would keep groups waiting (see `Coordinator._lead`)
+  sync   MPIOPT_PREFETCH=0 MPIOPT_SEND_AHEAD=0: tell and ask on every result, the group waiting
+         (MPI Opt's way)
 
-and reads the run directory back (`mpiopt.analysis.timeline`): group utilization (busy time over
-groups x active time), the coordinator's dispatch latency (result received -> next trial sent)
-p50/p99 over the hand-outs that follow a result, the start-up wave (search start -> the last
+The budget is a whole number of trials per group, at least 300 (315 for 63 groups, 320 for 32,
+304 for 8) unless --trials says otherwise: with a last partial wave, groups that drew no trial in it
+sit idle at the end whatever the coordinator does (315 trials on 32 groups leave 5 groups idle for
+the last half second, 1.5% of utilization), and that is the budget's doing, not the coordinator's.
+
+The run directory is read back (`mpiopt.analysis.timeline`): group utilization (busy time over
+groups x active time), how many trials were sent ahead and how many after a result, the
+coordinator's dispatch latency (result received -> next trial sent) p50/p99 over the hand-outs
+that followed a result, the start-up wave (search start -> the last
 group's first trial sent), the group's wait (result sent -> next trial received, MPI included) p50/p99, the
 coordinator process's CPU time (both threads), and where the suggestions came from.
 Prints a table; asserts nothing.
@@ -40,6 +49,7 @@ def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path) 
     env = dict(os.environ, MPIOPT_BENCH_SLEEP=str(sleep), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     if mode == "sync":
         env["MPIOPT_PREFETCH"] = "0"
+        env["MPIOPT_SEND_AHEAD"] = "0"
     out.mkdir(parents=True)
     space = out.parent / f"{out.name}.yaml"  # the space with this layout's group size, beside its objective
     space.write_text(SPACE.read_text().replace("group_size: 1", f"group_size: {size}"))
@@ -69,27 +79,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layouts", nargs="+", default=["64x1", "33x1", "33x4"], help="RANKSxGROUP_SIZE")
     ap.add_argument("--sleeps", type=float, nargs="+", default=[0.5, 2.0])
-    ap.add_argument("--trials", type=int, default=315)
+    ap.add_argument("--trials", type=int, help="trials per run (default: the least multiple of the groups >= 300)")
     ap.add_argument("--modes", nargs="+", default=["ahead", "sync"])
     ap.add_argument("--keep", type=Path, help="keep the run directories under this folder (default: a temporary one)")
     args = ap.parse_args()
-    print(f"Hartmann-6 behind a sleep, {args.trials} trials, GP + gp_hedge; {os.cpu_count()} cores\n")
-    print("| ranks | groups | trial s | mode | search s | utilization | dispatch p50 / p99 ms | group wait p50 / p99 ms "
+    print(f"Hartmann-6 behind a sleep, GP + gp_hedge; {os.cpu_count()} cores\n")
+    print("| ranks | groups | trials | trial s | mode | search s | utilization | sent ahead / after a result | dispatch p50 / p99 ms after a result | group wait p50 / p99 ms "
           "| first wave ms | coordinator CPU s (% core) | model / fallback suggestions (results newer than the fit, p50) | best |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         if args.keep:
             tmp = args.keep
         for layout in args.layouts:
             ranks, size = (int(v) for v in layout.split("x"))
             groups = (ranks - 1) // size
+            trials = args.trials or groups * -(-300 // groups)
             for sleep in args.sleeps:
                 for mode in args.modes:
                     out = Path(tmp) / f"{layout}-{sleep}-{mode}"
-                    r = run(ranks, size, sleep, args.trials, mode, out)
+                    r = run(ranks, size, sleep, trials, mode, out)
                     sugg = f"{r['model']} / {r['fallback']} ({r['stale']})" if r["model"] is not None else "on demand"
-                    print(f"| {ranks} | {groups} x {size} | {sleep:g} | {mode} | {r['search']:.1f} | {r['utilization']:.3f} "
-                          f"| {r['dispatch_p50_ms']:.2f} / {r['dispatch_p99_ms']:.2f} "
+                    print(f"| {ranks} | {groups} x {size} | {trials} | {sleep:g} | {mode} | {r['search']:.1f} | {r['utilization']:.3f} "
+                          f"| {r.get('sent_ahead', 0)} / {r.get('sent_after', 0)} "
+                          f"| {r.get('dispatch_p50_ms', float('nan')):.2f} / {r.get('dispatch_p99_ms', float('nan')):.2f} "
                           f"| {r['wait_p50_ms']:.2f} / {r['wait_p99_ms']:.2f} | {r.get('first_wave_ms', float('nan')):.1f} "
                           f"| {r['cpu']:.1f} ({r['cpu_pct']}%) "
                           f"| {sugg} | {r['best']:.3f} |", flush=True)

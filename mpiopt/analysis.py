@@ -79,6 +79,9 @@ def timeline(df):
     Utilization is busy time over (groups x active time), where active time is the union of the
     trials' intervals, so the pause between a kill and its --resume is not counted as idle.
     `dispatch_ms` is the coordinator's part of a hand-out (result received -> next trial sent);
+    negative for a trial sent ahead, that long before the group's previous result came in (the
+    latency is then reported over the hand-outs that did follow a result, and the ones sent ahead
+    are counted apart: `sent_ahead`, and how early, `ahead_p50_ms`);
     `wait_ms` is what the group saw (result sent -> next trial received), MPI included. The
     first trial of each group (no result before it) is counted apart: `first_wave_ms` is the
     longest time from the search's start to a group's first trial going out.
@@ -110,6 +113,12 @@ def timeline(df):
         # reported apart; the latency is that of the hand-outs that follow a result
         first = df["wait_ms"].isna() if "wait_ms" in df else pd.Series(False, index=df.index)
         after = d[~first].dropna()
+        early = after[after < 0]
+        after = after[after >= 0]
+        summary["sent_ahead"] = int(len(early))
+        summary["sent_after"] = int(len(after))
+        if not early.empty:
+            summary["ahead_p50_ms"] = float(-early.quantile(0.5))
         if not after.empty:
             summary["dispatch_p50_ms"] = float(after.quantile(0.5))
             summary["dispatch_p99_ms"] = float(after.quantile(0.99))

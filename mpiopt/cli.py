@@ -522,6 +522,9 @@ def cmd_results(args) -> int:
                 f"{summary['active_s']:.1f} s; group utilization {summary['utilization']:.3f}")
         if "dispatch_p50_ms" in summary:
             line += f"; dispatch latency p50 {summary['dispatch_p50_ms']:.2f} ms, p99 {summary['dispatch_p99_ms']:.2f} ms"
+        if summary.get("sent_ahead"):
+            line += (f"; {summary['sent_ahead']} trials sent ahead (p50 {summary['ahead_p50_ms']:.1f} ms before the "
+                     f"group's previous result)")
         if "first_wave_ms" in summary:
             line += f"; every group's first trial out within {summary['first_wave_ms']:.2f} ms"
         if "wait_p50_ms" in summary:

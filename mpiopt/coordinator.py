@@ -5,8 +5,10 @@ Pure Python: it talks to groups only through a transport (`send_task`, `recv_res
 """
 from __future__ import annotations
 
+import heapq
 import logging
 import math
+import os
 import statistics
 import time
 from collections import deque
@@ -34,6 +36,7 @@ class Summary:
     retired: list[int] = field(default_factory=list)  # groups that never came back
     stopped: str | None = None  # why the search stopped before its budget (max_failures, no groups left)
     exit_code: int = 0  # 1 when stopped, 2 when the objective broke its contract
+    sent_ahead: int = 0  # trials sent to a group before it finished the one it was running
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -46,8 +49,9 @@ class Coordinator:
     """Event-driven scheduling: wait for any result, tell it, give that group its next trial."""
 
     def __init__(self, cfg: Config, searcher: Searcher, transport, run_dir: RunDir | None = None,
-                 trials: dict[int, TrialRecord] | None = None) -> None:
+                 trials: dict[int, TrialRecord] | None = None, clock=time.perf_counter) -> None:
         self.cfg = cfg
+        self._clock = clock  # every interval of the loop (a simulated one in tests)
         self.searcher = searcher
         self.transport = transport
         self.run_dir = run_dir
@@ -59,6 +63,9 @@ class Coordinator:
         self._best_known = False
         self._failed = sum(1 for t in self.trials.values() if t.status == TrialStatus.FAILED)
         self._finished = sum(1 for t in self.trials.values() if t.status.is_finished())
+        self._durations: deque[float] = deque(maxlen=64)  # hand-out (or previous result) -> result, seconds
+        self._hand_out_s: deque[float] = deque(maxlen=64)  # coordinator time to choose, journal and send a trial
+        self._costs: deque[float] = deque(maxlen=64)  # coordinator time to take in a result
 
     # -- helpers -----------------------------------------------------------------------------
     def loss(self, rec: TrialRecord) -> float | None:
@@ -100,10 +107,13 @@ class Coordinator:
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> Summary:
-        t0 = time.monotonic()
+        t0 = self._clock()
         budget = self.cfg.search.trials
         finished = {n for n, t in self.trials.items() if t.status.is_finished()}
+        self._finished_set = finished
         rerun = deque(sorted(n for n in self.trials if n not in finished))
+        self._rerun = rerun
+        self._orphans: set[int] = set()  # re-run trials the searcher still counts as pending
         for n in sorted(finished):
             t = self.trials[n]
             self.searcher.tell(n, t.params, self.loss(t))
@@ -112,51 +122,64 @@ class Coordinator:
                      len(finished), len(rerun), ", ".join(map(str, rerun)))
         elif finished:
             log.info("resuming: %d finished trials kept", len(finished))
-        next_trial = max(self.trials) + 1 if self.trials else 0
+        self._next_trial = max(self.trials) + 1 if self.trials else 0
         idle = deque(range(self.transport.n_groups))
-        running: dict[int, int] = {}  # group -> trial
+        running: dict[int, int] = {}  # group -> the trial it runs now
+        ahead: dict[int, tuple[int, float]] = {}  # group -> (trial, when sent): its next trial, sent before it finished
+        ghosts: dict[int, int] = {}  # group -> a trial it runs whose result is ignored (it was re-run elsewhere)
+        began: dict[int, float] = {}  # group -> when its running trial began, as far as the coordinator knows
+        starts: list[tuple[float, int, int]] = []  # heap of (began, group, trial): who is due to be sent ahead
         deadlines: dict[int, float] = {}  # group -> when it is declared lost
         retired: set[int] = set()
         limit = self.cfg.training.get("time_limit")
         grace = self.cfg.search.grace_period
         summary = Summary(self.trials, None)
+        self._ahead_sent = 0
         stopping = self.reached_target()
         if stopping:
             log.info("the target %s was already reached", self.cfg.search.target)
+        can_send_ahead = bool(getattr(self.transport, "queues_tasks", False)) and \
+            os.environ.get("MPIOPT_SEND_AHEAD", "1") != "0"
 
-        idle_since = {g: time.perf_counter() for g in idle}  # when each group became free
+        def start_running(group: int, n: int, at: float) -> None:
+            running[group] = n
+            began[group] = at
+            heapq.heappush(starts, (at, group, n))
+            if limit:
+                trial_limit = self.cfg.trial_training(self.trials[n].params).get("time_limit") or limit
+                deadlines[group] = self._clock() + float(trial_limit) + grace
+
+        idle_since = {g: self._clock() for g in idle}  # when each group became free
         while True:
-            while idle and not stopping and len(finished) + len(running) < budget:
-                t_ready = time.perf_counter()
+            while idle and not stopping and len(finished) + len(running) + len(ahead) < budget:
+                t_ready = self._clock()
                 group = idle.popleft()
-                if rerun:
-                    n = rerun.popleft()
-                    params = self.trials[n].params
-                    self.searcher.add_pending(n, params)
-                else:
-                    n = next_trial
-                    next_trial += 1
-                    params = self.searcher.ask(n)
-                ranks = self.transport.group_ranks(group)
-                now = time.time()
-                self.trials[n] = TrialRecord(trial=n, params=params, start=now, group=group, ranks=ranks)
-                # written before the task goes out (a crash after the send must not lose the trial);
-                # the dispatch time is measured at the send and kept in memory and in the table
-                self._journal({"event": "start", "trial": n, "params": params, "group": group, "ranks": ranks,
-                               "time": now})
-                task = {"trial": n, "params": params,
-                        "trial_dir": str(self.run_dir.trial_dir(n)) if self.run_dir is not None else None}
-                self.transport.send_task(group, task)
+                n = self._hand_out(group)
                 # how long this group waited for the coordinator, from its result's arrival to the send
-                dispatch = time.perf_counter() - idle_since.pop(group, t_ready)
+                sent = self._clock()
+                dispatch = sent - idle_since.pop(group, t_ready)
                 self.trials[n].dispatch_s = dispatch
-                running[group] = n
-                if limit:
-                    trial_limit = self.cfg.trial_training(params).get("time_limit") or limit
-                    deadlines[group] = time.monotonic() + float(trial_limit) + grace
+                start_running(group, n, sent)
                 summary.dispatch_s.append(dispatch)
                 summary.dispatched += 1
-                log.debug("trial %d -> group %d: %s", n, group, params)
+            lead = self._lead(len(running)) if can_send_ahead and not stopping else None
+            due_at = None
+            if lead is not None:
+                # send the next trial to every group whose running trial is about to end (a burst of
+                # results then finds each group with its next trial already in hand)
+                typical = statistics.median(self._durations)
+                while starts and len(finished) + len(running) + len(ahead) < budget:
+                    at, group, n = starts[0]
+                    if running.get(group) != n or group in ahead or group in ghosts:
+                        heapq.heappop(starts)  # stale: that trial is over, or the group has its next one
+                        continue
+                    if at + typical - lead > self._clock():
+                        due_at = at + typical - lead
+                        break
+                    heapq.heappop(starts)
+                    m = self._hand_out(group)
+                    ahead[group] = (m, self._clock())
+                    self._ahead_sent += 1
             has_result = getattr(self.transport, "has_result", None)
             if has_result is None or not has_result():
                 # nothing waiting: the journal goes to disk (in a helper thread), the table is
@@ -170,40 +193,74 @@ class Coordinator:
                     summary.stopped = "every group was retired (none came back from a trial past its time limit)"
                     summary.exit_code = 1
                 break
-            waits = [deadlines[g] for g in running if g in deadlines]
-            timeout = max(0.0, min(waits) - time.monotonic()) if waits else None
+            waits = [deadlines[g] - self._clock() for g in running if g in deadlines]
+            if due_at is not None:
+                waits.append(due_at - self._clock())
+            timeout = max(0.0, min(waits)) if waits else None
             got = self.transport.recv_result(timeout=timeout)
-            t_recv = time.perf_counter()
+            t_recv = self._clock()
             self.searcher.pause(True)  # results are coming in: the background thread steps aside
-            if got is None:  # a group is past its trial's time limit and grace period
-                now = time.monotonic()
+            if got is None:  # a group is past its trial's time limit and grace period, or one is due
+                now = self._clock()
                 for group in [g for g in running if deadlines.get(g, now + 1) <= now]:
                     n = running.pop(group)
+                    deadlines.pop(group)
                     retired.add(group)
                     summary.retired.append(group)
-                    self._record(n, TrialResult(
-                        trial=n, status=TrialStatus.TIMEOUT.value, start=self.trials[n].start or 0.0, end=time.time(),
-                        error=f"group {group} did not report back within training.time_limit + search.grace_period "
-                              f"({float(limit):g} + {grace:g} s); the group is retired"))
-                    finished.add(n)
-                    log.warning("group %d did not come back from trial %d: retired; %d group(s) left", group, n,
-                                self.transport.n_groups - len(retired))
+                    if ghosts.pop(group, None) == n:
+                        log.warning("group %d did not come back from trial %d (run by another group too): retired",
+                                    group, n)
+                    else:
+                        self._record(n, TrialResult(
+                            trial=n, status=TrialStatus.TIMEOUT.value, start=self.trials[n].start or 0.0,
+                            end=time.time(),
+                            error=f"group {group} did not report back within training.time_limit + "
+                                  f"search.grace_period ({float(limit):g} + {grace:g} s); the group is retired"))
+                        finished.add(n)
+                        log.warning("group %d did not come back from trial %d: retired; %d group(s) left", group,
+                                    n, self.transport.n_groups - len(retired))
+                    if group in ahead:  # the trial it holds goes to another group; if it comes back, it
+                        m, _ = ahead.pop(group)  # runs it too, and that result is ignored
+                        rerun.appendleft(m)
+                        self._orphans.add(m)
+                        ghosts[group] = m
                 continue
             group, payload = got
             if group in retired:  # it came back after all: the trial stays a timeout, the group works again
                 retired.discard(group)
                 summary.retired.remove(group)
-                idle.append(group)
-                idle_since[group] = time.perf_counter()
                 log.warning("group %d came back after it was retired (its late result for trial %s is ignored)",
                             group, payload.get("trial"))
+                if group in ghosts:  # it goes on with the trial it held, which another group runs too
+                    start_running(group, ghosts[group], t_recv)
+                else:
+                    idle.append(group)
+                    idle_since[group] = t_recv
                 continue
             n = running.pop(group)
             deadlines.pop(group, None)
-            idle.append(group)
-            idle_since[group] = t_recv
+            took = _reported_duration(payload)  # on the group's clock: no wait for the coordinator in it
+            self._durations.append(took if took is not None else t_recv - began[group])
+            if group in ahead:  # the group has already started its next trial: when it ended this one
+                m, sent = ahead.pop(group)
+                self.trials[m].dispatch_s = sent - t_recv  # negative: sent before the result came
+                self.trials[m].start = time.time()
+                summary.dispatch_s.append(sent - t_recv)
+                summary.dispatched += 1
+                start_running(group, m, min(t_recv, max(sent, began[group] + took)) if took is not None else t_recv)
+            else:
+                idle.append(group)
+                idle_since[group] = t_recv
+            if ghosts.get(group) == n:
+                del ghosts[group]
+                log.info("group %d finished trial %d, which another group ran again after this one was retired: "
+                         "this result is ignored", group, n)
+                continue
+            if n in finished:  # never record a trial twice
+                continue
             self._record(n, TrialResult.from_dict(payload))
             finished.add(n)
+            self._costs.append(self._clock() - t_recv)
             if payload.get("misuse") and not summary.stopped:
                 where = self.cfg.objective.function or self.cfg.objective.model
                 summary.stopped = f"{self.cfg.source or self.cfg.path}: objective: {where}: " + \
@@ -229,8 +286,60 @@ class Coordinator:
         self._table(force=True)
         summary.best = self.best()
         summary.target_reached = summary.target_reached or self.reached_target()
-        summary.wall_s = time.monotonic() - t0
+        summary.wall_s = self._clock() - t0
+        summary.sent_ahead = self._ahead_sent
         return summary
+
+    def _hand_out(self, group: int) -> int:
+        """Choose the next trial (an interrupted one first), journal it and send it to `group`."""
+        t0 = self._clock()
+        if self._rerun:
+            n = self._rerun.popleft()
+            params = self.trials[n].params
+            if n in self._orphans:  # still pending in the searcher: it was handed out before
+                self._orphans.discard(n)
+            else:
+                self.searcher.add_pending(n, params)
+        else:
+            n = self._next_trial
+            self._next_trial += 1
+            params = self.searcher.ask(n)
+        ranks = self.transport.group_ranks(group)
+        now = time.time()
+        self.trials[n] = TrialRecord(trial=n, params=params, start=now, group=group, ranks=ranks)
+        # written before the task goes out (a crash after the send must not lose the trial);
+        # the dispatch time is measured at the send and kept in memory and in the table
+        self._journal({"event": "start", "trial": n, "params": params, "group": group, "ranks": ranks, "time": now})
+        task = {"trial": n, "params": params,
+                "trial_dir": str(self.run_dir.trial_dir(n)) if self.run_dir is not None else None}
+        self.transport.send_task(group, task)
+        self._hand_out_s.append(self._clock() - t0)
+        log.debug("trial %d -> group %d: %s", n, group, params)
+        return n
+
+    # Sending ahead: when many groups finish together, the last of them waits for the coordinator
+    # to serve all the others (about a millisecond each: record the result, journal it, choose the
+    # next trial, send it). So the coordinator sends a group its next trial shortly before the
+    # running one is expected to end (the median trial length so far, from hand-out to result),
+    # when it would otherwise be idle: the group finds it in its mailbox and starts at once. Only
+    # where it pays: when serving every busy group at once would take more than AHEAD_WORTH of a
+    # trial, and never more than AHEAD_SHARE of a trial early (a trial sent ahead does not know
+    # the results that arrive meanwhile).
+    AHEAD_SHARE = 0.25
+    AHEAD_WORTH = 0.01
+    AHEAD_MIN_LEAD_S = 0.02
+    AHEAD_MIN_TRIAL_S = 0.05
+
+    def _lead(self, busy: int) -> float | None:
+        """How long before a group's trial is expected to end its next one is sent; None: not at all."""
+        if not self._durations or not self._hand_out_s or not self._costs:
+            return None
+        typical = statistics.median(self._durations)
+        per_result = statistics.median(self._hand_out_s) + statistics.median(self._costs)
+        burst = busy * per_result  # serving every busy group at once
+        if typical < self.AHEAD_MIN_TRIAL_S or burst <= self.AHEAD_WORTH * typical:
+            return None
+        return min(self.AHEAD_SHARE * typical, max(self.AHEAD_MIN_LEAD_S, 2 * burst))
 
     def _failure_limit(self) -> str | None:
         """The reason to stop once `search.max_failures` trials failed, naming the commonest error."""
@@ -278,10 +387,24 @@ class Coordinator:
                  (rec.end or 0) - (rec.start or 0), n_done, self.cfg.search.trials, best_txt)
 
 
+def _reported_duration(payload: dict[str, Any]) -> float | None:
+    """A trial's length as its group measured it (start to result), or None."""
+    start, end = payload.get("start"), payload.get("end")
+    if isinstance(start, (int, float)) and isinstance(end, (int, float)) and math.isfinite(end - start) \
+            and end >= start:
+        return float(end - start)
+    return None
+
+
 def dispatch_stats(seconds: list[float]) -> str:
+    """One line about the hand-outs: those sent after a result (the group waited) and those sent ahead."""
     if not seconds:
         return "no trial dispatched"
-    ms = sorted(s * 1000 for s in seconds)
+    ms = sorted(s * 1000 for s in seconds if s >= 0)
+    ahead = len(seconds) - len(ms)
+    head = f"{len(seconds)} trials dispatched" + (f" ({ahead} sent ahead, before the group finished)" if ahead else "")
+    if not ms:
+        return head
     p99 = ms[min(len(ms) - 1, int(round(0.99 * (len(ms) - 1))))]
-    return f"{len(ms)} trials dispatched, {statistics.mean(ms):.2f} ms mean, {statistics.median(ms):.2f} ms p50, " \
-           f"{p99:.2f} ms p99 coordinator time per dispatch"
+    return f"{head}, {statistics.mean(ms):.2f} ms mean, {statistics.median(ms):.2f} ms p50, " \
+           f"{p99:.2f} ms p99 coordinator time per dispatch" + (" after a result" if ahead else "")

@@ -223,12 +223,20 @@ def plan_groups(world_size: int, group_size: int) -> GroupPlan:
 
 # -- the coordinator's side --------------------------------------------------------------------
 class MPITransport:
-    """Coordinator (world rank 0) to group leaders, over COMM_WORLD."""
+    """Coordinator (world rank 0) to group leaders, over COMM_WORLD.
+
+    Tasks go out with non-blocking sends, so a task may be sent to a group that is still busy
+    (`queues_tasks`): it waits in the group's mailbox, in order, and the send never holds up the
+    coordinator whatever its size.
+    """
+
+    queues_tasks = True
 
     def __init__(self, comm, plan: GroupPlan) -> None:
         self.comm = comm
         self.plan = plan
         self._leaders = {ranks[0]: g for g, ranks in enumerate(plan.groups)}
+        self._sends: list[tuple[Any, bytes]] = []  # (request, buffer) of sends not known to be complete
 
     @property
     def n_groups(self) -> int:
@@ -238,7 +246,21 @@ class MPITransport:
         return len(self.plan.groups[group])
 
     def send_task(self, group: int, task: dict[str, Any]) -> None:
-        send_bytes(self.comm, encode(task), self.plan.groups[group][0], TAG_TASK)
+        self._isend(encode(task), self.plan.groups[group][0], TAG_TASK)
+
+    def _isend(self, data: bytes, dest: int, tag: int) -> None:
+        MPI = _mpi()
+        if len(self._sends) >= 16:
+            self._reap()
+        self._sends.append((self.comm.Isend([data, MPI.BYTE], dest=dest, tag=tag), data))
+
+    def _reap(self) -> None:
+        """Forget the sends that completed (their buffers live until then); one MPI call for all."""
+        MPI = _mpi()
+        done = MPI.Request.Testsome([r for r, _ in self._sends]) or []
+        if done:
+            gone = set(done)
+            self._sends = [s for i, s in enumerate(self._sends) if i not in gone]
 
     def recv_result(self, timeout: float | None = None) -> tuple[int, dict[str, Any]] | None:
         """Wait until any group reports (the first to arrive is served first), or None after `timeout` s."""
@@ -252,9 +274,16 @@ class MPITransport:
         """Whether a group's result is already waiting to be received."""
         return bool(self.comm.Iprobe(source=_mpi().ANY_SOURCE, tag=TAG_RESULT))
 
-    def shutdown(self) -> None:
+    def shutdown(self, wait_s: float = 5.0) -> None:
+        """Tell every group to stop (after any task it still holds). Waits at most `wait_s` for the
+        sends: a group that never came back from a trial never receives them."""
         for ranks in self.plan.groups:
-            send_bytes(self.comm, b"", ranks[0], TAG_STOP)
+            self._isend(b"", ranks[0], TAG_STOP)
+        end = time.monotonic() + wait_s
+        backoff = Backoff()
+        while self._sends and time.monotonic() < end:
+            self._reap()
+            backoff.sleep()
 
 
 class InProcessTransport:

@@ -231,3 +231,149 @@ def test_latencies_are_recorded_and_the_first_wave_is_counted_apart(cfg, tmp_pat
     assert summary["wait_p50_ms"] == 4.0 and "first_wave_ms" in summary and "dispatch_p99_ms" in summary
     best = min(df.objective)
     assert s.best.objective == best  # kept up to date result by result
+
+
+class MailboxSim:
+    """Groups with a mailbox, as over MPI: a task sent to a busy group waits there, in order, and the
+    group starts it the moment it finishes. Time is simulated and is also the coordinator's clock.
+
+    `duration(group, k)` is how long the group's k-th trial takes (inf: it never comes back).
+    """
+
+    queues_tasks = True
+
+    def __init__(self, n_groups, duration):
+        self.n = n_groups
+        self.duration = duration
+        self.clock = 0.0
+        self.heap = []  # (end, seq, group, task, start)
+        self.busy = [False] * n_groups
+        self.mailbox = [[] for _ in range(n_groups)]
+        self.count = [0] * n_groups
+        self.log = []  # ("send" | "run" | "recv", group, trial, clock)
+        self.seq = 0
+        self.stopped = False
+
+    @property
+    def n_groups(self):
+        return self.n
+
+    def group_ranks(self, group):
+        return 1
+
+    def _start(self, group, task):
+        d = self.duration(group, self.count[group])
+        self.count[group] += 1
+        self.busy[group] = True
+        self.seq += 1
+        self.log.append(("run", group, task["trial"], self.clock))
+        heapq.heappush(self.heap, (self.clock + d, self.seq, group, task, self.clock))
+
+    def send_task(self, group, task):
+        self.log.append(("send", group, task["trial"], self.clock))
+        if self.busy[group]:
+            assert not self.mailbox[group], "a group got a second task ahead"
+            self.mailbox[group].append(task)
+        else:
+            self._start(group, task)
+
+    def has_result(self):
+        return bool(self.heap) and self.heap[0][0] <= self.clock
+
+    def recv_result(self, timeout=None):
+        nxt = self.heap[0][0] if self.heap else math.inf
+        if timeout is not None and nxt > self.clock + timeout:
+            self.clock += timeout
+            return None
+        assert math.isfinite(nxt), "the coordinator would wait forever"
+        end, _, group, task, start = heapq.heappop(self.heap)
+        self.clock = max(self.clock, end)
+        self.busy[group] = False
+        self.log.append(("recv", group, task["trial"], self.clock))
+        if self.mailbox[group]:
+            self._start(group, self.mailbox[group].pop(0))
+        y = branin(task["params"])
+        return group, {"trial": task["trial"], "status": "completed", "objective": y, "metrics": {"objective": y},
+                       "start": 1e9 + start, "end": 1e9 + end, "wait_s": 0.0}
+
+    def shutdown(self):
+        self.stopped = True
+
+
+def run_sim(c, sim, monkeypatch, worth=-1.0):
+    monkeypatch.setattr(Coordinator, "AHEAD_WORTH", worth)  # send ahead whatever the coordinator's speed
+    co = Coordinator(c, make_searcher(c.space, c.search), sim, clock=lambda: sim.clock)
+    return co.run()
+
+
+def test_groups_get_their_next_trial_before_they_finish(cfg, monkeypatch):
+    sim = MailboxSim(3, lambda g, k: 1.0 + 0.005 * g)
+    s = run_sim(cfg("{initial_points: 5, trials: 30, seed: 0}"), sim, monkeypatch)
+    assert sorted(s.trials) == list(range(30)) and all(t.status == TrialStatus.COMPLETED for t in s.trials.values())
+    sends = [e for e in sim.log if e[0] == "send"]
+    assert len(sends) == 30 and sim.stopped
+    # after the first results, every hand-out went out before the group finished its trial: the
+    # group started it the instant it finished (no idle time), and at most a quarter-trial early
+    assert s.sent_ahead >= 24
+    ahead = [t for t in s.trials.values() if t.dispatch_s is not None and t.dispatch_s < 0]
+    assert len(ahead) == s.sent_ahead
+    assert all(-t.dispatch_s <= Coordinator.AHEAD_SHARE * 1.2 + 1e-9 for t in ahead)
+    runs = {(g, n): clock for kind, g, n, clock in sim.log if kind == "run"}
+    recvs = {g: [] for g in range(3)}
+    for kind, g, n, clock in sim.log:
+        if kind == "recv":
+            recvs[g].append(clock)
+    for t in ahead:  # it ran as soon as the group's previous trial ended
+        assert runs[(t.group, t.trial)] in recvs[t.group]
+
+
+def test_sending_ahead_only_where_it_pays(cfg, monkeypatch):
+    # a coordinator that serves every group in far less than 1% of a trial sends nothing ahead: one
+    # group searching alone must see each result before choosing the next point
+    sim = MailboxSim(1, lambda g, k: 1.0)
+    s = run_sim(cfg("{initial_points: 3, trials: 8, seed: 0}"), sim, monkeypatch, worth=Coordinator.AHEAD_WORTH)
+    assert s.sent_ahead == 0 and len(s.trials) == 8
+    sim = MailboxSim(2, lambda g, k: 0.01)  # trials of 10 ms: not sent ahead either
+    s = run_sim(cfg("{initial_points: 3, trials: 12, seed: 0}"), sim, monkeypatch)
+    assert s.sent_ahead == 0 and len(s.trials) == 12
+
+
+def test_a_trial_held_by_a_lost_group_runs_elsewhere_once(cfg, write_yaml, monkeypatch):
+    c = load_config(write_yaml("""
+        objective: {function: objectives.py:branin}
+        parameters: {x: {type: real, low: -5.0, high: 10.0}, y: {type: real, low: 0.0, high: 15.0}}
+        search: {initial_points: 3, trials: 12, seed: 0, grace_period: 0.5}
+        training: {time_limit: 1.5}
+    """))
+    # group 1's third trial never ends: it holds the trial sent ahead to it, which must run elsewhere
+    sim = MailboxSim(2, lambda g, k: math.inf if (g, k) == (1, 2) else 1.0)
+    s = run_sim(c, sim, monkeypatch)
+    assert s.retired == [1]
+    assert sorted(s.trials) == list(range(12))
+    timeouts = [t for t in s.trials.values() if t.status == TrialStatus.TIMEOUT]
+    assert len(timeouts) == 1 and timeouts[0].group == 1
+    held = [n for kind, g, n, _ in sim.log if kind == "send" and g == 1][-1]
+    assert held != timeouts[0].trial and sim.mailbox[1] and sim.mailbox[1][0]["trial"] == held
+    assert s.trials[held].status == TrialStatus.COMPLETED and s.trials[held].group == 0
+    assert sum(t.status == TrialStatus.COMPLETED for t in s.trials.values()) == 11
+
+
+def test_a_late_group_runs_the_trial_it_held_and_that_result_is_ignored(cfg, write_yaml, monkeypatch):
+    c = load_config(write_yaml("""
+        objective: {function: objectives.py:branin}
+        parameters: {x: {type: real, low: -5.0, high: 10.0}, y: {type: real, low: 0.0, high: 15.0}}
+        search: {initial_points: 3, trials: 16, seed: 0, grace_period: 0.5}
+        training: {time_limit: 1.5}
+    """))
+    # group 1's second trial takes 3 s (retired at 2 s); it comes back, runs the trial it held, then works again
+    sim = MailboxSim(2, lambda g, k: 3.0 if (g, k) == (1, 1) else 1.0)
+    s = run_sim(c, sim, monkeypatch)
+    assert s.retired == [] and s.stopped is None
+    assert sorted(s.trials) == list(range(16))
+    recv = [(g, n) for kind, g, n, _ in sim.log if kind == "recv"]
+    twice = [n for n in {n for _, n in recv} if sum(1 for _, m in recv if m == n) == 2]
+    assert len(twice) == 1  # the held trial ran on both groups, and was recorded once, from group 0
+    assert s.trials[twice[0]].group == 0 and s.trials[twice[0]].status == TrialStatus.COMPLETED
+    assert sum(t.status == TrialStatus.TIMEOUT for t in s.trials.values()) == 1
+    late = [n for kind, g, n, _ in sim.log if kind == "run" and g == 1]
+    assert len(late) > 3  # group 1 got new trials after it came back
