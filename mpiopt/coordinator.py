@@ -66,6 +66,7 @@ class Coordinator:
         self._durations: deque[float] = deque(maxlen=64)  # hand-out (or previous result) -> result, seconds
         self._hand_out_s: deque[float] = deque(maxlen=64)  # coordinator time to choose, journal and send a trial
         self._costs: deque[float] = deque(maxlen=64)  # coordinator time to take in a result
+        self._always_ahead = False
 
     # -- helpers -----------------------------------------------------------------------------
     def loss(self, rec: TrialRecord) -> float | None:
@@ -138,8 +139,9 @@ class Coordinator:
         stopping = self.reached_target()
         if stopping:
             log.info("the target %s was already reached", self.cfg.search.target)
-        can_send_ahead = bool(getattr(self.transport, "queues_tasks", False)) and \
-            os.environ.get("MPIOPT_SEND_AHEAD", "1") != "0"
+        mode = os.environ.get("MPIOPT_SEND_AHEAD", "1")  # 0: never; always: whether it pays or not (tests)
+        can_send_ahead = bool(getattr(self.transport, "queues_tasks", False)) and mode != "0"
+        self._always_ahead = mode == "always"
 
         def start_running(group: int, n: int, at: float) -> None:
             running[group] = n
@@ -236,6 +238,9 @@ class Coordinator:
                 else:
                     idle.append(group)
                     idle_since[group] = t_recv
+                continue
+            if group not in running:  # cannot happen with an MPI transport (FIFO per group); never crash on it
+                log.warning("group %d reported trial %s while it had none: ignored", group, payload.get("trial"))
                 continue
             n = running.pop(group)
             deadlines.pop(group, None)
@@ -337,7 +342,7 @@ class Coordinator:
         typical = statistics.median(self._durations)
         per_result = statistics.median(self._hand_out_s) + statistics.median(self._costs)
         burst = busy * per_result  # serving every busy group at once
-        if typical < self.AHEAD_MIN_TRIAL_S or burst <= self.AHEAD_WORTH * typical:
+        if typical < self.AHEAD_MIN_TRIAL_S or (burst <= self.AHEAD_WORTH * typical and not self._always_ahead):
             return None
         return min(self.AHEAD_SHARE * typical, max(self.AHEAD_MIN_LEAD_S, 2 * burst))
 

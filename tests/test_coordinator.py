@@ -377,3 +377,14 @@ def test_a_late_group_runs_the_trial_it_held_and_that_result_is_ignored(cfg, wri
     assert sum(t.status == TrialStatus.TIMEOUT for t in s.trials.values()) == 1
     late = [n for kind, g, n, _ in sim.log if kind == "run" and g == 1]
     assert len(late) > 3  # group 1 got new trials after it came back
+
+
+def test_a_target_reached_with_trials_sent_ahead_runs_them_and_records_them(cfg, monkeypatch):
+    sim = MailboxSim(4, lambda g, k: 1.0 + 0.002 * g)
+    c = cfg("{initial_points: 5, trials: 60, seed: 0, target: 5.0}")
+    s = run_sim(c, sim, monkeypatch)
+    assert s.target_reached and len(s.trials) < 60 and s.sent_ahead > 0
+    # every trial sent (ahead or not) ran and was recorded; nothing was left in a mailbox
+    sent = [n for kind, _, n, _ in sim.log if kind == "send"]
+    assert sorted(sent) == sorted(s.trials) and not any(sim.mailbox)
+    assert all(t.status == TrialStatus.COMPLETED for t in s.trials.values())

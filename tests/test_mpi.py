@@ -31,10 +31,13 @@ def space(write_yaml, name, fn="branin", trials=10, group_size=1):
 
 
 def test_three_ranks_two_groups(write_yaml, tmp_path):
-    p = run_cli(["search", space(write_yaml, "n3")], cwd=tmp_path, np=3, env={"MPIOPT_TEST_SLEEP": "0.05"})
+    # trials sent ahead whether it pays or not: they wait in the group's mailbox while it works
+    p = run_cli(["search", space(write_yaml, "n3")], cwd=tmp_path, np=3,
+                env={"MPIOPT_TEST_SLEEP": "0.1", "MPIOPT_SEND_AHEAD": "always"})
     assert p.returncode == 0, p.stderr
     df = mpiopt.load_results(tmp_path / "runs" / "n3")
     assert list(df.trial) == list(range(10)) and set(df.status) == {"completed"}
+    assert (df.dispatch_ms < 0).any() and "sent ahead" in p.stderr
     assert set(df.group) == {0, 1} and set(df.ranks) == {1}
     assert "3 ranks: 1 coordinator (rank 0) + 2 groups of 1 rank" in p.stderr
 
@@ -147,11 +150,14 @@ def test_a_stuck_group_is_retired_and_the_job_still_ends(write_yaml, tmp_path):
         "seed: 0}", "seed: 0, grace_period: 1}").replace("training: {group_size: 1}",
                                                           "training: {group_size: 1, time_limit: 1}")
     path = write_yaml(text, "stuck.yaml")
-    p = run_cli(["search", path], cwd=tmp_path, np=4, timeout=120)
+    # with trials sent ahead, a stuck group holds one more: it must run elsewhere
+    p = run_cli(["search", path], cwd=tmp_path, np=4, timeout=120,
+                env={"MPIOPT_SEND_AHEAD": "always", "MPIOPT_TEST_SLEEP": "0.2"})
     df = mpiopt.load_results(tmp_path / "runs" / "stuck")
     retired = df[df.error.fillna("").str.contains("did not report back")]
     assert len(retired) >= 1 and set(retired.status) == {"timeout"}
     assert "is retired" in retired.error.iloc[0]
+    assert list(df.trial) == list(range(len(df))) and set(df.status) <= {"completed", "timeout"}
     if len(df) == 8:  # some group survived and finished the budget
         assert p.returncode == 0, p.stderr
     else:
