@@ -388,3 +388,45 @@ def test_a_target_reached_with_trials_sent_ahead_runs_them_and_records_them(cfg,
     sent = [n for kind, _, n, _ in sim.log if kind == "send"]
     assert sorted(sent) == sorted(s.trials) and not any(sim.mailbox)
     assert all(t.status == TrialStatus.COMPLETED for t in s.trials.values())
+
+
+def test_trials_sent_ahead_when_the_search_dies_run_again_on_resume(cfg, tmp_path, monkeypatch):
+    from mpiopt.journal import read_journal, replay
+
+    class Killed(Exception):
+        pass
+
+    class Dying(MailboxSim):  # the job dies while some groups hold a trial sent ahead
+        def recv_result(self, timeout=None):
+            if sum(1 for k, *_ in self.log if k == "recv") >= 12 and any(self.mailbox):
+                raise Killed
+            return super().recv_result(timeout)
+
+    c = cfg("{initial_points: 5, trials: 30, seed: 0}")
+    rd = RunDir(tmp_path / "run")
+    rd.open(resume=False, config_text="name: t\n")
+    sim = Dying(3, lambda g, k: 1.0 + 0.002 * g)
+    monkeypatch.setattr(Coordinator, "AHEAD_WORTH", -1.0)
+    with pytest.raises(Killed):
+        Coordinator(c, make_searcher(c.space, c.search), sim, rd, clock=lambda: sim.clock).run()
+    held = {box[0]["trial"]: box[0]["params"] for box in sim.mailbox if box}
+    assert held
+    rd.close()
+    events, _ = read_journal(tmp_path / "run" / "trials.jsonl")
+    before = replay(events)
+    assert all(before[n].status == TrialStatus.RUNNING and before[n].params == p for n, p in held.items())
+    done_before = {n: t.objective for n, t in before.items() if t.status == TrialStatus.COMPLETED}
+
+    rd = RunDir(tmp_path / "run")
+    rd.open(resume=True, config_text="name: t\n")
+    again = MailboxSim(3, lambda g, k: 1.0)
+    s = Coordinator(c, make_searcher(c.space, c.search), again, rd, before, clock=lambda: again.clock).run()
+    rd.close()
+    assert sorted(s.trials) == list(range(30)) and all(t.status == TrialStatus.COMPLETED for t in s.trials.values())
+    rerun = [n for kind, _, n, _ in again.log if kind == "send"]
+    assert set(held) <= set(rerun) and not set(done_before) & set(rerun)
+    assert all(s.trials[n].params == p for n, p in held.items())
+    assert all(s.trials[n].objective == y for n, y in done_before.items())
+    events, _ = read_journal(tmp_path / "run" / "trials.jsonl")
+    finishes = [e["trial"] for e in events if e.get("event") == "finish"]
+    assert sorted(finishes) == list(range(30))  # each trial finished once, across both runs
