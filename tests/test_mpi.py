@@ -42,6 +42,17 @@ def test_three_ranks_two_groups(write_yaml, tmp_path):
     assert "3 ranks: 1 coordinator (rank 0) + 2 groups of 1 rank" in p.stderr
 
 
+def test_every_rank_counts_the_ranks_on_its_node():
+    # the non-blocking count behind configure_waits (all ranks here share this machine)
+    code = ("from mpi4py import MPI; from mpiopt import transport; "
+            "print('here', transport.ranks_on_this_node(MPI.COMM_WORLD), transport.configure_waits(MPI.COMM_WORLD))")
+    p = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = sorted(line for line in p.stdout.splitlines() if line.startswith("here"))
+    assert len(lines) == 3 and all(line.startswith("here 3 3 ranks on ") for line in lines), p.stdout
+
+
 def test_five_ranks_groups_of_two_get_their_own_communicator(write_yaml, tmp_path):
     p = run_cli(["search", space(write_yaml, "n5", fn="with_comm", trials=8, group_size=2)], cwd=tmp_path, np=5)
     assert p.returncode == 0, p.stderr
