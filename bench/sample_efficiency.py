@@ -13,10 +13,11 @@ Methods:
   mpiopt            BayesianSearch: GP, gp_hedge, initial_points 10, each suggestion computed
                     when a result arrives (what `mpiopt search` does with one group, or with
                     MPIOPT_PREFETCH=0)
-  mpiopt-ahead      what `mpiopt search` does with several groups: the round (fit, candidates,
+  mpiopt-ahead      what `mpiopt search` does with several groups: the round (candidates,
                     polish) prepared before the latest result arrived, brought up to date with
-                    that result at hand-out (see mpiopt/search/_prefetch.py); with very short
-                    trials the fit can be a few results older still
+                    that result at hand-out (see mpiopt/search/_prefetch.py), with the kernel
+                    hyperparameters refitted only when `refit_due()` says so, as the background
+                    thread does; with very short trials the round can be a few results older still
   mpiopt-liar       the same GP, pending points at the best value seen (the constant liar)
   mpiopt-believer   the same GP, pending points at the posterior mean (the kriging believer)
   skopt-liar        scikit-optimize 0.10 Optimizer (GP, gp_hedge, 10 initial), pending points
@@ -82,6 +83,7 @@ class MpioptAdapter:
             self.s = RandomSearch(space, seed=seed)
         else:
             self.s = BayesianSearch(space, seed=seed, batch_rule=rule or "believer_clipped")
+            self.s.defer_fit = stale  # as under `Prefetching`: rounds keep the last hyperparameters
         self.stale = stale
         self.width = width
         self.before: tuple[dict, dict] | None = None
@@ -108,6 +110,8 @@ class MpioptAdapter:
 
     def tell(self, n, params, value):
         if self.stale:
+            if self.s.refit_due():  # the background thread refits after a round, on that round's data
+                self.s.refit()
             self.before = (dict(self.s.observed), dict(self.s.pending))
             self.latest = (params, value)
         self.s.tell(n, params, value)

@@ -92,3 +92,21 @@ def test_sequential_search_finds_branins_minimum():
     first = [p for i, (p, _) in sorted(s.observed.items()) if i < 10]
     again = BayesianSearch(space, seed=0)
     assert [again.ask(i) for i in range(10)] == first  # the Sobol design is reproducible from the seed
+
+
+def test_deferred_fits_follow_every_result_while_the_data_is_small_then_every_tenth():
+    space = Space((Real("x", 0.0, 1.0), Real("y", 0.0, 1.0)))
+    s = BayesianSearch(space, seed=0, initial_points=4)
+    s.defer_fit = True
+    assert not s.refit_due()  # nothing fitted yet: the first round fits
+    due = []
+    for i in range(40):
+        p = s.ask(i)
+        s.tell(i, p, (p["x"] - 0.3) ** 2 + (p["y"] - 0.6) ** 2)
+        if s.hyper is not None and s.refit_due():
+            due.append(len(s.observed))
+            s.refit()
+    assert s.fitted_on == due[-1]
+    assert due[:6] == [5, 6, 7, 8, 9, 10]  # after every result while fewer than 10 (the model from 4)
+    gaps = np.diff([n for n in due if n >= 20])
+    assert all(g >= 2 for g in gaps) and all(g <= 4 for g in gaps)  # then once the data grew by a tenth

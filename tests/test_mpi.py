@@ -44,8 +44,10 @@ def test_three_ranks_two_groups(write_yaml, tmp_path):
 
 def test_every_rank_counts_the_ranks_on_its_node():
     # the non-blocking count behind configure_waits (all ranks here share this machine)
-    code = ("from mpi4py import MPI; from mpiopt import transport; "
-            "print('here', transport.ranks_on_this_node(MPI.COMM_WORLD), transport.configure_waits(MPI.COMM_WORLD))")
+    # (gathered to rank 0 and printed there: lines printed by several ranks can interleave)
+    code = ("from mpi4py import MPI; from mpiopt import transport; w = MPI.COMM_WORLD; "
+            "mine = f'here {transport.ranks_on_this_node(w)} {transport.configure_waits(w)}'; "
+            "every = w.gather(mine); w.Get_rank() or print(*every, sep='\\n')")
     p = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 0, p.stderr
