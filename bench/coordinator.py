@@ -67,12 +67,13 @@ def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path) 
     cpu = re.search(r"coordinator CPU ([0-9.]+) s \(([0-9]+)% of one core\)", p.stderr)
     search = re.search(r"search finished in ([0-9.]+) s", p.stderr)
     best = re.search(r"best objective = ([0-9.eE+-]+)", p.stdout)
-    src = re.search(r"suggestions: (\d+) from the surrogate .*?(?:p50 (\d+), max (\d+))?\), (\d+) from the initial "
-                    r"design, (\d+) fallback", p.stderr)
+    src = re.search(r"suggestions: (\d+) from the surrogate .*?(\d+) waits for a fresher round .*?last round (\d+) ms"
+                    r".*?(?:p50 (\d+), max (\d+))?\), (\d+) from the initial design, (\d+) fallback", p.stderr)
     return {"wall": wall, "search": float(search.group(1)), "best": float(best.group(1)), **summary,
             "cpu": float(cpu.group(1)), "cpu_pct": int(cpu.group(2)),
-            "model": int(src.group(1)) if src else None, "stale": src.group(2) if src else None,
-            "fallback": int(src.group(5)) if src else None}
+            "model": int(src.group(1)) if src else None, "waits": src.group(2) if src else None,
+            "round_ms": src.group(3) if src else None, "stale": src.group(4) if src else None,
+            "fallback": int(src.group(7)) if src else None}
 
 
 def main() -> None:
@@ -85,8 +86,8 @@ def main() -> None:
     args = ap.parse_args()
     print(f"Hartmann-6 behind a sleep, GP + gp_hedge; {os.cpu_count()} cores\n")
     print("| ranks | groups | trials | trial s | mode | search s | utilization | sent ahead / after a result | dispatch p50 / p99 ms after a result | group wait p50 / p99 ms "
-          "| first wave ms | coordinator CPU s (% core) | model / fallback suggestions (results newer than the fit, p50) | best |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| first wave ms | coordinator CPU s (% core) | model / fallback suggestions (results newer than the fit, p50) | waits for a round / last round ms | best |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         if args.keep:
             tmp = args.keep
@@ -99,12 +100,13 @@ def main() -> None:
                     out = Path(tmp) / f"{layout}-{sleep}-{mode}"
                     r = run(ranks, size, sleep, trials, mode, out)
                     sugg = f"{r['model']} / {r['fallback']} ({r['stale']})" if r["model"] is not None else "on demand"
+                    rounds = f"{r['waits']} / {r['round_ms']}" if r["model"] is not None else "-"
                     print(f"| {ranks} | {groups} x {size} | {trials} | {sleep:g} | {mode} | {r['search']:.1f} | {r['utilization']:.3f} "
                           f"| {r.get('sent_ahead', 0)} / {r.get('sent_after', 0)} "
                           f"| {r.get('dispatch_p50_ms', float('nan')):.2f} / {r.get('dispatch_p99_ms', float('nan')):.2f} "
                           f"| {r['wait_p50_ms']:.2f} / {r['wait_p99_ms']:.2f} | {r.get('first_wave_ms', float('nan')):.1f} "
                           f"| {r['cpu']:.1f} ({r['cpu_pct']}%) "
-                          f"| {sugg} | {r['best']:.3f} |", flush=True)
+                          f"| {sugg} | {rounds} | {r['best']:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -158,19 +158,56 @@ def test_groups_wait_for_the_first_round_only_when_trials_are_short(short, monke
         s.close()
 
 
-def test_how_stale_a_round_may_be_follows_the_trial_length():
+def test_how_stale_a_round_may_be_follows_the_trial_length_and_the_data_size():
     from mpiopt.search import Prefetching
 
     s = Prefetching(BayesianSearch(SPACE, seed=0), groups=16)
+
+    def results(n):
+        s.inner.observed.clear()
+        s.inner.observed.update({i: ({"x": 0.0, "y": i / n}, float(i)) for i in range(n)})
+
     try:
-        assert s.stale_limit() == 16  # nothing timed yet
+        results(200)
+        assert s.stale_limit() == 16  # nothing timed yet; 200 results: one per group
         s.round_s = 0.04
         s._turnaround = [0.5] * 5  # trials longer than a round: one result per group
         assert s.stale_limit() == 16 and not s._trials_are_short(first=False)
         s._turnaround = [0.03] * 5  # a little shorter: wait for fresher rounds, still per group
         assert s.stale_limit() == 16 and s._trials_are_short(first=False)
+        results(59)
+        assert s.stale_limit() == 5  # but never more than a tenth of the results
+        results(9)
+        assert s.stale_limit() == 1  # and at least one
+        results(200)
         s._turnaround = [0.002] * 5  # trials of milliseconds: the model is the bottleneck
         assert s.stale_limit() == 1
+    finally:
+        s.close()
+
+
+def test_the_waits_for_rounds_do_not_count_in_the_trial_length(monkeypatch):
+    """A hand-out that waits for a round holds up the dispatch loop, and every other group's
+    result comes in that much later; counted in the turnaround, the waits made the README's
+    Branin toy look like trials longer than a round, so the hand-outs stopped waiting."""
+    import types
+
+    from mpiopt.search import Prefetching, _prefetch
+
+    clock = [100.0]
+    monkeypatch.setattr(_prefetch, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    s = Prefetching(BayesianSearch(SPACE, seed=0, initial_points=10), groups=4)
+    try:
+        p, q = s.ask(0), s.ask(1)  # two trials running
+        clock[0] += 5.0  # a hand-out waits 5 s for a round meanwhile
+        s._waited += 5.0
+        clock[0] += 0.001
+        s.tell(0, p, branin(p))
+        r = s.ask(2)
+        clock[0] += 0.002
+        s.tell(1, q, branin(q))
+        s.tell(2, r, branin(r))
+        assert s._turnaround == pytest.approx([0.001, 0.003, 0.002])
     finally:
         s.close()
 

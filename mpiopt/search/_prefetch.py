@@ -17,7 +17,8 @@ the old one as soon as it is ready, and starts whenever a result arrived since t
 When the model takes over from the design, the design goes on until the first round is ready
 (tens of milliseconds). Only when trials are shorter than a round (the median time from hand-out
 to result) does a hand-out wait: for the first round, and for a fresher one when more than one
-result per group arrived since the round's fit (`stale_limit`); with such trials the groups are
+result per group, or more than a tenth of the results so far, arrived since the round's fit
+(`stale_limit`); with such trials the groups are
 idle most of the time anyway, and a fit that old would waste them. If a round ran out of
 candidates, the next point of the Sobol design is handed out instead (a `fallback`).
 """
@@ -73,7 +74,11 @@ class Prefetching(Searcher):
         self.behind: list[int] = []  # per model suggestion: results newer than its round's fit
         self.error: BaseException | None = None
         self._warned = False
-        self._asked: dict[int, float] = {}  # trial -> when it was handed out
+        # trial -> when it was handed out, and the hand-outs' waits for rounds until then: a wait
+        # holds up the dispatch loop, so the other groups' results come in that much later, and a
+        # turnaround that counted it would make trials look longer the more hand-outs wait
+        self._asked: dict[int, tuple[float, float]] = {}
+        self._waited = 0.0
         self._turnaround: list[float] = []  # hand-out to result, seconds, the latest TURNAROUND_KEEP
         self._keys = inner.known_points()  # every point asked, re-run or told, kept up to date here
         self._go = threading.Event()  # cleared while the coordinator is busy handing out trials
@@ -99,6 +104,7 @@ class Prefetching(Searcher):
                 self._wake.wait_for(lambda: (self.round is not None and self._tells - self._round_tells <= limit)
                                     or self.error is not None or self._stop, timeout=FIRST_ROUND_WAIT_S)
                 waited = time.perf_counter() - t0
+                self._waited += waited
                 if first:
                     self.first_wait_s = waited
                 else:
@@ -120,14 +126,15 @@ class Prefetching(Searcher):
                 self.counts[source] += 1
                 params = self.inner.design_point()
             self._note_running(trial, params)
-            self._asked[trial] = time.perf_counter()
+            self._asked[trial] = (time.perf_counter(), self._waited)
             self._wake.notify()
         self._start()
         return params
 
     def _trials_are_short(self, first: bool) -> bool:
         """Whether a group finishes a trial faster than a round is prepared (the median time from
-        a hand-out to its result against the last round's time, or FIRST_ROUND_GUESS_S before the
+        a hand-out to its result, less the time hand-outs waited for rounds meanwhile, against the
+        last round's time, or FIRST_ROUND_GUESS_S before the
         first): then waiting for a round costs little, and handing out without one wastes trials.
         With longer trials a group never waits: the design goes on until the first round is ready,
         and a round behind by many results is still corrected exactly by each of them."""
@@ -138,7 +145,7 @@ class Prefetching(Searcher):
         with self._lock:
             asked = self._asked.pop(trial, None)
             if asked is not None:
-                self._turnaround.append(time.perf_counter() - asked)
+                self._turnaround.append(max(0.0, time.perf_counter() - asked[0] - (self._waited - asked[1])))
                 del self._turnaround[:-TURNAROUND_KEEP]
             self.inner.tell(trial, params, loss)
             self._keys.add(tuple(encode(self.space, params)))
@@ -151,19 +158,23 @@ class Prefetching(Searcher):
 
     def add_pending(self, trial: int, params: dict[str, Any]) -> None:
         with self._lock:
-            self._asked[trial] = time.perf_counter()
+            self._asked[trial] = (time.perf_counter(), self._waited)
             self.inner.add_pending(trial, params)
             self._note_running(trial, params)
 
     def stale_limit(self) -> int:
-        """The most results a hand-out's round may be behind: one per group, at least 4; but only
-        1 when a group finishes several trials while one round is prepared (trials of
-        milliseconds: the model, not the groups, is what limits such a search). Trials long
-        enough for a round between results never come near it."""
+        """The most results a hand-out's round may be behind, when trials are shorter than a round
+        (longer trials never wait): one per group (at least 4), but never more than a tenth of
+        the results so far (at least 1), and only 1 when a group finishes several trials while
+        one round is prepared (trials of milliseconds: the model, not the groups, is what limits
+        such a search). The tenth: a round's kernel is fitted on the data of its snapshot, and a
+        fit on 10 results is a poor guide at 15 (the README's Branin toy, 4 groups, whose
+        trials come back in 5-9 ms against rounds of 10-25 ms, ran on rounds up to 5 results
+        behind and ended above 0.7 in about 1 run in 9; see docs/benchmarks.md)."""
         t = self._median_turnaround()
         if t is not None and self.round_s and t * VERY_SHORT < self.round_s:
             return 1
-        return max(self.groups, 4)
+        return max(1, min(max(self.groups, 4), len(self.observed) // 10))
 
     def _median_turnaround(self) -> float | None:
         return sorted(self._turnaround)[len(self._turnaround) // 2] if self._turnaround else None
@@ -239,6 +250,11 @@ class Prefetching(Searcher):
                 clone = self._snapshot()
                 tells = self._tells
                 self._handed = []
+                if self.round is not None and clone.refit_due() and self._trials_are_short(first=False) \
+                        and self.stale_limit() < max(self.groups, 4):
+                    # hand-outs wait for rounds here, and with so few results a fit takes milliseconds:
+                    # fit the kernel on this round's own data rather than after it
+                    clone.defer_fit = False
             t0 = time.perf_counter()
             clone.polish_deadline = t0 + POLISH_BUDGET_S
             # slow: outside the lock (the first round, which a group waits for, polishes little)
