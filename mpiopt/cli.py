@@ -20,6 +20,7 @@ from ._errors import ConfigError, MpioptError
 from ._log import set_rank_tag, setup_logging
 
 log = logging.getLogger("mpiopt.cli")
+ABORT_GRACE_S = 1.0  # how long a failing rank lets its last words reach mpiexec before MPI_Abort
 
 
 # -- ranks, before MPI is initialised ----------------------------------------------------------
@@ -208,6 +209,10 @@ def _mpi_main(args) -> int:
               "MPIOPT_LOG_LEVEL=DEBUG shows the traceback)", file=sys.stderr, flush=True)
         logging.shutdown()
         if size > 1:
+            # mpiexec's I/O forwarder may still hold the line above in its pipe: an immediate
+            # Abort can make hydra drop it (seen once in CI under load), leaving the user with
+            # no reason for the failure. A pause costs nothing in a job that is ending anyway.
+            time.sleep(ABORT_GRACE_S)
             comm.Abort(1)
         return 1
 
