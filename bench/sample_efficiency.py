@@ -17,7 +17,11 @@ Methods:
                     polish) prepared before the latest result arrived, brought up to date with
                     that result at hand-out (see mpiopt/search/_prefetch.py), with the kernel
                     hyperparameters refitted only when `refit_due()` says so, as the background
-                    thread does; with very short trials the round can be a few results older still
+                    thread does; with very short trials the round can be a few results older still;
+                    with trials under about 100 round times per group (see mpiopt-long)
+  mpiopt-long       what it does with several groups when trials are long (groups x round time
+                    under 1% of a trial: trials of minutes): the hand-out waits for a round
+                    prepared with the latest result (MPIOPT_FRESH_SHARE)
   mpiopt-liar       the same GP, pending points at the best value seen (the constant liar)
   mpiopt-believer   the same GP, pending points at the posterior mean (the kriging believer)
   skopt-liar        scikit-optimize 0.10 Optimizer (GP, gp_hedge, 10 initial), pending points
@@ -77,7 +81,7 @@ FUNCTIONS = {
 
 # -- searchers behind one ask/tell ----------------------------------------------------------------
 class MpioptAdapter:
-    def __init__(self, space, seed, rule=None, random=False, stale=False, width=1):
+    def __init__(self, space, seed, rule=None, random=False, stale=False, width=1, fresh=False):
         from mpiopt.search import BayesianSearch, RandomSearch
 
         if random:
@@ -86,6 +90,7 @@ class MpioptAdapter:
             self.s = BayesianSearch(space, seed=seed, batch_rule=rule or "believer_clipped")
             self.s.defer_fit = stale  # as under `Prefetching`: rounds keep the last hyperparameters
         self.stale = stale
+        self.fresh = fresh
         self.width = width
         self.before: tuple[dict, dict] | None = None
         self.latest = None
@@ -96,13 +101,16 @@ class MpioptAdapter:
         # as the live coordinator does with several groups: the round (fit, candidates, polish)
         # was prepared in the background before the latest result came in, with that trial still
         # pending; the hand-out replaces its fantasy by its value and takes the best candidate
-        observed, pending = self.s.observed, self.s.pending
-        self.s.observed, self.s.pending = self.before
-        try:
+        if self.fresh:  # long trials: the hand-out waits for a round prepared with the latest result
             rnd = self.s.prepare_round(polish=min(2 * self.width, 12))
-        finally:
-            self.s.observed, self.s.pending = observed, pending
-        rnd.learn(*self.latest)
+        else:
+            observed, pending = self.s.observed, self.s.pending
+            self.s.observed, self.s.pending = self.before
+            try:
+                rnd = self.s.prepare_round(polish=min(2 * self.width, 12))
+            finally:
+                self.s.observed, self.s.pending = observed, pending
+            rnd.learn(*self.latest)
         params = rnd.hand_out(self.s.known_points())
         if params is None:
             params = self.s.design_point()
@@ -180,8 +188,8 @@ def make(method, space, seed, width=1):
         return MpioptAdapter(space, seed, random=True)
     if method == "skopt-liar":
         return SkoptLiar(space, seed)
-    if method == "mpiopt-ahead":
-        return MpioptAdapter(space, seed, stale=True, width=width)
+    if method in ("mpiopt-ahead", "mpiopt-long"):
+        return MpioptAdapter(space, seed, stale=True, width=width, fresh=method == "mpiopt-long")
     rule = {"mpiopt": None, "mpiopt-liar": "liar", "mpiopt-believer": "believer"}[method]
     return MpioptAdapter(space, seed, rule=rule)
 

@@ -338,6 +338,37 @@ def test_sending_ahead_only_where_it_pays(cfg, monkeypatch):
     assert s.sent_ahead == 0 and len(s.trials) == 12
 
 
+def test_a_searchers_deliberate_wait_does_not_count_as_the_coordinators_work(cfg, monkeypatch):
+    """With long trials a hand-out may wait on purpose for a model that knows the latest result
+    (bounded by the searcher); sending ahead, which exists to hide the coordinator's own work,
+    must not start because of it: a trial sent ahead would not know that result either."""
+    c = cfg("{initial_points: 3, trials: 12, seed: 0}")
+    sim = MailboxSim(3, lambda g, k: 1.0 + 0.01 * g)
+    searcher = make_searcher(c.space, c.search)
+    ask = searcher.ask
+
+    def waiting_ask(n):
+        sim.clock += 0.2  # a fifth of a trial, waited for a round, per hand-out
+        searcher.ask_wait_s = 0.2
+        return ask(n)
+
+    searcher.ask = waiting_ask
+    s = Coordinator(c, searcher, sim, clock=lambda: sim.clock).run()
+    assert len(s.trials) == 12 and s.sent_ahead == 0
+    # the same time spent by the coordinator itself (no deliberate wait reported): sent ahead
+    sim = MailboxSim(3, lambda g, k: 1.0 + 0.01 * g)
+    searcher = make_searcher(c.space, c.search)
+    ask2 = searcher.ask
+
+    def slow_ask(n):
+        sim.clock += 0.2
+        return ask2(n)
+
+    searcher.ask = slow_ask
+    s = Coordinator(c, searcher, sim, clock=lambda: sim.clock).run()
+    assert len(s.trials) == 12 and s.sent_ahead > 0
+
+
 def test_a_trial_held_by_a_lost_group_runs_elsewhere_once(cfg, write_yaml, monkeypatch):
     c = load_config(write_yaml("""
         objective: {function: objectives.py:branin}

@@ -186,6 +186,48 @@ def test_how_stale_a_round_may_be_follows_the_trial_length_and_the_data_size():
         s.close()
 
 
+@pytest.mark.parametrize("trial_s, share", [(1000.0, 0.01), (0.001, 0.01), (1000.0, 0.0)])
+def test_with_long_trials_a_hand_out_waits_for_a_round_with_the_latest_result(trial_s, share, monkeypatch):
+    """Trials of minutes: the next trial is chosen by a round that includes the result just in
+    (the group's own), not by the round before it brought up to date. Short trials, or
+    MPIOPT_FRESH_SHARE=0: no such wait."""
+    import threading
+    import time as _time
+
+    from mpiopt.search import Prefetching, _prefetch
+
+    monkeypatch.setattr(_prefetch, "FRESH_SHARE", share)
+    monkeypatch.setattr(_prefetch, "FRESH_TIMEOUT_ROUNDS", 1e6)  # no time-out on a loaded test machine
+    inner = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
+    s = Prefetching(inner, groups=2)
+    armed, hold = threading.Event(), threading.Event()
+    prepare = inner.prepare_round
+    inner.prepare_round = lambda *a, **k: ((hold.wait(30) if armed.is_set() else None), prepare(*a, **k))[1]
+    try:
+        for i in range(3):
+            p = s.ask(i)
+            s.tell(i, p, branin(p))
+        deadline = _time.monotonic() + 30
+        while (s.round is None or s._round_tells < 3) and _time.monotonic() < deadline:
+            _time.sleep(0.01)
+        a, b = s.ask(3), s.ask(4)
+        s._turnaround = [trial_s] * 5
+        armed.set()  # the next round is held back until after the hand-out has begun
+        s.tell(3, a, branin(a))
+        threading.Timer(0.2, hold.set).start()
+        s.ask(5)
+        if trial_s > 1 and share > 0:
+            assert s.fresh_waits == 1 and s.fresh_missed == 0 and s.fresh_wait_s > 0.1
+            assert s.behind[-1] == 0  # chosen knowing trial 3's result
+            assert "1 waits for a round with the latest result" in s.report()
+        else:
+            assert s.fresh_waits == 0 and s.behind[-1] == 1
+        s.tell(4, b, branin(b))
+    finally:
+        hold.set()
+        s.close()
+
+
 def test_the_waits_for_rounds_do_not_count_in_the_trial_length(monkeypatch):
     """A hand-out that waits for a round holds up the dispatch loop, and every other group's
     result comes in that much later; counted in the turnaround, the waits made the README's

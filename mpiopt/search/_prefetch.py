@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import sys
 import threading
 import time
@@ -44,6 +45,10 @@ FIRST_ROUND_GUESS_S = 0.1  # what a round is taken to cost before the first one 
 TURNAROUND_KEEP = 64
 VERY_SHORT = 4  # trials this many times shorter than a round: hand-outs wait for a round behind by >1 result
 PARK_MAX_S = 0.05
+# long trials: a hand-out waits for a round with the latest result while groups x round time is
+# under this share of a trial (MPIOPT_FRESH_SHARE; 0: never), for at most this many round times
+FRESH_SHARE = float(os.environ.get("MPIOPT_FRESH_SHARE", "0.01"))
+FRESH_TIMEOUT_ROUNDS = 3.0
 
 
 class Prefetching(Searcher):
@@ -68,6 +73,10 @@ class Prefetching(Searcher):
         self.round_s = 0.0  # seconds the last round took to prepare
         self.first_wait_s = 0.0  # how long the first model suggestion waited for the first round
         self.waits, self.wait_s = 0, 0.0  # hand-outs that waited for a fresher round, and how long
+        # long trials: hand-outs that waited for a round with the latest result, how long, and how
+        # many of them gave up after FRESH_TIMEOUT_ROUNDS round times
+        self.fresh_waits, self.fresh_wait_s, self.fresh_missed = 0, 0.0, 0
+        self.ask_wait_s = 0.0  # how long the last ask() waited for a round (the coordinator's dispatch statistics)
         self.rounds = 0
         self.fits = 0  # deferred hyperparameter fits
         self.counts = {"model": 0, "design": 0, "fallback": 0}
@@ -89,6 +98,7 @@ class Prefetching(Searcher):
     def ask(self, trial: int) -> dict[str, Any]:
         with self._lock:
             params = None
+            self.ask_wait_s = 0.0
             limit = self.stale_limit()
             first = self.round is None
             if self.inner.model_ready() and self.error is None and \
@@ -105,11 +115,28 @@ class Prefetching(Searcher):
                                     or self.error is not None or self._stop, timeout=FIRST_ROUND_WAIT_S)
                 waited = time.perf_counter() - t0
                 self._waited += waited
+                self.ask_wait_s = waited
                 if first:
                     self.first_wait_s = waited
                 else:
                     self.waits += 1
                     self.wait_s += waited
+            elif self.round is not None and self.error is None and self._tells > self._round_tells and \
+                    self._fresh_affordable():
+                # long trials: wait for a round that knows every result so far (this group's own
+                # included), as long as such waits cost the groups under FRESH_SHARE of their time
+                t0 = time.perf_counter()
+                target = self._tells
+                self._go.set()
+                self._wake.notify_all()
+                self._wake.wait_for(lambda: self._round_tells >= target or self.error is not None or self._stop,
+                                    timeout=FRESH_TIMEOUT_ROUNDS * self.round_s)
+                waited = time.perf_counter() - t0
+                self._waited += waited
+                self.ask_wait_s = waited
+                self.fresh_waits += 1
+                self.fresh_wait_s += waited
+                self.fresh_missed += self._round_tells < target
             if self.round is not None:
                 params = self.round.hand_out(self._keys)
             if params is not None:
@@ -161,6 +188,17 @@ class Prefetching(Searcher):
             self._asked[trial] = (time.perf_counter(), self._waited)
             self.inner.add_pending(trial, params)
             self._note_running(trial, params)
+
+    def _fresh_affordable(self) -> bool:
+        """Whether a hand-out may wait for a round that includes the latest result: when one
+        round per result costs the groups under FRESH_SHARE of their time (groups x round time
+        against the median trial; trials of minutes). A round prepared before the latest result
+        came in, brought up to date at hand-out, is good but not as good as a fresh one (Hartmann-6,
+        8 groups, 40 trials: median best -2.87 against -2.93 over 200 simulated seeds; see
+        docs/benchmarks.md); with such trials the difference costs the groups nothing that counts."""
+        t = self._median_turnaround()
+        return FRESH_SHARE > 0 and t is not None and self.round_s > 0 and \
+            self.groups * self.round_s <= FRESH_SHARE * t
 
     def stale_limit(self) -> int:
         """The most results a hand-out's round may be behind, when trials are shorter than a round
@@ -287,8 +325,10 @@ class Prefetching(Searcher):
         """One line about where the suggestions came from."""
         st = sorted(self.behind)
         stale = f"; results newer than the round's fit p50 {st[len(st) // 2]}, max {st[-1]}" if st else ""
+        fresh = (f"{self.fresh_waits} waits for a round with the latest result ({self.fresh_wait_s * 1000:.0f} ms, "
+                 f"{self.fresh_missed} timed out), ") if self.fresh_waits else ""
         return (f"suggestions: {self.counts['model']} from the surrogate ({self.rounds} rounds, {self.fits} refits, "
                 f"first round waited for {self.first_wait_s * 1000:.0f} ms, {self.waits} waits for a fresher "
-                f"round ({self.wait_s * 1000:.0f} ms), last round {self.round_s * 1000:.0f} ms"
+                f"round ({self.wait_s * 1000:.0f} ms), {fresh}last round {self.round_s * 1000:.0f} ms"
                 f"{stale}), {self.counts['design']} from the initial design, "
                 f"{self.counts['fallback']} fallback design points")
