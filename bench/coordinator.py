@@ -69,11 +69,15 @@ def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path) 
     best = re.search(r"best objective = ([0-9.eE+-]+)", p.stdout)
     src = re.search(r"suggestions: (\d+) from the surrogate .*?(\d+) waits for a fresher round .*?last round (\d+) ms"
                     r".*?(?:p50 (\d+), max (\d+))?\), (\d+) from the initial design, (\d+) fallback", p.stderr)
-    return {"wall": wall, "search": float(search.group(1)), "best": float(best.group(1)), **summary,
-            "cpu": float(cpu.group(1)), "cpu_pct": int(cpu.group(2)),
-            "model": int(src.group(1)) if src else None, "waits": src.group(2) if src else None,
-            "round_ms": src.group(3) if src else None, "stale": src.group(4) if src else None,
-            "fallback": int(src.group(7)) if src else None}
+    out_row = {"wall": wall, "search": float(search.group(1)), "best": float(best.group(1)), **summary,
+                "cpu": float(cpu.group(1)), "cpu_pct": int(cpu.group(2)),
+                "model": int(src.group(1)) if src else None, "waits": src.group(2) if src else None,
+                "round_ms": src.group(3) if src else None, "stale": src.group(4) if src else None,
+                "fallback": int(src.group(7)) if src else None}
+    fresh = re.search(r"(\d+) waits for a round with the latest result", p.stderr)  # long trials only
+    if fresh and out_row["waits"] is not None:
+        out_row["waits"] += f" + {fresh.group(1)} fresh"
+    return out_row
 
 
 def main() -> None:
