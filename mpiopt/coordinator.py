@@ -152,8 +152,14 @@ class Coordinator:
                 deadlines[group] = self._clock() + float(trial_limit) + grace
 
         idle_since = {g: self._clock() for g in idle}  # when each group became free
+        has_result = getattr(self.transport, "has_result", None)
+        # a searcher that will wait for a model with the latest results (long trials) serves a burst
+        # best once all of it is in: one model for every group of the burst, not one per group
+        fresh = getattr(self.searcher, "prefers_fresh", None)
         while True:
             while idle and not stopping and len(finished) + len(running) + len(ahead) < budget:
+                if has_result is not None and fresh is not None and has_result() and fresh():
+                    break
                 t_ready = self._clock()
                 group = idle.popleft()
                 n = self._hand_out(group)
@@ -182,7 +188,6 @@ class Coordinator:
                     m = self._hand_out(group)
                     ahead[group] = (m, self._clock())
                     self._ahead_sent += 1
-            has_result = getattr(self.transport, "has_result", None)
             if has_result is None or not has_result():
                 # nothing waiting: the journal goes to disk (in a helper thread), the table is
                 # brought up to date, and the searcher's background work resumes

@@ -369,6 +369,25 @@ def test_a_searchers_deliberate_wait_does_not_count_as_the_coordinators_work(cfg
     assert len(s.trials) == 12 and s.sent_ahead > 0
 
 
+@pytest.mark.parametrize("fresh", [True, False])
+def test_a_searcher_that_waits_for_fresh_models_gets_a_whole_burst_of_results_first(cfg, fresh):
+    """Groups with trials of equal length finish together. When the searcher will wait for a model
+    that knows the latest results (long trials), the coordinator takes in every result already
+    waiting before it hands out: one model serves the whole burst, instead of one per group."""
+    c = cfg("{initial_points: 3, trials: 15, seed: 0}")
+    sim = MailboxSim(3, lambda g, k: 1.0)
+    searcher = make_searcher(c.space, c.search)
+    searcher.prefers_fresh = lambda: fresh
+    s = Coordinator(c, searcher, sim, clock=lambda: sim.clock).run()
+    assert sorted(s.trials) == list(range(15)) and all(t.status == TrialStatus.COMPLETED for t in s.trials.values())
+    kinds = "".join(kind[0] for kind, *_ in sim.log if kind in ("send", "recv"))
+    assert kinds.startswith("sss")
+    if fresh:  # each burst of three results is taken in whole, then three hand-outs
+        assert kinds == "sss" + "rrrsss" * 4 + "rrr"
+    else:  # each result is answered before the next is taken in
+        assert "rsrsrs" in kinds
+
+
 def test_a_trial_held_by_a_lost_group_runs_elsewhere_once(cfg, write_yaml, monkeypatch):
     c = load_config(write_yaml("""
         objective: {function: objectives.py:branin}

@@ -212,6 +212,7 @@ def test_with_long_trials_a_hand_out_waits_for_a_round_with_the_latest_result(tr
             _time.sleep(0.01)
         a, b = s.ask(3), s.ask(4)
         s._turnaround = [trial_s] * 5
+        assert s.prefers_fresh() == (trial_s > 1 and share > 0)  # the coordinator asks before a burst
         armed.set()  # the next round is held back until after the hand-out has begun
         s.tell(3, a, branin(a))
         threading.Timer(0.2, hold.set).start()

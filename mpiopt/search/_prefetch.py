@@ -193,6 +193,11 @@ class Prefetching(Searcher):
             self.inner.add_pending(trial, params)
             self._note_running(trial, params)
 
+    def prefers_fresh(self) -> bool:
+        """Whether the next hand-out would wait for a round with the latest result (the
+        coordinator then takes in every result already waiting first: one round for a burst)."""
+        return self.round is not None and self.error is None and self._fresh_affordable()
+
     def _fresh_affordable(self) -> bool:
         """Whether a hand-out may wait for a round that includes the latest result: when one
         round per result costs the groups under FRESH_SHARE of their time (groups x round time
