@@ -348,6 +348,9 @@ class Coordinator:
         """How long before a group's trial is expected to end its next one is sent; None: not at all."""
         if not self._durations or not self._hand_out_s or not self._costs:
             return None
+        fresh = getattr(self.searcher, "prefers_fresh", None)
+        if fresh is not None and fresh() and not self._always_ahead:
+            return None  # it waits for a model with the group's own result, which a trial sent ahead cannot know
         typical = statistics.median(self._durations)
         per_result = statistics.median(self._hand_out_s) + statistics.median(self._costs)
         burst = busy * per_result  # serving every busy group at once

@@ -388,6 +388,19 @@ def test_a_searcher_that_waits_for_fresh_models_gets_a_whole_burst_of_results_fi
         assert "rsrsrs" in kinds
 
 
+def test_nothing_is_sent_ahead_to_a_searcher_that_waits_for_fresh_models(cfg, monkeypatch):
+    # a trial sent ahead cannot know the result its group is about to report, which is what such a
+    # searcher waits for (the two rules' ranges of trial lengths do not overlap with the defaults)
+    monkeypatch.setattr(Coordinator, "AHEAD_WORTH", -1.0)  # sending ahead would pay whatever the speed
+    c = cfg("{initial_points: 3, trials: 12, seed: 0}")
+    for fresh in (True, False):
+        sim = MailboxSim(3, lambda g, k: 1.0 + 0.01 * g)
+        searcher = make_searcher(c.space, c.search)
+        searcher.prefers_fresh = lambda: fresh
+        s = Coordinator(c, searcher, sim, clock=lambda: sim.clock).run()
+        assert len(s.trials) == 12 and (s.sent_ahead == 0) == fresh
+
+
 def test_a_trial_held_by_a_lost_group_runs_elsewhere_once(cfg, write_yaml, monkeypatch):
     c = load_config(write_yaml("""
         objective: {function: objectives.py:branin}

@@ -42,6 +42,20 @@ def test_three_ranks_two_groups(write_yaml, tmp_path):
     assert "3 ranks: 1 coordinator (rank 0) + 2 groups of 1 rank" in p.stderr
 
 
+def test_hand_outs_wait_for_a_fresh_round_under_mpi(write_yaml, tmp_path):
+    # the rule for trials of minutes, forced on for 0.2 s trials: the background thread and the
+    # dispatch loop under a real coordinator, with every model hand-out waiting for a round
+    p = run_cli(["search", space(write_yaml, "fresh")], cwd=tmp_path, np=3,
+                env={"MPIOPT_TEST_SLEEP": "0.2", "MPIOPT_FRESH_SHARE": "1000"})
+    assert p.returncode == 0, p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "fresh")
+    assert list(df.trial) == list(range(10)) and set(df.status) == {"completed"}
+    line = next(ln for ln in p.stderr.splitlines() if "suggestions:" in ln)
+    waits = int(line.split(" waits for a round with the latest result")[0].rsplit(" ", 1)[1])
+    model = int(line.split("suggestions: ")[1].split(" ")[0])
+    assert model >= 4 and waits >= model - 1, line  # the first model hand-out may find its round fresh
+
+
 def test_every_rank_counts_the_ranks_on_its_node():
     # the non-blocking count behind configure_waits (all ranks here share this machine)
     # (gathered to rank 0 and printed there: lines printed by several ranks can interleave)
