@@ -229,6 +229,86 @@ def test_with_long_trials_a_hand_out_waits_for_a_round_with_the_latest_result(tr
         s.close()
 
 
+def test_a_new_round_takes_in_what_happened_meanwhile_mostly_outside_the_lock(monkeypatch):
+    """Trials handed out and results told while a round was prepared join it as fantasies and
+    corrections. Each costs O(n^2 + n C); with 63 groups, the first round came back to 63 such
+    hand-outs, and applying them under the lock held the dispatch loop for 13 ms. Only the last
+    few may be applied under the lock, and the round must still know every one of them."""
+    import threading
+    import time as _time
+
+    from mpiopt.search import Prefetching, _prefetch
+    from mpiopt.search._bayesian import Round
+    from mpiopt.space import encode
+
+    monkeypatch.setattr(_prefetch, "FIRST_ROUND_GUESS_S", 0.0)  # long trials: nobody waits for the round
+    inner = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
+    s = Prefetching(inner, groups=32)
+    hold, later = threading.Event(), threading.Event()  # the first round, then any other, held back
+    prepare, calls = BayesianSearch.prepare_round, []
+
+    def slow(self, *a, **k):  # `self`: the background thread's snapshot of the searcher
+        calls.append(1)
+        (hold if len(calls) == 1 else later).wait(30)
+        return prepare(self, *a, **k)
+    monkeypatch.setattr(BayesianSearch, "prepare_round", slow)
+    in_lock = []
+    for name in ("add_pending", "learn"):
+        def spy(self, *a, _orig=getattr(Round, name), **k):
+            if threading.current_thread() is s._thread:
+                in_lock.append(s._lock.locked())
+            return _orig(self, *a, **k)
+        monkeypatch.setattr(Round, name, spy)
+    try:
+        for i in range(3):
+            p = s.ask(i)
+            s.tell(i, p, branin(p))
+        deadline = _time.monotonic() + 30
+        while not calls and _time.monotonic() < deadline:  # the first round has begun
+            _time.sleep(0.01)
+        handed = {i: s.ask(i) for i in range(3, 23)}  # handed out while it is prepared
+        assert s.round is None and s.counts["design"] == 23
+        for i in range(3, 8):
+            s.tell(i, handed[i], branin(handed[i]))
+        hold.set()
+        deadline = _time.monotonic() + 30
+        while s.round is None and _time.monotonic() < deadline:
+            _time.sleep(0.01)
+        assert s.round is not None and s.error is None
+        rows = s.round.rows
+        for i, p in handed.items():
+            assert tuple(encode(SPACE, p)) in rows  # every hand-out is a fantasy of the round
+        for i in range(3, 8):  # and every result told meanwhile replaced its fantasy
+            row, value = rows[tuple(encode(SPACE, handed[i]))]
+            assert value == pytest.approx((branin(handed[i]) - s.round.mean) / s.round.sd)
+        assert len(in_lock) >= 20 and sum(in_lock) <= _prefetch.CATCH_UP_IN_LOCK
+    finally:
+        hold.set()
+        later.set()
+        s.close()
+
+
+def test_the_background_thread_lets_the_dispatch_loop_in_every_millisecond(monkeypatch):
+    """numpy gives up and retakes the interpreter lock inside its calls, which resets another
+    thread's claim to it: a thread polishing a round starved the dispatch loop for up to 20 ms.
+    The background thread sleeps briefly (the lock free for the loop) every YIELD_EVERY_S of work."""
+    import types
+
+    from mpiopt.search import Prefetching, _prefetch
+
+    clock, sleeps = [0.0], []
+    monkeypatch.setattr(_prefetch, "time", types.SimpleNamespace(perf_counter=lambda: clock[0],
+                                                                 sleep=sleeps.append))
+    s = Prefetching(BayesianSearch(SPACE, seed=0), groups=4)
+    try:
+        for _ in range(40):  # 10 ms of work, checkpoints every 0.25 ms
+            clock[0] += 0.00025
+            s._checkpoint()
+        assert len(sleeps) in (9, 10) and all(0 < d <= 0.0001 for d in sleeps)
+    finally:
+        s.close()
+
+
 def test_the_waits_for_rounds_do_not_count_in_the_trial_length(monkeypatch):
     """A hand-out that waits for a round holds up the dispatch loop, and every other group's
     result comes in that much later; counted in the turnaround, the waits made the README's

@@ -160,6 +160,8 @@ class BayesianSearch(RandomSearch):
         known = {tuple(np.round(x, 9)) for x in X}
         rows: dict[tuple, tuple[int, float]] = {}  # pending point -> (its row in `post`, its fantasy value)
         for p in self.pending.values():
+            if self.checkpoint is not None:
+                self.checkpoint()
             x = self.coder.encode(p)
             known.add(tuple(np.round(x, 9)))
             mu, var = post.predict(x[None, :])

@@ -49,6 +49,8 @@ FIRST_ROUND_GUESS_S = 0.1  # what a round is taken to cost before the first one 
 TURNAROUND_KEEP = 64
 VERY_SHORT = 4  # trials this many times shorter than a round: hand-outs wait for a round behind by >1 result
 PARK_MAX_S = 0.05
+YIELD_EVERY_S, YIELD_S = 0.001, 0.00005  # the background thread lets the dispatch loop in (`_checkpoint`)
+CATCH_UP_IN_LOCK = 2  # a new round takes in at most this many hand-outs and results under the lock
 # long trials: a hand-out waits for a round with the latest result while groups x round time is
 # under this share of a trial (MPIOPT_FRESH_SHARE; 0: never), for at most this many round times
 FRESH_SHARE = float(os.environ.get("MPIOPT_FRESH_SHARE", "0.01"))
@@ -96,6 +98,7 @@ class Prefetching(Searcher):
         self._keys = inner.known_points()  # every point asked, re-run or told, kept up to date here
         self._go = threading.Event()  # cleared while the coordinator is busy handing out trials
         self._go.set()
+        self._yielded = time.perf_counter()
         inner.checkpoint = self._checkpoint
 
     # -- the interface -------------------------------------------------------------------
@@ -248,7 +251,19 @@ class Prefetching(Searcher):
         The dispatch loop and this thread share one interpreter lock; a result burst (many groups
         finishing together) is handed out fastest with this thread parked; at most PARK_MAX_S at a
         time, so that a coordinator that is never idle (trials of milliseconds) still gets rounds.
-        The first round is never parked: until it is ready the groups get design points."""
+        The first round is never parked: until it is ready the groups get design points.
+
+        And every YIELD_EVERY_S of work it sleeps YIELD_S, whatever the coordinator does: numpy
+        releases and retakes the interpreter lock inside its calls, microseconds apart, and each
+        retake resets the dispatch loop's claim to it (CPython hands the lock over on request only
+        when no other thread took it within the switch interval), so a result that arrived while
+        a round polished its picks could wait for the loop to run at all (bench/dispatch_gil.py,
+        126 results and 63 running trials: the loop's wake-ups late by 6-8 ms at p99 and 11 ms at
+        most without these sleeps, 1 ms and 3-4 ms with them; rounds no slower beyond noise)."""
+        now = time.perf_counter()
+        if now - self._yielded > YIELD_EVERY_S:
+            time.sleep(YIELD_S)
+            self._yielded = time.perf_counter()
         if not self._go.is_set() and not self._stop and self.round is not None:
             self._go.wait(PARK_MAX_S)
 
@@ -306,16 +321,35 @@ class Prefetching(Searcher):
             clone.polish_deadline = t0 + POLISH_BUDGET_S
             # slow: outside the lock (the first round, which a group waits for, polishes little)
             new = clone.prepare_round(polish=min(2 * self.groups, 12) if self.round is not None else 2)
+            round_s = time.perf_counter() - t0
+            # the trials handed out while this round was prepared join it as fantasies, and the
+            # results that came in meanwhile correct it: outside the lock while there are more than
+            # a few (each costs O(n^2 + n C); 63 design points handed out during the first round
+            # held the dispatch loop 13 ms when this was done under the lock), the rest under it
+            handed_i, told_i = 0, tells
+            while True:
+                with self._lock:
+                    handed, told = self._handed[handed_i:], self._told[told_i:]
+                    if len(handed) + len(told) > CATCH_UP_IN_LOCK and not self._stop:
+                        handed_i, told_i = handed_i + len(handed), told_i + len(told)
+                    else:
+                        break
+                for params in handed:
+                    self._checkpoint()
+                    new.add_pending(params)
+                for params, loss in told:
+                    new.learn(params, loss)
             with self._lock:
+                handed, told = self._handed[handed_i:], self._told[told_i:]
                 self.rounds += 1
-                self.round_s = time.perf_counter() - t0
+                self.round_s = round_s
                 self.inner.hyper = clone.hyper
                 self.inner.fitted_on = clone.fitted_on
                 self.inner.gains = clone.gains
                 self.inner._proposals = clone._proposals
-                for params in self._handed:  # handed out while this round was prepared
+                for params in handed:
                     new.add_pending(params)
-                for params, loss in self._told[tells:]:  # and the results that came in meanwhile
+                for params, loss in told:
                     new.learn(params, loss)
                 self.round = new
                 self._round_tells = tells
