@@ -110,3 +110,23 @@ def test_deferred_fits_follow_every_result_while_the_data_is_small_then_every_te
     assert due[:6] == [5, 6, 7, 8, 9, 10]  # after every result while fewer than 10 (the model from 4)
     gaps = np.diff([n for n in due if n >= 20])
     assert all(g >= 2 for g in gaps) and all(g <= 4 for g in gaps)  # then once the data grew by a tenth
+
+
+def test_the_prior_mean_is_the_worst_loss_and_then_some_so_the_unknown_looks_bad():
+    # A few results clustered in one corner of a 6-D cube: far from them the GP must expect a loss
+    # worse than any seen (a pessimistic prior mean), not their average as a centred GP would.
+    space = Space(tuple(Real(f"x{i}", 0.0, 1.0) for i in range(6)))
+    s = BayesianSearch(space, seed=0, initial_points=4)
+    rng = np.random.default_rng(3)
+    losses = []
+    for i in range(12):
+        p = {f"x{j}": float(v) for j, v in enumerate(0.15 * rng.random(6))}
+        loss = float(np.sum([(v - 0.05) ** 2 for v in p.values()]) - 1.0)
+        s.tell(i, p, loss)
+        losses.append(loss)
+    post, (mean, sd, best, worst), *_ = s._posterior(0)
+    mu, _ = post.predict(np.ones((1, 6)))  # the far corner
+    far = mean + sd * float(mu[0])
+    lo, hi = min(losses), max(losses)
+    assert far >= hi + 0.1 * (hi - lo)  # about hi + 0.2 (hi - lo): worse than every result
+    assert np.isclose(mean + sd * best, lo) and np.isclose(mean + sd * worst, hi)

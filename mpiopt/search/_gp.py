@@ -5,7 +5,8 @@ borrowed from scikit-optimize, whose ask() refits from scratch and whose batch a
 point of the batch:
 
 * Inputs live in the unit cube (`UnitCoder`: reals and integers scaled, log priors in log
-  space, categoricals one-hot); outputs are standardised.
+  space, categoricals one-hot); outputs are centred on a pessimistic prior mean (the worst loss
+  seen and then some, `_bayesian.prior_mean`) and scaled by their standard deviation.
 * The kernel is Matern 5/2 with one length scale per input, an amplitude and a noise level,
   fitted by maximum a posteriori (L-BFGS on the log marginal likelihood with analytic gradients,
   warm-started from the previous fit, with weak Gamma priors that keep a fit on 10 points sane).
@@ -206,7 +207,7 @@ def _neg_log_posterior(theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple
 
 def fit_hyper(X: np.ndarray, y: np.ndarray, start: Hyper | None = None, *, restarts: int = 1,
               rng: np.random.Generator | None = None, maxiter: int = 200, checkpoint=None) -> Hyper:
-    """The maximum a posteriori kernel hyperparameters for standardised `y`."""
+    """The maximum a posteriori kernel hyperparameters for centred and scaled `y`."""
     d = X.shape[1]
     bounds = [tuple(np.log(_BOUNDS["ls"]))] * d + [tuple(np.log(_BOUNDS["amp"])), tuple(np.log(_BOUNDS["noise"]))]
     starts = []
