@@ -359,27 +359,44 @@ def candidates(coder: UnitCoder, X: np.ndarray, y: np.ndarray, rng: np.random.Ge
     return np.vstack(parts)
 
 
+class _OutOfTime(Exception):
+    pass
+
+
 def polish(post: Posterior, x0: np.ndarray, kind: str, best: float, free: list[int], maxiter: int = 30,
-           checkpoint=None) -> tuple[np.ndarray, float]:
-    """Local L-BFGS ascent of the acquisition over the continuous columns `free`."""
+           checkpoint=None, deadline: float | None = None) -> tuple[np.ndarray, float]:
+    """Local L-BFGS ascent of the acquisition over the continuous columns `free`; stopped at
+    `deadline` (a time.perf_counter() value) with the best point seen so far."""
+    import time
+
     x = x0.copy()
+    seen = {"f": math.inf, "z": None}
 
     def f(z):
         if checkpoint is not None:
             checkpoint()
+        if deadline is not None and seen["z"] is not None and time.perf_counter() > deadline:
+            raise _OutOfTime
         x[free] = z
         mu, var = post.predict(x[None, :])
-        return -float(acquisition(kind, mu, var, best)[0])
+        v = -float(acquisition(kind, mu, var, best)[0])
+        if v < seen["f"]:
+            seen["f"], seen["z"] = v, np.array(z, dtype=float)
+        return v
 
     start = x0[free].copy()
     f0 = f(start)
-    with np.errstate(all="ignore"):
-        res = minimize(f, start, method="L-BFGS-B", bounds=[(0.0, 1.0)] * len(free),
-                       options={"maxiter": maxiter, "eps": 1e-6})
+    try:
+        with np.errstate(all="ignore"):
+            res = minimize(f, start, method="L-BFGS-B", bounds=[(0.0, 1.0)] * len(free),
+                           options={"maxiter": maxiter, "eps": 1e-6})
+        fz, z = float(res.fun), res.x
+    except _OutOfTime:
+        fz, z = seen["f"], seen["z"]
     out = x0.copy()
-    if np.isfinite(res.fun) and res.fun < f0:
-        out[free] = np.clip(res.x, 0.0, 1.0)
-        return out, -float(res.fun)
+    if np.isfinite(fz) and fz < f0:
+        out[free] = np.clip(z, 0.0, 1.0)
+        return out, -fz
     return out, -f0
 
 
