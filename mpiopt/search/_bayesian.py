@@ -356,8 +356,10 @@ class Round:
         self.rows[key] = (row, y)
         self.best = min(self.best, y)
 
-    def hand_out(self, taken_keys: set[tuple] | None = None) -> dict[str, Any] | None:
-        """The next suggestion (None once no candidate is left)."""
+    def hand_out(self, taken_keys: set[tuple] | None = None, polish_s: float | None = None) -> dict[str, Any] | None:
+        """The next suggestion (None once no candidate is left); its pick polished for at most
+        `polish_s` seconds (HANDOUT_POLISH_S by default, 0: not at all)."""
+        polish_s = HANDOUT_POLISH_S if polish_s is None else polish_s
         if self.probs is None:
             kind = self.owner.acquisition
         else:
@@ -377,11 +379,11 @@ class Round:
             n = self.post.n  # a fitted noise level can leave a point attractive next to a running one
             if np.min(((self.post.X[:n] - x) ** 2).sum(1)) < 1e-6:
                 continue
-            if self.owner.coder.continuous and HANDOUT_POLISH_S > 0:
+            if self.owner.coder.continuous and polish_s > 0:
                 # the round's candidates were polished before the latest results: polish the pick
                 # under the posterior that knows them, for at most HANDOUT_POLISH_S
                 x2, _ = _gp.polish(self.post, x, kind, self.best, self.owner.coder.continuous,
-                                   deadline=time.perf_counter() + HANDOUT_POLISH_S)
+                                   deadline=time.perf_counter() + polish_s)
                 p2 = self.owner.coder.decode(x2)
                 k2 = tuple(encode(self.owner.space, p2))
                 if (tuple(np.round(x2, 9)) not in self.known and (taken_keys is None or k2 not in taken_keys)

@@ -55,6 +55,7 @@ CATCH_UP_IN_LOCK = 2  # a new round takes in at most this many hand-outs and res
 # under this share of a trial (MPIOPT_FRESH_SHARE; 0: never), for at most this many round times
 FRESH_SHARE = float(os.environ.get("MPIOPT_FRESH_SHARE", "0.01"))
 FRESH_TIMEOUT_ROUNDS = 3.0
+POLISH_SHARE = 0.01  # a hand-out polishes its pick when groups x that polish cost under this share of a trial
 
 
 class Prefetching(Searcher):
@@ -145,7 +146,7 @@ class Prefetching(Searcher):
                 self.fresh_wait_s += waited
                 self.fresh_missed += self._round_tells < target
             if self.round is not None:
-                params = self.round.hand_out(self._keys)
+                params = self.round.hand_out(self._keys, polish_s=self._polish_s())
             if params is not None:
                 self.counts["model"] += 1
                 self.behind.append(self._tells - self._round_tells)
@@ -211,6 +212,17 @@ class Prefetching(Searcher):
         t = self._median_turnaround()
         return FRESH_SHARE > 0 and t is not None and self.round_s > 0 and \
             self.groups * self.round_s <= FRESH_SHARE * t
+
+    def _polish_s(self) -> float:
+        """How long a hand-out may polish its pick under the posterior that knows every result
+        (`Round.hand_out`): up to HANDOUT_POLISH_S, when that for every group costs them under
+        POLISH_SHARE of a trial (8 groups: trials from 1.6 s); never in bursts of short trials,
+        where 63 groups x 2 ms would keep the last of them waiting (bench/coordinator.py)."""
+        from ._bayesian import HANDOUT_POLISH_S
+
+        t = self._median_turnaround()
+        ok = t is not None and self.groups * HANDOUT_POLISH_S <= POLISH_SHARE * t
+        return HANDOUT_POLISH_S if ok else 0.0
 
     def stale_limit(self) -> int:
         """The most results a hand-out's round may be behind, when trials are shorter than a round
