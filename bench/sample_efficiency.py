@@ -18,10 +18,10 @@ Methods:
                     that result at hand-out (see mpiopt/search/_prefetch.py), with the kernel
                     hyperparameters refitted only when `refit_due()` says so, as the background
                     thread does; with very short trials the round can be a few results older still;
-                    with trials under about 100 round times per group (see mpiopt-long)
+                    with trials of any length, unless MPIOPT_FRESH_SHARE is set (see mpiopt-long)
   mpiopt-long       what it does with several groups when trials are long (groups x round time
-                    under 1% of a trial: trials of minutes): the hand-out waits for a round
-                    prepared with the latest result (MPIOPT_FRESH_SHARE)
+                    under 1% of a trial: trials of minutes) and MPIOPT_FRESH_SHARE=0.01 is set
+                    (off by default): the hand-out waits for a round prepared with the latest result
   mpiopt-liar       the same GP, pending points at the best value seen (the constant liar)
   mpiopt-believer   the same GP, pending points at the posterior mean (the kriging believer)
   skopt-liar        scikit-optimize 0.10 Optimizer (GP, gp_hedge, 10 initial), pending points

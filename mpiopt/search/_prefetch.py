@@ -19,12 +19,14 @@ When the model takes over from the design, the design goes on until the first ro
 to result) does a hand-out wait: for the first round, and for a fresher one when more than one
 result per group, or more than a tenth of the results so far, arrived since the round's fit
 (`stale_limit`); with such trials the groups are
-idle most of the time anyway, and a fit that old would waste them. At the other end, with trials
-of minutes (groups x round time under FRESH_SHARE, 1%, of a trial), a hand-out waits for a round
-that includes the result just in: one result of staleness costs about 0.05 on Hartmann-6's median
-best with 8 groups (bench/sample_efficiency.py, mpiopt-ahead against mpiopt-long), and the wait
-costs the groups under 1% of their time. If a round ran out of
-candidates, the next point of the Sobol design is handed out instead (a `fallback`).
+idle most of the time anyway, and a fit that old would waste them. At the other end, on request
+(MPIOPT_FRESH_SHARE, e.g. 0.01; 0, the default, never), with trials of minutes (groups x round
+time under that share of a trial) a hand-out waits for a round that includes the result just in:
+one result of staleness, with the pick polished again at hand-out, costs about 0.02 on
+Hartmann-6's median best with 8 groups (bench/sample_efficiency.py, mpiopt-ahead against
+mpiopt-long, 500 seeds), and the wait costs the groups under 1% of their time. It is off by
+default because it makes a group wait for the surrogate. If a round ran out of candidates, the
+next point of the Sobol design is handed out instead (a `fallback`).
 """
 from __future__ import annotations
 
@@ -51,9 +53,10 @@ VERY_SHORT = 4  # trials this many times shorter than a round: hand-outs wait fo
 PARK_MAX_S = 0.05
 YIELD_EVERY_S, YIELD_S = 0.001, 0.00005  # the background thread lets the dispatch loop in (`_checkpoint`)
 CATCH_UP_IN_LOCK = 2  # a new round takes in at most this many hand-outs and results under the lock
-# long trials: a hand-out waits for a round with the latest result while groups x round time is
-# under this share of a trial (MPIOPT_FRESH_SHARE; 0: never), for at most this many round times
-FRESH_SHARE = float(os.environ.get("MPIOPT_FRESH_SHARE", "0.01"))
+# long trials, on request: a hand-out waits for a round with the latest result while groups x
+# round time is under this share of a trial (MPIOPT_FRESH_SHARE, e.g. 0.01; 0, the default: never
+# make a group wait for a fit), for at most this many round times
+FRESH_SHARE = float(os.environ.get("MPIOPT_FRESH_SHARE", "0"))
 FRESH_TIMEOUT_ROUNDS = 3.0
 POLISH_SHARE = 0.01  # a hand-out polishes its pick when groups x that polish cost under this share of a trial
 
@@ -206,9 +209,9 @@ class Prefetching(Searcher):
         """Whether a hand-out may wait for a round that includes the latest result: when one
         round per result costs the groups under FRESH_SHARE of their time (groups x round time
         against the median trial; trials of minutes). A round prepared before the latest result
-        came in, brought up to date at hand-out, is good but not as good as a fresh one (Hartmann-6,
-        8 groups, 40 trials: median best -2.87 against -2.93 over 200 simulated seeds; see
-        docs/benchmarks.md); with such trials the difference costs the groups nothing that counts."""
+        came in, brought up to date and polished again at hand-out, is good but not quite as good
+        as a fresh one (Hartmann-6, 8 groups, 40 trials, seeds 0-499: median best -3.045 against
+        -3.064; see docs/benchmarks.md). Off unless MPIOPT_FRESH_SHARE is set."""
         t = self._median_turnaround()
         return FRESH_SHARE > 0 and t is not None and self.round_s > 0 and \
             self.groups * self.round_s <= FRESH_SHARE * t
