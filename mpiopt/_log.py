@@ -25,7 +25,9 @@ def setup_logging(level: int | str | None = None) -> None:
     """Send `mpiopt` log records to stderr, once per process."""
     root = logging.getLogger(_ROOT)
     if level is None:
-        level = os.environ.get("MPIOPT_LOG_LEVEL", "INFO")
+        from . import _env
+
+        level = _env.get("MPIOPT_LOG_LEVEL")
     root.setLevel(level)
     if not any(getattr(h, "_mpiopt", False) for h in root.handlers):
         handler = logging.StreamHandler(sys.stderr)

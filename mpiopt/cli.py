@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import __version__
+from . import __version__, _env
 from ._errors import ConfigError, MpioptError
 from ._log import set_rank_tag, setup_logging
 
@@ -83,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
+        _env.check()
         if args.command is None:
             raise ConfigError("missing COMMAND: one of search, check, train, results (see `mpiopt --help`)")
         for name in ("trials", "np", "top"):
@@ -148,7 +149,7 @@ def _prepare_threads() -> None:
     """Several ranks on a node: one intra-op and one inter-op thread each, or they fight for cores."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # the CUDA probe on CPU nodes is noise
     if env_size() > 1:
-        threads = os.environ.get("MPIOPT_THREADS", "1")
+        threads = str(_env.get("MPIOPT_THREADS"))
         for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
             os.environ.setdefault(var, threads)
 
@@ -304,7 +305,7 @@ def _coordinate(cfg, plan, comm, run_dir, trials) -> int:
     # waits for a surrogate fit; one group: suggested on demand, so that a sequential search is
     # exactly reproducible. MPIOPT_PREFETCH=0 asks on demand with any number of groups (the
     # synchronous baseline of bench/coordinator.py).
-    ahead = link.n_groups > 1 and os.environ.get("MPIOPT_PREFETCH", "1") != "0"
+    ahead = link.n_groups > 1 and _env.get("MPIOPT_PREFETCH") != "0"
     searcher = make_searcher(cfg.space, cfg.search, prefetch=link.n_groups if ahead else 0)
     cpu0 = time.process_time()
     coordinator = Coordinator(cfg, searcher, link, run_dir, trials)

@@ -8,13 +8,13 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-import os
 import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import _env
 from .config import Config
 from .journal import RunDir
 from .search import Searcher
@@ -139,7 +139,7 @@ class Coordinator:
         stopping = self.reached_target()
         if stopping:
             log.info("the target %s was already reached", self.cfg.search.target)
-        mode = os.environ.get("MPIOPT_SEND_AHEAD", "1")  # 0: never; always: whether it pays or not (tests)
+        mode = _env.get("MPIOPT_SEND_AHEAD")  # 0: never; always: whether it pays or not (tests)
         can_send_ahead = bool(getattr(self.transport, "queues_tasks", False)) and mode != "0"
         self._always_ahead = mode == "always"
 

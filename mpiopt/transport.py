@@ -17,12 +17,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from . import _env
 from ._errors import GroupPeerFailed
 
 TAG_TASK, TAG_RESULT, TAG_STOP, TAG_OUTCOME, TAG_FAIL, TAG_USER = 11, 12, 13, 14, 15, 16
-MAX_BACKOFF = float(os.environ.get("MPIOPT_MAX_BACKOFF", "0.001"))
-SPIN = float(os.environ.get("MPIOPT_SPIN", "0.0001"))
-COLLECTIVE_SPIN = float(os.environ.get("MPIOPT_COLLECTIVE_SPIN", "0.02"))
+MAX_BACKOFF = _env.get("MPIOPT_MAX_BACKOFF")
+SPIN = _env.get("MPIOPT_SPIN")
+COLLECTIVE_SPIN = _env.get("MPIOPT_COLLECTIVE_SPIN")
 
 
 def _mpi():
@@ -149,9 +150,9 @@ def configure_waits(comm) -> str:
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     if ranks_here > cores:
-        if "MPIOPT_SPIN" not in os.environ:
+        if not _env.is_set("MPIOPT_SPIN"):
             SPIN = 0.0
-        if "MPIOPT_COLLECTIVE_SPIN" not in os.environ:
+        if not _env.is_set("MPIOPT_COLLECTIVE_SPIN"):
             COLLECTIVE_SPIN = 0.0
         return f"{ranks_here} ranks on {cores} cores: waiting ranks sleep"
     return f"{ranks_here} ranks on {cores} cores"

@@ -79,6 +79,36 @@ def test_bad_inputs_exit_2_with_one_line(write_yaml, tmp_path):
                    "objective.function", "has no 'nope'")
 
 
+@pytest.mark.parametrize("var, value, expected", [
+    ("MPIOPT_FRESH_SHARE", "abc", "expected a number >= 0, got 'abc'"),
+    ("MPIOPT_SPIN", "-1", "expected a number >= 0, got '-1'"),
+    ("MPIOPT_THREADS", "0", "expected a whole number >= 1"),
+    ("MPIOPT_SEND_AHEAD", "yes", "expected one of 0, 1, always"),
+    ("MPIOPT_LOG_LEVEL", "loud", "expected one of DEBUG"),
+])
+def test_a_bad_tuning_variable_is_one_line_and_exit_2(write_yaml, tmp_path, var, value, expected):
+    one_error_line(run_cli(["check", write_yaml(SPACE)], cwd=tmp_path, env={var: value}),
+                   f"environment: {var}: {expected}")
+
+
+def test_tuning_variables_read_empty_as_unset_and_log_levels_in_any_case(monkeypatch):
+    from mpiopt import _env
+    from mpiopt._errors import ConfigError
+
+    for name in _env.SETTINGS:
+        monkeypatch.setenv(name, " ")
+        assert _env.get(name) == _env.SETTINGS[name][1]
+    monkeypatch.setenv("MPIOPT_LOG_LEVEL", "debug")
+    monkeypatch.setenv("MPIOPT_FRESH_SHARE", "0.01")
+    monkeypatch.setenv("MPIOPT_THREADS", "4")
+    _env.check()
+    assert (_env.get("MPIOPT_LOG_LEVEL"), _env.get("MPIOPT_FRESH_SHARE"), _env.get("MPIOPT_THREADS")) == \
+        ("DEBUG", 0.01, 4)
+    monkeypatch.setenv("MPIOPT_COLLECTIVE_SPIN", "inf")
+    with pytest.raises(ConfigError, match="MPIOPT_COLLECTIVE_SPIN"):
+        _env.check()
+
+
 def test_check_prints_the_plan(write_yaml, tmp_path):
     space = write_yaml(SPACE + "training: {group_size: 2}\n")
     p = run_cli(["check", space, "--np", "8"], cwd=tmp_path)

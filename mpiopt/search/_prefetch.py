@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import sys
 import threading
 import time
@@ -40,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _env
 from ..space import encode
 from ._base import Searcher
 
@@ -56,7 +56,7 @@ CATCH_UP_IN_LOCK = 2  # a new round takes in at most this many hand-outs and res
 # long trials, on request: a hand-out waits for a round with the latest result while groups x
 # round time is under this share of a trial (MPIOPT_FRESH_SHARE, e.g. 0.01; 0, the default: never
 # make a group wait for a fit), for at most this many round times
-FRESH_SHARE = float(os.environ.get("MPIOPT_FRESH_SHARE", "0"))
+FRESH_SHARE = _env.get("MPIOPT_FRESH_SHARE")
 FRESH_TIMEOUT_ROUNDS = 3.0
 POLISH_SHARE = 0.01  # a hand-out polishes its pick when groups x that polish cost under this share of a trial
 

@@ -1,0 +1,87 @@
+"""mpiopt's tuning environment variables, read in one place.
+
+A bad value is the user's input being wrong: a `ConfigError` naming the variable, what it
+expected and what it got (the CLI checks them all before anything else, so every rank exits
+with code 2 and one line, before MPI starts). An empty value counts as unset, as in
+`MPIOPT_FRESH_SHARE= mpiexec ...`.
+"""
+from __future__ import annotations
+
+import os
+
+from ._errors import ConfigError
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _raw(name: str) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def is_set(name: str) -> bool:
+    return _raw(name) is not None
+
+
+def env_float(name: str, default: float, low: float = 0.0) -> float:
+    """A number at least `low`."""
+    raw = _raw(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value >= low or value == float("inf"):
+        raise ConfigError(f"expected a number >= {low:g}, got {raw!r}", source="environment", field=name)
+    return value
+
+
+def env_int(name: str, default: int, low: int = 1) -> int:
+    """A whole number at least `low`."""
+    raw = _raw(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if value < low:
+        raise ConfigError(f"expected a whole number >= {low}, got {raw!r}", source="environment", field=name)
+    return value
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...], upper: bool = False) -> str:
+    """One of `choices` (compared in upper case where `upper`)."""
+    raw = _raw(name)
+    if raw is None:
+        return default
+    value = raw.upper() if upper else raw
+    if value not in choices:
+        raise ConfigError(f"expected one of {', '.join(choices)}, got {raw!r}", source="environment", field=name)
+    return value
+
+
+# name: (reader, default, its extra arguments, what it sets); the defaults live here only
+SETTINGS: dict[str, tuple] = {
+    "MPIOPT_LOG_LEVEL": (env_choice, "INFO", (LOG_LEVELS, True), "log level of every rank"),
+    "MPIOPT_THREADS": (env_int, 1, (), "TensorFlow/OpenMP threads per rank when several ranks run"),
+    "MPIOPT_PREFETCH": (env_choice, "1", (("0", "1"),), "0: ask the surrogate on demand, any number of groups"),
+    "MPIOPT_SEND_AHEAD": (env_choice, "1", (("0", "1", "always"),), "0: never send a trial ahead"),
+    "MPIOPT_FRESH_SHARE": (env_float, 0.0, (), "long trials: wait for a round with the latest result"),
+    "MPIOPT_MAX_BACKOFF": (env_float, 0.001, (), "longest sleep (s) between polls of a waiting rank"),
+    "MPIOPT_SPIN": (env_float, 0.0001, (), "how long (s) a waiting rank polls before it backs off"),
+    "MPIOPT_COLLECTIVE_SPIN": (env_float, 0.02, (), "the same inside a group's collectives"),
+}
+
+
+def get(name: str):
+    """The variable's value, or its default."""
+    reader, default, extra, _ = SETTINGS[name]
+    return reader(name, default, *extra)
+
+
+def check() -> None:
+    """Read every variable once: raises ConfigError on the first bad one."""
+    for name in SETTINGS:
+        get(name)
