@@ -156,6 +156,8 @@ class Coordinator:
         # a searcher that will wait for a model with the latest results (long trials) serves a burst
         # best once all of it is in: one model for every group of the burst, not one per group
         fresh = getattr(self.searcher, "prefers_fresh", None)
+        if has_result is not None and hasattr(self.searcher, "results_waiting"):
+            self.searcher.results_waiting = has_result  # a burst: the searcher hands out without polishing
         while True:
             while idle and not stopping and len(finished) + len(running) + len(ahead) < budget:
                 if has_result is not None and fresh is not None and has_result() and fresh():

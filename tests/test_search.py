@@ -404,3 +404,31 @@ def test_hand_outs_polish_their_pick_only_where_that_costs_the_groups_little(mon
         monkeypatch.setattr(s, "_median_turnaround", lambda t=trial: t)
         assert s._polish_s() == expect, (groups, trial)
         s.close()
+
+
+def test_a_hand_out_in_a_burst_of_results_skips_its_polish(monkeypatch):
+    # Trials of equal length end together: while more results are waiting, each hand-out goes
+    # out unpolished so that the rest of the burst is served sooner; a hand-out alone polishes.
+    import time as _time
+
+    from mpiopt.search import Prefetching
+
+    s = Prefetching(BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI"), groups=8)
+    monkeypatch.setattr(s, "_median_turnaround", lambda: 10.0)
+    try:
+        for i in range(4):
+            p = s.ask(i)
+            s.tell(i, p, branin(p))
+        deadline = _time.monotonic() + 30
+        while (s.round is None or s._round_tells < 4) and _time.monotonic() < deadline:
+            _time.sleep(0.01)
+        waiting = [True]
+        s.results_waiting = lambda: waiting[0]
+        s.ask(4)
+        assert (s.polished, s.unpolished_in_bursts) == (0, 1)
+        waiting[0] = False
+        s.ask(5)
+        assert (s.polished, s.unpolished_in_bursts) == (1, 1)
+        assert "1 polished at hand-out (1 not, in bursts)" in s.report()
+    finally:
+        s.close()
