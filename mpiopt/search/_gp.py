@@ -373,8 +373,8 @@ def polish(post: Posterior, x0: np.ndarray, kind: str, best: float, free: list[i
     each (6 parameters, 27 points: 0.026 ms for the 7 points against 7 x 0.022 ms). A whole
     polish (at most 30 iterations) took 3.2 ms on average with scipy's own differences and takes
     0.8 ms now, ending as high or higher on the acquisition in 30 of 30 starts (Hartmann-6, 20
-    results and 7 running, the top 30 candidates of a round), so that a hand-out's polish ends
-    inside its 2 ms instead of running into it."""
+    results and 7 running, the top 30 candidates of a round), so that a hand-out's polish mostly
+    ends inside its budget instead of running into it."""
     import time
 
     free = list(free)
