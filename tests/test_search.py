@@ -393,12 +393,12 @@ def test_a_batch_from_one_fit_is_spread_out(surrogate):
 
 
 def test_hand_outs_polish_their_pick_only_where_that_costs_the_groups_little(monkeypatch):
-    # 2 ms per hand-out is nothing to 8 groups with trials of seconds, but 63 groups finishing
-    # half-second trials together would wait 126 ms for the last of them: no polish there.
+    # 1 ms per hand-out is nothing to 8 groups with trials of seconds, but 63 groups finishing
+    # half-second trials together would wait 63 ms for the last of them: no polish there.
     from mpiopt.search import Prefetching
     from mpiopt.search._bayesian import HANDOUT_POLISH_S
 
-    for groups, trial, expect in ((8, 10.0, HANDOUT_POLISH_S), (8, 1.0, 0.0), (63, 0.5, 0.0), (63, 60.0, HANDOUT_POLISH_S),
+    for groups, trial, expect in ((8, 10.0, HANDOUT_POLISH_S), (8, 0.5, 0.0), (63, 0.5, 0.0), (63, 60.0, HANDOUT_POLISH_S),
                                   (8, None, 0.0)):
         s = Prefetching(BayesianSearch(SPACE, seed=0), groups=groups)
         monkeypatch.setattr(s, "_median_turnaround", lambda t=trial: t)
