@@ -229,7 +229,7 @@ class Prefetching(Searcher):
     def _polish_s(self) -> float:
         """How long a hand-out may polish its pick under the posterior that knows every result
         (`Round.hand_out`): up to HANDOUT_POLISH_S, when that for every group costs them under
-        POLISH_SHARE of a trial (8 groups: trials from 1.6 s); never in bursts of short trials,
+        POLISH_SHARE of a trial (8 groups: trials from 0.8 s); never in bursts of short trials,
         where 63 groups x 2 ms (the budget then) kept the last of them waiting (bench/coordinator.py). And
         (in `ask`) not while more results are already waiting: with trials of equal length the
         first waves end together, and 8 groups of 4 ranks at 2 s, on 2 cores, had hand-outs of
