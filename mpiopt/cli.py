@@ -583,7 +583,8 @@ def _write_train_info(out: Path, cfg, params: dict[str, Any]) -> None:
     """What `mpiopt.load_model(out)` needs to rebuild the model: the configuration and the values."""
     import yaml
 
-    from .journal import TRAIN_INFO, atomic_write
+    from ._files import atomic_write
+    from .journal import TRAIN_INFO
 
     text = yaml.safe_dump({"config": cfg.resolved(), "params": params}, sort_keys=False)
     atomic_write(out / TRAIN_INFO, text.encode("utf-8"))

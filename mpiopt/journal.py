@@ -22,6 +22,7 @@ from typing import Any, Iterable
 import yaml
 
 from ._errors import ConfigError
+from ._files import atomic_write
 from .trial import TrialRecord, TrialStatus, clean
 
 log = logging.getLogger(__name__)
@@ -35,33 +36,6 @@ ERROR_TEXT = "error.txt"  # in trials/<id>/: a failed trial's whole error text
 TRAIN_INFO = "train.yaml"  # beside `mpiopt train`'s weights: the configuration and values it trained
 FORMAT_VERSION = 1
 MIN_FREE_BYTES = 16 * 2**20  # room for a journal, a table and a few checkpoints, checked at start
-
-
-def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Replace `path` with `data` so that readers see the old or the new file, never a mix;
-    `durable`: on disk (fsynced, file and folder) before this returns."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        if durable:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-    if durable:
-        _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def iso(t: float | None) -> str:

@@ -5,29 +5,20 @@ No pickle: `numpy.load(..., allow_pickle=False)` and `json` only, replaced atomi
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .._files import atomic_write
 
 NPZ, META = "checkpoint.npz", "checkpoint.json"
 
 
 def save(folder: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{NPZ}.tmp{os.getpid()}.npz"
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, folder / NPZ)
-    tmp = folder / f".{META}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(meta, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, folder / META)  # written last: a checkpoint counts once its JSON is there
+    atomic_write(folder / NPZ, lambda f: np.savez(f, **arrays))
+    atomic_write(folder / META, json.dumps(meta).encode("utf-8"))  # last: a checkpoint counts once its JSON is there
 
 
 def load(folder: Path | None) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:

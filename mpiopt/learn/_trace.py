@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
+from .._files import atomic_write
 
 
 class Tracer:
@@ -43,6 +44,4 @@ def write_trace(path: Path, per_rank: list[list[tuple[str, float, float]]], labe
             out.append({"name": name, "cat": name, "ph": "X", "pid": 0, "tid": rank,
                         "ts": round((t0 - origin) * 1e6, 1), "dur": round(dt * 1e6, 1)})
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"traceEvents": out, "displayTimeUnit": "ms"}))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps({"traceEvents": out, "displayTimeUnit": "ms"}).encode("utf-8"))
