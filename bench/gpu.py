@@ -1,7 +1,8 @@
 """Training on a GPU: mixed precision and XLA on one rank, trials packed on one GPU, a group on one GPU.
 
     python bench/gpu.py [--quick] [--parts precision packing groups] [--epochs 6] [--batch 128]
-                        [--models cnn wide] [--precisions float32 mixed xla mixed+xla] [--groups 1 2 4 8] [--sizes 2 4] [--modes allreduce downpour]
+                        [--models cnn wide] [--precisions float32 mixed xla mixed+xla] [--groups 1 2 4 8]
+                        [--sizes 2 4] [--modes allreduce downpour]
 
 1. precision: one rank trains the MNIST-1D CNN (`examples/mnist1d.py:build_cnn`) and a wide MLP
    of about 10M parameters (`build_wide` below) in float32, with `mixed_precision`, with

@@ -125,10 +125,10 @@ def main() -> None:
         tps = r["wall"] / max(r["samples"], 1)
         c, m, w = split(r["timing"], mode)
         accs = [row.get("val_accuracy", 0.0) for row in r["history"]]
-        tta = next((t for t, a in zip(r["times"], accs) if a >= args.target), None)
+        tta = next((t for t, a in zip(r["times"], accs, strict=True) if a >= args.target), None)
         rel = f"{tps / base_tps:>8.2f}x" if base_tps else "     n/a"
         print(f"{mode:<10} {size:>5} {r['samples'] / r['wall']:>10.0f} {tps * 1e6:>10.1f} {rel} {c:>10.2f} "
-              f"{m:>8.2f} {w:>8.2f} {('%.1f' % tta) if tta else '-':>10} {max(accs):>12.3f}")
+              f"{m:>8.2f} {w:>8.2f} {f'{tta:.1f}' if tta else '-':>10} {max(accs):>12.3f}")
     if base is None:
         return
     one = max(row.get("val_accuracy", 0.0) for row in base["history"])

@@ -14,9 +14,11 @@ import numbers
 import os
 import re
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import yaml
 
@@ -182,7 +184,7 @@ class Config:
             "training": dict(self.training),
         }
 
-    def with_search(self, **changes: Any) -> "Config":
+    def with_search(self, **changes: Any) -> Config:
         return replace(self, search=replace(self.search, **changes))
 
     def trial_training(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -274,7 +276,8 @@ def _check_searched_training_keys(space: Space, source: str) -> None:
             continue
         field = f"parameters.{p.name}"
         if p.name in ("group_size", "ranks_per_gpu", "trace", "checkpoint_every", "target", "early_stopping"):
-            raise ConfigError(f"`{p.name}` cannot be searched: it is fixed for the whole job", source=source, field=field)
+            raise ConfigError(f"`{p.name}` cannot be searched: it is fixed for the whole job", source=source,
+                              field=field)
         values = list(p.choices) if isinstance(p, Categorical) else [p.low, p.high]
         for v in values:
             check_training_value(p.name, v, source, field)
@@ -373,85 +376,112 @@ def _parse_search(raw: Any, source: str) -> SearchSettings:
 
 def check_training_value(key: str, value: Any, source: str, field: str) -> Any:
     """Validate one `training` value (also used for `--set` and for searched training keys)."""
-    if key == "group_size":
-        return _int(value, source, field, minimum=1)
-    if key in ("epochs", "batch_size", "sync_every"):
-        return _int(value, source, field, minimum=1)
-    if key == "checkpoint_every":
-        return _int(value, source, field, minimum=0)
-    if key == "ranks_per_gpu":
-        return _int(value, source, field, minimum=1)
-    if key in ("trace", "mixed_precision", "jit_compile"):
-        if not isinstance(value, bool):
-            raise ConfigError(f"expected true or false, got {value!r}", source=source, field=field)
-        return value
-    if key == "momentum" and value is None:
+    check = _TRAINING_CHECKS.get(key)
+    if check is None:
+        raise ConfigError(f"unknown training key (allowed: {', '.join(TRAINING_DEFAULTS)})"
+                          f"{did_you_mean(key, TRAINING_DEFAULTS)}", source=source, field=field)
+    return check(value, source, field)
+
+
+def _flag(value: Any, source: str, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"expected true or false, got {value!r}", source=source, field=field)
+    return value
+
+
+def _momentum(value: Any, source: str, field: str) -> float | None:
+    if value is None:
         return None
-    if key in ("momentum", "warmup_epochs"):
-        v = _real(value, source, field)
-        if v < 0 or (key == "momentum" and v >= 1):
-            raise ConfigError(f"expected a number in {'[0, 1)' if key == 'momentum' else '[0, inf)'}, got {value!r}",
-                              source=source, field=field)
-        return v
-    if key == "kappa":
-        return _real(value, source, field, positive=True)
-    if key == "elastic_force":
-        v = _real(value, source, field, allow_none=True)
-        if v is not None and not 0 < v < 1:
-            raise ConfigError(f"expected a number in (0, 1), got {value!r}", source=source, field=field)
-        return v
-    if key == "lr_scaling":
-        return _choice(value, LR_SCALINGS, source, field)
-    if key == "target":
-        if value is None:
-            return None
-        value = _mapping(value, source, field)
-        _check_keys(value, ("monitor", "value", "mode"), source, field)
-        if not isinstance(value.get("monitor"), str):
-            raise ConfigError("expected {monitor: val_accuracy, value: 0.9}", source=source, field=f"{field}.monitor")
-        out = {"monitor": value["monitor"], "value": _real(value.get("value"), source, f"{field}.value"),
-               "mode": _choice(value.get("mode", "auto"), ("auto", "min", "max"), source, f"{field}.mode")}
-        return out
-    if key == "mode":
-        return _choice(value, MODES, source, field, fold=True)
-    if key == "learning_rate":
-        return _real(value, source, field, positive=True)
-    if key == "time_limit":
-        return _real(value, source, field, positive=True, allow_none=True)
-    if key == "optimizer":
-        if isinstance(value, str):
-            return _choice(value, OPTIMIZERS, source, field, fold=True)
-        if isinstance(value, dict):
-            if "name" not in value:
-                raise ConfigError("an optimizer mapping needs `name`, e.g. {name: adam, beta_1: 0.9}",
-                                  source=source, field=field)
-            out = {"name": _choice(value["name"], OPTIMIZERS, source, f"{field}.name", fold=True)}
-            for k, v in value.items():
-                if k == "name":
-                    continue
-                if not isinstance(k, str) or not k.isidentifier() or isinstance(v, (dict, list)):
-                    raise ConfigError(f"expected `option: number` pairs, got {k!r}: {v!r}", source=source,
-                                      field=f"{field}.{k}")
-                out[k] = v
-            return out
-        raise ConfigError(f"expected an optimizer name ({', '.join(OPTIMIZERS)}) or a mapping with `name`, got {value!r}",
+    v = _real(value, source, field)
+    if not 0 <= v < 1:
+        raise ConfigError(f"expected a number in [0, 1), got {value!r}", source=source, field=field)
+    return v
+
+
+def _warmup_epochs(value: Any, source: str, field: str) -> float:
+    v = _real(value, source, field)
+    if v < 0:
+        raise ConfigError(f"expected a number in [0, inf), got {value!r}", source=source, field=field)
+    return v
+
+
+def _elastic_force(value: Any, source: str, field: str) -> float | None:
+    v = _real(value, source, field, allow_none=True)
+    if v is not None and not 0 < v < 1:
+        raise ConfigError(f"expected a number in (0, 1), got {value!r}", source=source, field=field)
+    return v
+
+
+def _target(value: Any, source: str, field: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    value = _mapping(value, source, field)
+    _check_keys(value, ("monitor", "value", "mode"), source, field)
+    if not isinstance(value.get("monitor"), str):
+        raise ConfigError("expected {monitor: val_accuracy, value: 0.9}", source=source, field=f"{field}.monitor")
+    return {"monitor": value["monitor"], "value": _real(value.get("value"), source, f"{field}.value"),
+            "mode": _choice(value.get("mode", "auto"), ("auto", "min", "max"), source, f"{field}.mode")}
+
+
+def _optimizer(value: Any, source: str, field: str) -> str | dict[str, Any]:
+    if isinstance(value, str):
+        return _choice(value, OPTIMIZERS, source, field, fold=True)
+    if not isinstance(value, dict):
+        raise ConfigError(f"expected an optimizer name ({', '.join(OPTIMIZERS)}) or a mapping with `name`, "
+                          f"got {value!r}", source=source, field=field)
+    if "name" not in value:
+        raise ConfigError("an optimizer mapping needs `name`, e.g. {name: adam, beta_1: 0.9}",
                           source=source, field=field)
-    if key == "early_stopping":
-        if value in (None, False):
-            return None
-        if value is True:
-            value = {}
-        value = _mapping(value, source, field)
-        _check_keys(value, EARLY_STOPPING_KEYS, source, field)
-        es = {"monitor": "val_loss", "patience": 3, "min_delta": 0.0, "mode": "auto", **value}
-        if not isinstance(es["monitor"], str):
-            raise ConfigError(f"expected a metric name, got {es['monitor']!r}", source=source, field=f"{field}.monitor")
-        es["patience"] = _int(es["patience"], source, f"{field}.patience", minimum=0)
-        es["min_delta"] = _real(es["min_delta"], source, f"{field}.min_delta")
-        es["mode"] = _choice(es["mode"], ("auto", "min", "max"), source, f"{field}.mode")
-        return es
-    raise ConfigError(f"unknown training key (allowed: {', '.join(TRAINING_DEFAULTS)}){did_you_mean(key, TRAINING_DEFAULTS)}",
-                      source=source, field=field)
+    out = {"name": _choice(value["name"], OPTIMIZERS, source, f"{field}.name", fold=True)}
+    for k, v in value.items():
+        if k == "name":
+            continue
+        if not isinstance(k, str) or not k.isidentifier() or isinstance(v, (dict, list)):
+            raise ConfigError(f"expected `option: number` pairs, got {k!r}: {v!r}", source=source,
+                              field=f"{field}.{k}")
+        out[k] = v
+    return out
+
+
+def _early_stopping(value: Any, source: str, field: str) -> dict[str, Any] | None:
+    if value in (None, False):
+        return None
+    if value is True:
+        value = {}
+    value = _mapping(value, source, field)
+    _check_keys(value, EARLY_STOPPING_KEYS, source, field)
+    es = {"monitor": "val_loss", "patience": 3, "min_delta": 0.0, "mode": "auto", **value}
+    if not isinstance(es["monitor"], str):
+        raise ConfigError(f"expected a metric name, got {es['monitor']!r}", source=source, field=f"{field}.monitor")
+    es["patience"] = _int(es["patience"], source, f"{field}.patience", minimum=0)
+    es["min_delta"] = _real(es["min_delta"], source, f"{field}.min_delta")
+    es["mode"] = _choice(es["mode"], ("auto", "min", "max"), source, f"{field}.mode")
+    return es
+
+
+# how each `training` key is checked: (value, source, field) -> the value to use
+_TRAINING_CHECKS: dict[str, Callable[[Any, str, str], Any]] = {
+    "group_size": partial(_int, minimum=1),
+    "mode": lambda value, source, field: _choice(value, MODES, source, field, fold=True),
+    "epochs": partial(_int, minimum=1),
+    "batch_size": partial(_int, minimum=1),
+    "optimizer": _optimizer,
+    "learning_rate": partial(_real, positive=True),
+    "sync_every": partial(_int, minimum=1),
+    "early_stopping": _early_stopping,
+    "time_limit": partial(_real, positive=True, allow_none=True),
+    "target": _target,
+    "elastic_force": _elastic_force,
+    "momentum": _momentum,
+    "kappa": partial(_real, positive=True),
+    "warmup_epochs": _warmup_epochs,
+    "lr_scaling": lambda value, source, field: _choice(value, LR_SCALINGS, source, field),
+    "checkpoint_every": partial(_int, minimum=0),
+    "trace": _flag,
+    "ranks_per_gpu": partial(_int, minimum=1),
+    "mixed_precision": _flag,
+    "jit_compile": _flag,
+}
 
 
 def _parse_training(raw: Any, source: str) -> dict[str, Any]:

@@ -151,7 +151,7 @@ def test_gem_with_one_worker_trains_as_one_process_with_adam(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     h = json.loads((tmp_path / "h.json").read_text())
     assert [r["epoch"] for r in h["gem"]] == [1, 2, 3]
-    for gem, alone in zip(h["gem"], h["alone"]):
+    for gem, alone in zip(h["gem"], h["alone"], strict=True):
         assert gem["val_loss"] == pytest.approx(alone["val_loss"], rel=1e-3)
 
 
@@ -167,7 +167,8 @@ training: {{mode: gem, epochs: 5, batch_size: 64, optimizer: adam, learning_rate
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_gem_in_a_group_of_three_learns_mnist1d_with_adam(tmp_path):
-    # one process reaches about 0.94 here; GEM with momentum SGD in Adam's place stayed near 0.5
+    # the bar sits below what one process reaches with Adam and above what a GEM that falls behind its
+    # optimizer's pace reaches
     (tmp_path / "s.yaml").write_text(textwrap.dedent(CNN_SPACE))
     p = run_cli(["train", "s.yaml", "--set", "filters=32", "--out", "out"], cwd=tmp_path, np=3, timeout=240)
     assert p.returncode == 0, p.stderr

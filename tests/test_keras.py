@@ -6,7 +6,6 @@ import os
 import runpy
 import shutil
 
-import numpy as np
 import pytest
 
 import mpiopt
@@ -25,7 +24,8 @@ def model_space(tmp_path):
     def make(objective: str, params: str = "units: {type: integer, low: 2, high: 16}", training: str = ""):
         p = tmp_path / "model.yaml"
         p.write_text(f"name: tiny\nobjective: {objective}\nparameters: {{{params}}}\n"
-                     f"search: {{initial_points: 2, trials: 3, seed: 0}}\ntraining: {{epochs: 3, batch_size: 64{training}}}\n")
+                     f"search: {{initial_points: 2, trials: 3, seed: 0}}\n"
+                     f"training: {{epochs: 3, batch_size: 64{training}}}\n")
         return load_config(p)
 
     return make

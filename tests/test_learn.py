@@ -169,7 +169,7 @@ def test_interrupted_training_resumes_from_its_checkpoint(tmp_path):
     assert [r["epoch"] for r in resumed.history] == [1, 2, 3, 4]
     # the time trained before the checkpoint counts in the trial's duration (duration_s)
     assert whole.resumed_s is None and resumed.resumed_s > 0
-    for a, b in zip(whole.history, resumed.history):
+    for a, b in zip(whole.history, resumed.history, strict=True):
         assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
     assert not (tmp_path / "cut" / _checkpoint.META).exists()  # removed once training finished
     assert (tmp_path / "cut" / "best.weights.h5").exists()
@@ -178,8 +178,8 @@ def test_interrupted_training_resumes_from_its_checkpoint(tmp_path):
 
 @pytest.mark.slow
 def test_a_flat_model_per_trial_is_no_retracing_warning():
-    # each trial's FlatModel traces its own functions once; TensorFlow counts those traces across
-    # trials and used to warn that mpiopt kept retracing
+    # each trial's FlatModel traces its own functions once; TensorFlow, counting those traces across
+    # trials, would take them for a retracing loop
     import io
     import logging
 

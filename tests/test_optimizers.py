@@ -89,7 +89,7 @@ def _run_against_keras(name: str, opts: dict, steps: int = 5, lr_at: dict[int, f
             theirs.learning_rate = lr_at[i]
         g = _grads(rng, SIZE)
         ours.step(w, g)
-        theirs.apply_gradients(zip(_split(g), variables))
+        theirs.apply_gradients(zip(_split(g), variables, strict=True))
         expected = np.concatenate([keras.ops.convert_to_numpy(v).ravel() for v in variables])
         np.testing.assert_allclose(w, expected, rtol=1e-5, atol=1e-6, err_msg=f"{name} {opts} step {i + 1}")
     assert ours.iterations == steps == int(theirs.iterations)

@@ -21,7 +21,22 @@ _cache: dict[Any, Any] = {}
 
 
 # -- nested structures of arrays (multi-input / multi-output) ---------------------------------
+def leaves(struct: Any, name: str = ""):
+    """(path, array) for every array of `struct`, e.g. ("[0]['a']", x), in the user's order."""
+    # own walk: keras.tree.flatten_with_path sorts dict keys, and the messages name inputs in the user's order
+    if isinstance(struct, dict):
+        for k, v in struct.items():
+            yield from leaves(v, f"{name}[{k!r}]")
+    elif isinstance(struct, (list, tuple)):
+        for i, v in enumerate(struct):
+            yield from leaves(v, f"{name}[{i}]")
+    else:
+        yield name, struct
+
+
 def n_samples(struct: Any) -> int:
+    """The length of the first array of `struct` (all have as many samples: `_check_lengths`)."""
+    # own descent: keras.tree.flatten sorts dict keys, and the first input is the first in the user's order
     if isinstance(struct, dict):
         return n_samples(next(iter(struct.values())))
     if isinstance(struct, (list, tuple)):
@@ -30,36 +45,21 @@ def n_samples(struct: Any) -> int:
 
 
 def take(struct: Any, idx) -> Any:
-    if isinstance(struct, dict):
-        return {k: take(v, idx) for k, v in struct.items()}
-    if isinstance(struct, (list, tuple)):
-        return type(struct)(take(v, idx) for v in struct)
-    return struct[idx]
+    """`struct` with every array (or h5py dataset, then read) indexed by `idx`."""
+    import keras  # here, not above: checking a configuration imports this module and must not start TensorFlow
+
+    return keras.tree.map_structure(lambda leaf: leaf[idx], struct)
 
 
 def concat(parts: list[Any]) -> Any:
-    first = parts[0]
-    if isinstance(first, dict):
-        return {k: concat([p[k] for p in parts]) for k in first}
-    if isinstance(first, (list, tuple)):
-        return type(first)(concat([p[i] for p in parts]) for i in range(len(first)))
-    return np.concatenate(parts)
+    """The structures `parts` as one, every array concatenated along the samples."""
+    import keras
+
+    return keras.tree.map_structure(lambda *leaves: np.concatenate(leaves), *parts)
 
 
 def _check_lengths(struct: Any, where: str) -> int:
-    lengths = []
-
-    def walk(s, name):
-        if isinstance(s, dict):
-            for k, v in s.items():
-                walk(v, f"{name}[{k!r}]")
-        elif isinstance(s, (list, tuple)):
-            for i, v in enumerate(s):
-                walk(v, f"{name}[{i}]")
-        else:
-            lengths.append((name, len(s)))
-
-    walk(struct, where)
+    lengths = [(where + path, len(leaf)) for path, leaf in leaves(struct)]
     if len({n for _, n in lengths}) > 1:
         raise TrialFailed("; ".join(f"{name} has {n} samples" for name, n in lengths) + ": lengths differ")
     return lengths[0][1] if lengths else 0
@@ -86,27 +86,21 @@ def file_list(spec: str | list[str], base_dir: Path, field: str) -> list[Path]:
     return files
 
 
+def _h5_item(h, name: str, f: Path):
+    """The dataset or group `name` of the open file `h`."""
+    if name not in h:
+        raise TrialFailed(f"{f}: no dataset {name!r} (it has: {', '.join(h.keys())})")
+    return h[name]
+
+
 def h5_datasets(h, name, f: Path):
     """The datasets `name` stands for in the open file `h`, not read: one, an HDF5 group of them
     (one per named model input, as a dict), or a list of names."""
     if isinstance(name, list):
         return [h5_datasets(h, n, f) for n in name]
-    if name not in h:
-        raise TrialFailed(f"{f}: no dataset {name!r} (it has: {', '.join(h.keys())})")
-    obj = h[name]
+    obj = _h5_item(h, name, f)
+    # a group made a dict: it is a mapping but no dict, which keras.tree would take for one array
     return {k: obj[k] for k in obj.keys()} if hasattr(obj, "keys") else obj
-
-
-def _read_item(h, name, f: Path):
-    return _read(h5_datasets(h, name, f))
-
-
-def _read(struct, index=()):
-    if isinstance(struct, dict):
-        return {k: _read(v, index) for k, v in struct.items()}
-    if isinstance(struct, list):
-        return [_read(v, index) for v in struct]
-    return struct[index]
 
 
 def read_h5(f: Path, features, labels) -> tuple[Any, Any]:
@@ -114,7 +108,7 @@ def read_h5(f: Path, features, labels) -> tuple[Any, Any]:
 
     try:
         with h5py.File(f, "r") as h:
-            x, y = _read_item(h, features, f), _read_item(h, labels, f)
+            x, y = take(h5_datasets(h, features, f), ()), take(h5_datasets(h, labels, f), ())
     except OSError as exc:
         raise TrialFailed(f"{f}: cannot read as HDF5: {exc}") from None
     nx, ny = _check_lengths(x, f"{f}: features"), _check_lengths(y, f"{f}: labels")
@@ -123,15 +117,17 @@ def read_h5(f: Path, features, labels) -> tuple[Any, Any]:
     return x, y
 
 
+def _read_all(files: list[Path], features, labels) -> tuple[Any, Any]:
+    """(x, y) of the HDF5 files, one after another."""
+    return concat([read_h5(f, features, labels) for f in files])
+
+
 def _count_h5(f: Path, features, labels) -> int:
     import h5py
 
     try:
         with h5py.File(f, "r") as h:
-            first = features[0] if isinstance(features, list) else features
-            if first not in h:
-                raise TrialFailed(f"{f}: no dataset {first!r} (it has: {', '.join(h.keys())})")
-            obj = h[first]
+            obj = _h5_item(h, features[0] if isinstance(features, list) else features, f)
             if hasattr(obj, "keys"):
                 obj = obj[next(iter(obj.keys()))]
             return int(obj.shape[0])
@@ -157,8 +153,7 @@ class DataSource:
 
     def validation(self) -> tuple[Any, Any]:
         if self.val is None:
-            parts = [read_h5(f, self.features, self.labels) for f in self.val_files]
-            self.val = (concat([p[0] for p in parts]), concat([p[1] for p in parts]))
+            self.val = _read_all(self.val_files, self.features, self.labels)
         return self.val
 
     def _files_of(self, worker: int, n_workers: int) -> list[int]:
@@ -179,7 +174,7 @@ class DataSource:
 
         f = self.train_files[0]
         with h5py.File(f, "r") as h:
-            return _read(h5_datasets(h, self.features, f), slice(0, n))
+            return take(h5_datasets(h, self.features, f), slice(0, n))
 
     def by_file(self, n_workers: int) -> bool:
         return self.train is None and len(self.train_files) >= n_workers
@@ -190,15 +185,13 @@ class DataSource:
         if self.by_file(n_workers):
             key = ("files", worker, n_workers, id(self))
             if key not in _cache:
-                parts = [read_h5(self.train_files[i], self.features, self.labels)
-                         for i in self._files_of(worker, n_workers)]
-                _cache[key] = (concat([p[0] for p in parts]), concat([p[1] for p in parts]))
+                mine = [self.train_files[i] for i in self._files_of(worker, n_workers)]
+                _cache[key] = _read_all(mine, self.features, self.labels)
             x, y = _cache[key]
             idx = np.random.default_rng([seed, epoch, worker]).permutation(n_samples(x))
             return take(x, idx), take(y, idx)
         if self.train is None:  # fewer files than workers: everybody reads all, shards by range
-            parts = [read_h5(f, self.features, self.labels) for f in self.train_files]
-            self.train = (concat([p[0] for p in parts]), concat([p[1] for p in parts]))
+            self.train = _read_all(self.train_files, self.features, self.labels)
         x, y = self.train
         perm = rng.permutation(n_samples(x))
         idx = np.array_split(perm, n_workers)[worker]

@@ -20,7 +20,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -155,10 +156,12 @@ class _Epochs:
         self.resumed_s: float | None = None  # training time of the attempts before the checkpoint restored
 
     def add(self, row: dict[str, float], weights: np.ndarray, state: np.ndarray) -> None:
-        """Record an epoch's row, decide whether to stop, keep the best weights."""
+        """Record an epoch's row, decide whether to stop, keep the best weights.
+
+        A reason to stop already given (a timeout, a worker's) stands: it is what ended training."""
         self.history.append(row)
         epoch = int(row["epoch"])
-        if not _finite(row):
+        if not _finite(row) and not self.stopped:
             self.stopped = "diverged"
         improved, stop = (self.es.update(epoch, row) if self.es else (True, False))
         if improved or self.best_weights is None:
@@ -216,6 +219,16 @@ class _Epochs:
             meta["optimizer"] = scalars
         _checkpoint.save(self.job.out_dir, arrays, meta)
 
+    def resume(self, opt, weights: np.ndarray) -> tuple[int, np.ndarray | None]:
+        """Load the checkpoint, if any, into `weights` and `opt`: (epochs done, its state or None)."""
+        restored = self.restore(opt)
+        if restored is None:
+            return 0, None
+        start_epoch, weights[:], state = restored
+        if self.writer:
+            log.info("resuming training from its checkpoint at epoch %d", start_epoch)
+        return start_epoch, state
+
     def restore(self, opt) -> tuple[int, np.ndarray, np.ndarray] | None:
         """(epochs done, weights, state) from the out dir's checkpoint, or None."""
         if not self.job.resume:
@@ -237,6 +250,11 @@ class _Epochs:
             opt.load_state_dict(state)
         return int(meta["epoch"]), arrays["weights"], arrays["state"]  # epochs done = next epoch index
 
+    def outcome(self, timing: dict[str, dict[str, float]], samples: int, t0: float) -> TrainOutcome:
+        """What training produced, `t0` its start (perf_counter)."""
+        return TrainOutcome(history=self.history, stopped=self.stopped, timing=timing, samples=samples,
+                            wall_s=time.perf_counter() - t0, resumed_s=self.resumed_s)
+
     def finish(self, flat: FlatModel) -> None:
         """Leave the best weights in the model and save them (the master or rank 0)."""
         self.close()
@@ -251,110 +269,139 @@ class _Epochs:
                 (self.job.out_dir / name).unlink(missing_ok=True)
 
 
-def _schedule(training: dict[str, Any], base_lr: float, workers: int) -> Schedule:
-    return Schedule(base=base_lr, workers=workers, scaling=training.get("lr_scaling", "none") or "none",
+def _schedule(training: dict[str, Any], spec: dict[str, Any], workers: int) -> Schedule:
+    return Schedule(base=float(spec.get("learning_rate", 0.001)), workers=workers,
+                    scaling=training.get("lr_scaling", "none") or "none",
                     warmup_epochs=float(training.get("warmup_epochs", 0) or 0))
 
 
 # -- allreduce (and a group of one) ----------------------------------------------------------------
-def _train_allreduce(comm, job: Job) -> TrainOutcome:
-    t = job.training
-    rank = comm.Get_rank() if comm is not None else 0
-    size = comm.Get_size() if comm is not None else 1
-    tracer = Tracer(rank, bool(t.get("trace")))
-    model, flat, spec = _build(job)
-    n = flat.size
-    weights = flat.get()
-    if comm is not None:
-        comm.Bcast(weights, root=0)
-        flat.set(weights)
-    opt = make_master_optimizer(spec, n)
-    base_lr = float(spec.get("learning_rate", 0.001))
-    sched = _schedule(t, base_lr, size)
-    epochs = _Epochs(job, writer=rank == 0)
-    start_epoch = 0
-    restored = epochs.restore(opt)
-    if restored is not None:
-        start_epoch, weights[:], state = restored
-        if rank == 0:
-            log.info("resuming training from its checkpoint at epoch %d", start_epoch)
-        flat.set(weights)
-        if state.size:
-            flat.set_state(state)
-    bs = int(t["batch_size"])
-    n_train = job.source.n_train()
-    steps = math.ceil(math.ceil(n_train / size) / bs)
-    buf = np.zeros(n + 4, dtype=np.float32)  # grads*nb, loss*nb, nb, "my time is up", "I failed"
-    deadline = Deadline(t.get("time_limit"))
-    x_val, y_val = job.source.validation()
-    val_part = np.array_split(np.arange(n_samples(x_val)), size)[rank]
-    xv, yv = take(x_val, val_part), take(y_val, val_part)
-    t0 = time.perf_counter()
-    samples = 0
-    for epoch in range(start_epoch, int(t["epochs"])):
-        if epochs.stopped:
-            break
-        x, y = job.source.shard(rank, size, epoch, job.seed)
-        model.reset_metrics()
+class _AllreduceRank:
+    """One rank of an allreduce group, or a group of one (`comm` None): each step every rank
+    computes its part, one `Allreduce` sums the parts, and every rank applies the same update."""
+
+    def __init__(self, comm, job: Job) -> None:
+        t = job.training
+        self.comm, self.job = comm, job
+        self.rank = comm.Get_rank() if comm is not None else 0
+        self.size = comm.Get_size() if comm is not None else 1
+        self.tracer = Tracer(self.rank, bool(t.get("trace")))
+        self.model, self.flat, spec = _build(job)
+        self.n = self.flat.size
+        self.weights = self.flat.get()
+        if comm is not None:
+            comm.Bcast(self.weights, root=0)
+            self.flat.set(self.weights)
+        self.opt = make_master_optimizer(spec, self.n)
+        self.sched = _schedule(t, spec, self.size)
+        self.epochs = _Epochs(job, writer=self.rank == 0)
+        self.start_epoch, state = self.epochs.resume(self.opt, self.weights)
+        if state is not None:
+            self.flat.set(self.weights)
+            if state.size:
+                self.flat.set_state(state)
+        self.bs = int(t["batch_size"])
+        self.steps = math.ceil(math.ceil(job.source.n_train() / self.size) / self.bs)
+        self.buf = np.zeros(self.n + 4, dtype=np.float32)  # grads*nb, loss*nb, nb, "my time is up", "I failed"
+        self.deadline = Deadline(t.get("time_limit"))
+        x_val, y_val = job.source.validation()
+        val_part = np.array_split(np.arange(n_samples(x_val)), self.size)[self.rank]
+        self.xv, self.yv = take(x_val, val_part), take(y_val, val_part)
+        self.samples = 0
+
+    def run(self) -> TrainOutcome | None:
+        """Train every epoch left; the outcome on rank 0, None elsewhere."""
+        t0 = time.perf_counter()
+        for epoch in range(self.start_epoch, int(self.job.training["epochs"])):
+            if self.epochs.stopped:
+                break
+            mine = self._train_epoch(epoch)
+            if self.epochs.stopped:  # diverged or out of time: no validation of a broken-off epoch
+                break
+            self._end_epoch(epoch, mine)
+            if self.epochs.stopped:
+                break
+        self.epochs.finish(self.flat)
+        timing = _gather_timing(self.comm, self.tracer, self.job, [f"rank {r}" for r in range(self.size)])
+        if self.rank != 0:
+            return None
+        return self.epochs.outcome(timing, self.samples, t0)
+
+    def _train_epoch(self, epoch: int) -> int:
+        """The epoch's steps on this rank's shard, in step with the group; the shard's size."""
+        x, y = self.job.source.shard(self.rank, self.size, epoch, self.job.seed)
+        self.model.reset_metrics()
         mine = n_samples(x)
-        for step in range(steps):
-            opt.learning_rate = sched.rate(epoch + step / max(steps, 1))
-            lo, hi = step * bs, min((step + 1) * bs, mine)
-            buf[:] = 0.0
-            failure = None
-            if lo < hi:
-                try:
-                    with tracer.span("compute"):
-                        loss, grad = flat.grad_step(take(x, slice(lo, hi)), take(y, slice(lo, hi)))
-                    nb = hi - lo
-                    np.multiply(grad, nb, out=buf[:n])
-                    buf[n], buf[n + 1] = loss * nb, nb
-                except Exception as exc:
-                    if comm is None:
-                        raise
-                    failure, buf[:] = exc, 0.0
-                    buf[n + 3] = 1.0
-            buf[n + 2] = 1.0 if deadline.passed() else 0.0
-            if comm is not None:
-                with tracer.span("allreduce"):
-                    comm.Allreduce_inplace(buf)
-                _raise_if_failed(buf[n + 3], failure)
-            total = buf[n + 1]
-            samples += int(total)
-            if not math.isfinite(float(buf[n])):
-                epochs.stopped = "diverged"
+        for step in range(self.steps):
+            self.opt.learning_rate = self.sched.rate(epoch + step / max(self.steps, 1))
+            lo, hi = step * self.bs, min((step + 1) * self.bs, mine)
+            failure = self._compute(x, y, lo, hi)
+            self._sum_over_group(failure)
+            if not self._apply():
                 break
-            if buf[n + 2] > 0:
-                epochs.stopped = "timeout"
-                break
-            if total > 0:
-                with tracer.span("apply"):
-                    np.divide(buf[:n], total, out=buf[:n])
-                    opt.step(weights, buf[:n])
-                    flat.set(weights)
-        if epochs.stopped:  # diverged or out of time: no validation of a broken-off epoch
-            break
-        with tracer.span("validate"):
+        return mine
+
+    def _compute(self, x, y, lo: int, hi: int) -> Exception | None:
+        """Write this rank's part of a step into the buffer. An error is flagged in the buffer and
+        returned, not raised, so that the whole group leaves the step together (alone: raised)."""
+        buf, n = self.buf, self.n
+        buf[:] = 0.0
+        failure = None
+        if lo < hi:
+            try:
+                with self.tracer.span("compute"):
+                    loss, grad = self.flat.grad_step(take(x, slice(lo, hi)), take(y, slice(lo, hi)))
+                nb = hi - lo
+                np.multiply(grad, nb, out=buf[:n])
+                buf[n], buf[n + 1] = loss * nb, nb
+            except Exception as exc:
+                if self.comm is None:
+                    raise
+                failure, buf[:] = exc, 0.0
+                buf[n + 3] = 1.0
+        buf[n + 2] = 1.0 if self.deadline.passed() else 0.0
+        return failure
+
+    def _sum_over_group(self, failure: Exception | None) -> None:
+        """Sum the buffers of the group (alone: nothing to do); a failure anywhere raises everywhere."""
+        if self.comm is not None:
+            with self.tracer.span("allreduce"):
+                self.comm.Allreduce_inplace(self.buf)
+            _raise_if_failed(self.buf[self.n + 3], failure)
+
+    def _apply(self) -> bool:
+        """Take the group's step from the summed buffer; False when training stops instead."""
+        buf, n = self.buf, self.n
+        total = buf[n + 1]
+        self.samples += int(total)
+        if not math.isfinite(float(buf[n])):
+            self.epochs.stopped = "diverged"
+            return False
+        if buf[n + 2] > 0:
+            self.epochs.stopped = "timeout"
+            return False
+        if total > 0:
+            with self.tracer.span("apply"):
+                np.divide(buf[:n], total, out=buf[:n])
+                self.opt.step(self.weights, buf[:n])
+                self.flat.set(self.weights)
+        return True
+
+    def _end_epoch(self, epoch: int, mine: int) -> None:
+        """Validate, average the batch-norm statistics, record the epoch's row and checkpoint."""
+        comm, flat = self.comm, self.flat
+        with self.tracer.span("validate"):
             row = _reduce_metrics(comm, flat.metrics(), mine)
-            val = _reduce_metrics(comm, _attempt(_evaluate, model, xv, yv, bs), n_samples(xv))
+            val = _reduce_metrics(comm, _attempt(_evaluate, self.model, self.xv, self.yv, self.bs),
+                                  n_samples(self.xv))
         row = {"epoch": epoch + 1, **row, **{f"val_{k}": v for k, v in val.items()}}
-        if comm is not None and size > 1:  # batch-norm statistics: the group's average
+        if comm is not None and self.size > 1:  # batch-norm statistics: the group's average
             state = flat.get_state()
             if state.size:
                 comm.Allreduce_inplace(state)
-                flat.set_state(state / size)
-        stop_before = epochs.stopped
-        epochs.add(row, weights, flat.get_state())
-        epochs.stopped = epochs.stopped or stop_before
-        epochs.checkpoint(epoch + 1, weights, flat.get_state(), opt)
-        if epochs.stopped:
-            break
-    epochs.finish(flat)
-    timing = _gather_timing(comm, tracer, job, ["rank %d" % r for r in range(size)])
-    if rank != 0:
-        return None  # type: ignore[return-value]
-    return TrainOutcome(history=epochs.history, stopped=epochs.stopped, timing=timing, samples=samples,
-                        wall_s=time.perf_counter() - t0, resumed_s=epochs.resumed_s)
+                flat.set_state(state / self.size)
+        self.epochs.add(row, self.weights, flat.get_state())
+        self.epochs.checkpoint(epoch + 1, self.weights, flat.get_state(), self.opt)
 
 
 def _raise_if_failed(flag: float, failure: Exception | None) -> None:
@@ -406,10 +453,27 @@ def _gather_timing(comm, tracer: Tracer, job: Job, labels: list[str]) -> dict[st
         per_rank_totals = [g[1] for g in gathered]
     if tracer.enabled and tracer.rank == 0 and job.out_dir is not None:
         write_trace(job.out_dir / "trace.json", per_rank_events, labels)
-    return {label: totals for label, totals in zip(labels, per_rank_totals)}
+    return dict(zip(labels, per_rank_totals, strict=True))
 
 
 # -- master and workers ------------------------------------------------------------------------------
+def _broadcast_start(comm, weights: np.ndarray, start_epoch: int = 0) -> int:
+    """Rank 0's weights and the epoch to start at (past a checkpoint's) to every rank; that epoch."""
+    start = np.array([start_epoch], dtype=np.float32)
+    comm.Bcast(weights, root=0)
+    comm.Bcast(start, root=0)
+    return int(start[0])
+
+
+def _elastic_force(training: dict[str, Any], workers: int) -> float:
+    """EASGD's alpha: `elastic_force`, by default beta / workers with beta = 0.9 (Zhang et al. 2015)."""
+    return training.get("elastic_force") or 0.9 / workers
+
+
+def _master_worker_labels(size: int) -> list[str]:
+    return ["master"] + [f"worker {w}" for w in range(1, size)]
+
+
 class _Validator(threading.Thread):
     """Validates snapshots of the master's weights one after another, beside the serving loop."""
 
@@ -437,136 +501,156 @@ class _Validator(threading.Thread):
             self.done.put((epoch, weights, state, result))
 
 
-def _train_master(comm, job: Job) -> TrainOutcome:
-    t = job.training
-    mode = t["mode"]
-    size = comm.Get_size()
-    workers = size - 1
-    tracer = Tracer(0, bool(t.get("trace")))
-    val_tracer = Tracer(size, bool(t.get("trace")))
-    model, flat, spec = _build(job)
-    n = flat.size
-    center = flat.get()
-    opt = make_master_optimizer(spec, n) if mode == "downpour" else None
-    epochs = _Epochs(job, writer=True)
-    start = np.zeros(1, dtype=np.float32)
-    state = flat.get_state()
-    restored = epochs.restore(opt)
-    if restored is not None:
-        start_epoch, center[:], state = restored
-        start[0] = start_epoch
-        log.info("resuming training from its checkpoint at epoch %d", start_epoch)
-    comm.Bcast(center, root=0)
-    comm.Bcast(start, root=0)
-    sched = _schedule(t, float(spec.get("learning_rate", 0.001)), workers)
-    alpha = t.get("elastic_force") or 0.9 / workers  # EASGD: beta = 0.9 (Zhang et al. 2015)
-    n_train = job.source.n_train()
-    deadline = Deadline(t.get("time_limit"))
-    bufs = [np.empty(n + HEADER, dtype=np.float32) for _ in range(workers)]
-    reqs = [comm.Irecv(bufs[w], source=w + 1, tag=TAG_UPDATE) for w in range(workers)]
-    reply = np.empty(n + 1, dtype=np.float32)  # weights + "stop" flag
-    diff = np.empty(n, dtype=np.float32)
-    validator = _Validator(model, flat, job.source.validation(), int(t["batch_size"]), val_tracer)
-    validator.start()
-    reports: dict[int, list[dict]] = {}
-    pending_validation = 0
-    finished = 0
-    applied_samples = 0
-    from ..transport import Backoff
+class _Master:
+    """Group rank 0 of master/worker training: applies the workers' updates to the central
+    weights in the order they come in, answers them, and has each epoch validated once every
+    worker reported it. The serving loop tests in turn for an update, a report and a finished
+    validation, and backs off while none comes."""
 
-    t0 = time.perf_counter()
-    backoff = Backoff()
+    def __init__(self, comm, job: Job) -> None:
+        t = job.training
+        self.comm, self.job = comm, job
+        self.mode = t["mode"]
+        self.size = comm.Get_size()
+        self.workers = self.size - 1
+        self.tracer = Tracer(0, bool(t.get("trace")))
+        self.val_tracer = Tracer(self.size, bool(t.get("trace")))
+        model, self.flat, spec = _build(job)
+        self.n = n = self.flat.size
+        self.center = self.flat.get()
+        self.opt = make_master_optimizer(spec, n) if self.mode == "downpour" else None
+        self.epochs = _Epochs(job, writer=True)
+        start_epoch, _ = self.epochs.resume(self.opt, self.center)  # the batch-norm state comes with reports
+        _broadcast_start(comm, self.center, start_epoch)
+        self.sched = _schedule(t, spec, self.workers)
+        self.alpha = _elastic_force(t, self.workers)
+        self.n_train = job.source.n_train()
+        self.deadline = Deadline(t.get("time_limit"))
+        self.bufs = [np.empty(n + HEADER, dtype=np.float32) for _ in range(self.workers)]
+        self.reqs = [comm.Irecv(self.bufs[w], source=w + 1, tag=TAG_UPDATE) for w in range(self.workers)]
+        self.reply = np.empty(n + 1, dtype=np.float32)  # weights + "stop" flag
+        self.diff = np.empty(n, dtype=np.float32)
+        self.validator = _Validator(model, self.flat, job.source.validation(), int(t["batch_size"]), self.val_tracer)
+        self.validator.start()
+        self.reports: dict[int, list[dict]] = {}  # per epoch, the workers' reports so far
+        self.pending_validation = 0
+        self.finished = 0  # workers done
+        self.applied_samples = 0
 
-    def stop_flag() -> float:
-        return 1.0 if epochs.stopped else 0.0
+    def run(self) -> TrainOutcome:
+        t0 = time.perf_counter()
+        try:
+            self._serve()
+        finally:  # on a failure too: no thread left validating, no receive left posted
+            self.validator.todo.put(None)
+            self.validator.join()
+            self.comm.cancel(self.reqs)
+        self.epochs.finish(self.flat)
+        timing = _gather_timing(self.comm, _merge_tracers(self.tracer, self.val_tracer), self.job,
+                                _master_worker_labels(self.size))
+        return self.epochs.outcome(timing, self.applied_samples, t0)
 
-    def send_center(dest: int) -> None:
-        reply[:n] = center
-        reply[n] = stop_flag()
-        with tracer.span("send"):
-            comm.Send(reply, dest, TAG_WEIGHTS)
+    def _serve(self) -> None:
+        from ..transport import Backoff
 
-    try:
+        backoff = Backoff()
         while True:
-            idle = True
-            if not epochs.stopped and deadline.passed():
-                epochs.stopped = "timeout"
-            w = comm.test_any(reqs)
-            if w is not None:
-                idle = False
-                buf = bufs[w]
-                loss, nb = float(buf[n]), float(buf[n + 1])
-                applied_samples += int(nb)
-                if not math.isfinite(loss) and not epochs.stopped:
-                    epochs.stopped = "diverged"
-                with tracer.span("apply"):
-                    if mode == "downpour":
-                        opt.learning_rate = sched.rate(applied_samples / max(n_train, 1))
-                        if not epochs.stopped:
-                            opt.step(center, buf[:n])
-                    elif mode == "gem":
-                        if not epochs.stopped:
-                            center += buf[:n]
-                if mode == "downpour":
-                    send_center(w + 1)
-                elif mode == "easgd":
-                    send_center(w + 1)  # the worker moves toward the centre it had
-                    if not epochs.stopped:
-                        np.subtract(buf[:n], center, out=diff)
-                        diff *= alpha
-                        center += diff
-                reqs[w] = comm.Irecv(bufs[w], source=w + 1, tag=TAG_UPDATE)
-            msg = comm.probe_bytes(TAG_REPORT)
-            if msg is not None:
-                idle = False
-                source, data = msg
-                report = json.loads(data)
-                if report["kind"] == "pull":  # GEM: the worker wants the centre before committing
-                    send_center(source)
-                elif report["kind"] == "done":
-                    finished += 1
-                    if report.get("reason") and not epochs.stopped:
-                        epochs.stopped = report["reason"]
-                elif report["kind"] == "epoch":
-                    e = int(report["epoch"])
-                    reports.setdefault(e, []).append(report)
-                    if len(reports[e]) == workers:
-                        st = np.asarray(report.get("state") or [], dtype=np.float32)
-                        if st.size:  # batch-norm statistics: the workers' average
-                            st = np.mean([np.asarray(r["state"], dtype=np.float32) for r in reports[e]], axis=0)
-                        validator.todo.put((e, center.copy(), st))
-                        pending_validation += 1
-            try:
-                e, snap, st, result = validator.done.get_nowait()
-            except queue.Empty:
-                pass
-            else:
-                idle = False
-                pending_validation -= 1
-                if isinstance(result, Exception):
-                    raise result
-                train = _weighted([(r["metrics"], r["n"]) for r in reports.pop(e)])
-                row = {"epoch": e + 1, **train, **{f"val_{k}": v for k, v in result.items()}}
-                was = epochs.stopped
-                epochs.add(row, snap, st)
-                epochs.stopped = was or epochs.stopped
-                epochs.checkpoint(e + 1, snap, st, opt)
-            if idle:
-                if finished == workers and not pending_validation:
-                    break  # every worker is done, their last updates applied, every epoch validated
-                with tracer.span("wait"):
-                    backoff.sleep()
-            else:
+            if not self.epochs.stopped and self.deadline.passed():
+                self.epochs.stopped = "timeout"
+            busy = self._take_update()
+            busy |= self._take_report()
+            busy |= self._take_validation()
+            if busy:
                 backoff = Backoff()
-    finally:  # on a failure too: no thread left validating, no receive left posted
-        validator.todo.put(None)
-        validator.join()
-        comm.cancel(reqs)
-    epochs.finish(flat)
-    timing = _gather_timing(comm, _merge_tracers(tracer, val_tracer), job,
-                            ["master"] + [f"worker {w}" for w in range(1, size)])
-    return TrainOutcome(history=epochs.history, stopped=epochs.stopped, timing=timing, samples=applied_samples,
-                        wall_s=time.perf_counter() - t0, resumed_s=epochs.resumed_s)
+            elif self.finished == self.workers and not self.pending_validation:
+                break  # every worker is done, their last updates applied, every epoch validated
+            else:
+                with self.tracer.span("wait"):
+                    backoff.sleep()
+
+    def _stop(self, reason: str) -> None:
+        """Stop training for `reason`, unless it already stops for another."""
+        if not self.epochs.stopped:
+            self.epochs.stopped = reason
+
+    def _send_center(self, dest: int) -> None:
+        self.reply[:self.n] = self.center
+        self.reply[self.n] = 1.0 if self.epochs.stopped else 0.0
+        with self.tracer.span("send"):
+            self.comm.Send(self.reply, dest, TAG_WEIGHTS)
+
+    def _take_update(self) -> bool:
+        """Apply a worker's update if one came in, answer it, and listen for its next one."""
+        w = self.comm.test_any(self.reqs)
+        if w is None:
+            return False
+        n, buf = self.n, self.bufs[w]
+        loss, nb = float(buf[n]), float(buf[n + 1])
+        self.applied_samples += int(nb)
+        if not math.isfinite(loss):
+            self._stop("diverged")
+        with self.tracer.span("apply"):
+            if self.mode == "downpour":
+                self.opt.learning_rate = self.sched.rate(self.applied_samples / max(self.n_train, 1))
+                if not self.epochs.stopped:
+                    self.opt.step(self.center, buf[:n])
+            elif self.mode == "gem":
+                if not self.epochs.stopped:
+                    self.center += buf[:n]
+        if self.mode == "downpour":
+            self._send_center(w + 1)
+        elif self.mode == "easgd":
+            self._send_center(w + 1)  # the worker moves toward the centre it had
+            if not self.epochs.stopped:
+                np.subtract(buf[:n], self.center, out=self.diff)
+                self.diff *= self.alpha
+                self.center += self.diff
+        self.reqs[w] = self.comm.Irecv(buf, source=w + 1, tag=TAG_UPDATE)
+        return True
+
+    def _take_report(self) -> bool:
+        """Answer a worker's small message if one came in: a GEM pull, an epoch's report, done."""
+        msg = self.comm.probe_bytes(TAG_REPORT)
+        if msg is None:
+            return False
+        source, data = msg
+        report = json.loads(data)
+        if report["kind"] == "pull":  # GEM: the worker wants the centre before committing
+            self._send_center(source)
+        elif report["kind"] == "done":
+            self.finished += 1
+            if report.get("reason"):
+                self._stop(report["reason"])
+        elif report["kind"] == "epoch":
+            self._collect_epoch_report(report)
+        return True
+
+    def _collect_epoch_report(self, report: dict) -> None:
+        """Once every worker reported an epoch, have the centre validated as it is now."""
+        e = int(report["epoch"])
+        reports = self.reports.setdefault(e, [])
+        reports.append(report)
+        if len(reports) == self.workers:
+            st = np.asarray(report.get("state") or [], dtype=np.float32)
+            if st.size:  # batch-norm statistics: the workers' average
+                st = np.mean([np.asarray(r["state"], dtype=np.float32) for r in reports], axis=0)
+            self.validator.todo.put((e, self.center.copy(), st))
+            self.pending_validation += 1
+
+    def _take_validation(self) -> bool:
+        """Record an epoch's row if its validation is done, and checkpoint it."""
+        try:
+            e, snap, st, result = self.validator.done.get_nowait()
+        except queue.Empty:
+            return False
+        self.pending_validation -= 1
+        if isinstance(result, Exception):
+            raise result
+        train = _weighted([(r["metrics"], r["n"]) for r in self.reports.pop(e)])
+        row = {"epoch": e + 1, **train, **{f"val_{k}": v for k, v in result.items()}}
+        self.epochs.add(row, snap, st)
+        self.epochs.checkpoint(e + 1, snap, st, self.opt)
+        return True
 
 
 def _merge_tracers(main: Tracer, side: Tracer) -> Tracer:
@@ -615,8 +699,8 @@ class GemWorker:
 
     `others` leaves out this worker's own last update, which the paper's code counts as the
     group's motion too: that update was already matched against its proxy, and counting it again
-    made a lone worker move at half its optimizer's pace (n workers at 1/(n+1) per sample;
-    docs/training.md). A group of one worker thus trains exactly as one process with `kappa` 1.
+    would slow a lone worker to half its optimizer's pace (docs/training.md). A group of one
+    worker thus trains exactly as one process with `kappa` 1.
     """
 
     def __init__(self, spec: str | dict[str, Any], kappa: float, centre: np.ndarray) -> None:
@@ -653,115 +737,136 @@ class GemWorker:
         self.last[:] = out
 
 
-def _train_worker(comm, job: Job) -> None:
-    t = job.training
-    mode = t["mode"]
-    rank, size = comm.Get_rank(), comm.Get_size()
-    workers, me = size - 1, rank - 1
-    tracer = Tracer(rank, bool(t.get("trace")))
-    model, flat, spec = _build(job)
-    n = flat.size
-    weights = np.empty(n, dtype=np.float32)
-    start = np.zeros(1, dtype=np.float32)
-    comm.Bcast(weights, root=0)
-    comm.Bcast(start, root=0)
-    flat.set(weights)
-    bs = int(t["batch_size"])
-    sync = int(t.get("sync_every", 1))
-    sched = _schedule(t, float(spec.get("learning_rate", 0.001)), workers)
-    local_opt = make_master_optimizer(spec, n) if mode == "easgd" else None
-    alpha = t.get("elastic_force") or 0.9 / workers
-    gem = GemWorker(spec, float(t.get("kappa", 1.0)), weights) if mode == "gem" else None
-    out = np.empty(n + HEADER, dtype=np.float32)
-    reply = np.empty(n + 1, dtype=np.float32)
-    acc = np.zeros(n, dtype=np.float32)
-    deadline = Deadline(t.get("time_limit"))
-    n_train = job.source.n_train()
-    stop = False
-    reason = ""
+class _Worker:
+    """A group rank other than 0 in master/worker training: computes on its shard and, every
+    `sync_every` batches, exchanges its contribution for the master's central weights."""
 
-    def exchange(loss_sum: float, k: int, nb: int) -> None:
-        """Send this worker's contribution; take the master's answer."""
-        nonlocal stop, acc  # updated in place
-        out[n], out[n + 1] = loss_sum / max(k, 1), nb
-        if mode == "downpour":
-            np.divide(acc, max(k, 1), out=out[:n])
-        elif mode == "easgd":
-            out[:n] = weights
-        with tracer.span("send"):
-            if mode == "gem":
-                comm.send_bytes(b'{"kind":"pull"}', 0, TAG_REPORT)
-            else:
-                comm.Send(out, 0, TAG_UPDATE)
-        with tracer.span("wait"):
-            comm.Recv(reply, 0, TAG_WEIGHTS)
-        stop = stop or reply[n] != 0
-        with tracer.span("apply"):
-            centre = reply[:n]
-            if mode == "downpour":
-                weights[:] = centre
-            elif mode == "easgd":
-                np.subtract(weights, centre, out=acc)  # acc as scratch: x_i -= alpha (x_i - centre)
-                acc *= alpha
-                weights[:] -= acc
-            else:  # gem
-                np.divide(acc, max(k, 1), out=acc)
-                gem.update(weights, acc, centre, sched.rate(progress), out[:n])
-                np.add(centre, out[:n], out=weights)
-            flat.set(weights)
-        if mode == "gem":
-            with tracer.span("send"):
-                comm.Send(out, 0, TAG_UPDATE)
-        acc[:] = 0.0
+    def __init__(self, comm, job: Job) -> None:
+        t = job.training
+        self.comm, self.job = comm, job
+        self.mode = t["mode"]
+        rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.workers, self.me = self.size - 1, rank - 1
+        self.tracer = Tracer(rank, bool(t.get("trace")))
+        self.model, self.flat, spec = _build(job)
+        self.n = n = self.flat.size
+        self.weights = np.empty(n, dtype=np.float32)
+        self.start_epoch = _broadcast_start(comm, self.weights)
+        self.flat.set(self.weights)
+        self.bs = int(t["batch_size"])
+        self.sync = int(t.get("sync_every", 1))
+        self.sched = _schedule(t, spec, self.workers)
+        self.local_opt = make_master_optimizer(spec, n) if self.mode == "easgd" else None
+        self.alpha = _elastic_force(t, self.workers)
+        self.gem = GemWorker(spec, float(t.get("kappa", 1.0)), self.weights) if self.mode == "gem" else None
+        self.out = np.empty(n + HEADER, dtype=np.float32)
+        self.reply = np.empty(n + 1, dtype=np.float32)
+        self.acc = np.zeros(n, dtype=np.float32)
+        self.deadline = Deadline(t.get("time_limit"))
+        self.n_train = job.source.n_train()
+        self.stop = False
+        self.reason = ""
+        self.progress = float(self.start_epoch)  # in epochs, for the learning-rate schedule
 
-    progress = float(start[0])
-    for epoch in range(int(start[0]), int(t["epochs"])):
-        if stop:
-            break
-        x, y = job.source.shard(me, workers, epoch, job.seed)
-        mine = n_samples(x)
-        model.reset_metrics()
-        k, loss_sum, nb = 0, 0.0, 0
-        for lo in range(0, mine, bs):
-            if deadline.passed():
-                stop, reason = True, "timeout"
+    def run(self) -> None:
+        for epoch in range(self.start_epoch, int(self.job.training["epochs"])):
+            if self.stop:
                 break
-            hi = min(lo + bs, mine)
-            with tracer.span("compute"):
-                loss, grad = flat.grad_step(take(x, slice(lo, hi)), take(y, slice(lo, hi)))
-            progress = epoch + (lo / max(n_train / workers, 1))
-            if mode == "easgd":
-                # The elastic exchange conserves the sum of the workers' and the centre's weights, so
-                # every local step ends up shared among those p + 1 copies and the centre moves at
-                # 1/(p + 1) of the steps the workers take. Local steps (p + 1) times the rate make the
-                # centre move as one process would per sample, for any elastic_force and sync_every.
-                local_opt.learning_rate = sched.rate(progress) * (workers + 1)
-                with tracer.span("apply"):
-                    local_opt.step(weights, grad)
-                    flat.set(weights)
-            else:
-                acc += grad
+            mine = self._train_epoch(epoch)
+            self._report_epoch(epoch, mine)
+        self.comm.send_bytes(json.dumps({"kind": "done", "reason": self.reason}).encode(), 0, TAG_REPORT)
+        _gather_timing(self.comm, self.tracer, self.job, _master_worker_labels(self.size))
+
+    def _report_epoch(self, epoch: int, mine: int) -> None:
+        """This worker's metrics and batch-norm state of the epoch, for the master's row of it."""
+        report = {"kind": "epoch", "epoch": epoch, "n": mine, "metrics": self.flat.metrics(),
+                  "state": self.flat.get_state().tolist()}
+        self.comm.send_bytes(json.dumps(report, allow_nan=True).encode(), 0, TAG_REPORT)
+
+    def _train_epoch(self, epoch: int) -> int:
+        """The epoch's batches on this worker's shard, exchanging every `sync` of them; the shard's size."""
+        x, y = self.job.source.shard(self.me, self.workers, epoch, self.job.seed)
+        mine = n_samples(x)
+        self.model.reset_metrics()
+        k, loss_sum, nb = 0, 0.0, 0  # batches, their summed loss and samples since the last exchange
+        for lo in range(0, mine, self.bs):
+            if self.deadline.passed():
+                self.stop, self.reason = True, "timeout"
+                break
+            hi = min(lo + self.bs, mine)
+            loss = self._local_step(x, y, lo, hi, epoch)
             k, loss_sum, nb = k + 1, loss_sum + loss, nb + hi - lo
-            if k == sync or hi == mine or not math.isfinite(loss):
-                exchange(loss_sum, k, nb)
+            if k == self.sync or hi == mine or not math.isfinite(loss):
+                self._exchange(loss_sum, k, nb)
                 k, loss_sum, nb = 0, 0.0, 0
-                if stop:
+                if self.stop:
                     break
-        report = {"kind": "epoch", "epoch": epoch, "n": mine, "metrics": flat.metrics(),
-                  "state": flat.get_state().tolist()}
-        comm.send_bytes(json.dumps(report, allow_nan=True).encode(), 0, TAG_REPORT)
-    comm.send_bytes(json.dumps({"kind": "done", "reason": reason}).encode(), 0, TAG_REPORT)
-    _gather_timing(comm, tracer, job, ["master"] + [f"worker {w}" for w in range(1, size)])
+        return mine
+
+    def _local_step(self, x, y, lo: int, hi: int, epoch: int) -> float:
+        """The batch [lo, hi): a local step (easgd) or its gradient added to the next contribution; its loss."""
+        with self.tracer.span("compute"):
+            loss, grad = self.flat.grad_step(take(x, slice(lo, hi)), take(y, slice(lo, hi)))
+        self.progress = epoch + lo / max(self.n_train / self.workers, 1)
+        if self.mode == "easgd":
+            # The elastic exchange shares every local step among the p workers' and the centre's p + 1
+            # copies, so the centre moves at 1/(p + 1) of the workers' steps: local steps at (p + 1)
+            # times the rate move it as one process would per sample, for any elastic_force and sync_every.
+            self.local_opt.learning_rate = self.sched.rate(self.progress) * (self.workers + 1)
+            with self.tracer.span("apply"):
+                self.local_opt.step(self.weights, grad)
+                self.flat.set(self.weights)
+        else:
+            self.acc += grad
+        return loss
+
+    def _exchange(self, loss_sum: float, k: int, nb: int) -> None:
+        """Send this worker's contribution of `k` batches; take the master's answer."""
+        n, out = self.n, self.out
+        out[n], out[n + 1] = loss_sum / max(k, 1), nb
+        if self.mode == "downpour":
+            np.divide(self.acc, max(k, 1), out=out[:n])
+        elif self.mode == "easgd":
+            out[:n] = self.weights
+        with self.tracer.span("send"):
+            if self.mode == "gem":
+                self.comm.send_bytes(b'{"kind":"pull"}', 0, TAG_REPORT)
+            else:
+                self.comm.Send(out, 0, TAG_UPDATE)
+        with self.tracer.span("wait"):
+            self.comm.Recv(self.reply, 0, TAG_WEIGHTS)
+        self.stop = self.stop or self.reply[n] != 0
+        with self.tracer.span("apply"):
+            self._follow_centre(self.reply[:n], k)
+            self.flat.set(self.weights)
+        if self.mode == "gem":  # GEM's update, made against the centre just pulled
+            with self.tracer.span("send"):
+                self.comm.Send(out, 0, TAG_UPDATE)
+        self.acc[:] = 0.0
+
+    def _follow_centre(self, centre: np.ndarray, k: int) -> None:
+        """The worker's weights after the master's answer `centre` (GEM: the update goes into `out`)."""
+        if self.mode == "downpour":
+            self.weights[:] = centre
+        elif self.mode == "easgd":
+            np.subtract(self.weights, centre, out=self.acc)  # acc as scratch: x_i -= alpha (x_i - centre)
+            self.acc *= self.alpha
+            self.weights[:] -= self.acc
+        else:  # gem
+            update = self.out[:self.n]
+            np.divide(self.acc, max(k, 1), out=self.acc)
+            self.gem.update(self.weights, self.acc, centre, self.sched.rate(self.progress), update)
+            np.add(centre, update, out=self.weights)
 
 
 def train(comm, job: Job) -> TrainOutcome | None:
     """Train with the group `comm` (None: alone); the outcome on group rank 0, None elsewhere."""
     size = comm.Get_size() if comm is not None else 1
     if size == 1:
-        return _train_allreduce(None, job)
+        return _AllreduceRank(None, job).run()
     if job.training["mode"] == "allreduce":
-        return _train_allreduce(comm, job)
+        return _AllreduceRank(comm, job).run()
     if comm.Get_rank() == 0:
-        return _train_master(comm, job)
-    _train_worker(comm, job)
+        return _Master(comm, job).run()
+    _Worker(comm, job).run()
     return None

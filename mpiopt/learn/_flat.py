@@ -102,12 +102,11 @@ class FlatModel:
         self.size = int(sum(self.sizes))
         self.state_shapes = [tuple(v.shape) for v in self.state]
         self.state_sizes = [int(np.prod(s)) if s else 1 for s in self.state_shapes]
-        self.state_size = int(sum(self.state_sizes))
         trainable, shapes, sizes = self.trainable, self.shapes, self.sizes
 
         @tf.function(reduce_retracing=True)
         def _set(flat):
-            for v, part, shape in zip(trainable, tf.split(flat, sizes), shapes):
+            for v, part, shape in zip(trainable, tf.split(flat, sizes), shapes, strict=True):
                 v.assign(tf.reshape(tf.cast(part, v.dtype), shape))
 
         @tf.function(reduce_retracing=True)
@@ -137,7 +136,7 @@ class FlatModel:
 
     def set_state(self, flat: np.ndarray) -> None:
         i = 0
-        for v, n, shape in zip(self.state, self.state_sizes, self.state_shapes):
+        for v, n, shape in zip(self.state, self.state_sizes, self.state_shapes, strict=True):
             v.assign(flat[i:i + n].reshape(shape).astype(v.dtype))
             i += n
 
@@ -177,7 +176,7 @@ class FlatModel:
                 scaled = loss if scale is None else loss * scale
             grads = tape.gradient(scaled, trainable)
             flat = tf.concat([tf.reshape(tf.cast(g if g is not None else tf.zeros_like(v), tf.float32), [-1])
-                              for g, v in zip(grads, trainable)], 0) if trainable else tf.zeros([0])
+                              for g, v in zip(grads, trainable, strict=True)], 0) if trainable else tf.zeros([0])
             return loss, flat, y_pred
 
         def update_metrics(x, y, y_pred, loss):
