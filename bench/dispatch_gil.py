@@ -7,14 +7,15 @@ the interpreter lock, which the background thread holds while it prepares a roun
 mpiopt/search/_prefetch.py). This prepares rounds the way that thread does (its `_checkpoint`
 included) on a Hartmann-6 search with RESULTS results and RUNNING running trials, while the main
 thread sleeps 0.2 ms at a time and records how late each wake-up gets the interpreter back: with
-the background thread's short sleeps every YIELD_EVERY_S of work, and without them. Then the cost
-of taking into a new round the RUNNING trials handed out while it was prepared (done under the
-lock before, outside it now but for the last CATCH_UP_IN_LOCK). Runs in one process: no MPI, so
-no other rank competes for the cores. Prints tables; asserts nothing.
+the background thread's short sleeps every `RoundPolicy.yield_every_s` of work, and without them.
+Then the cost of taking into a new round the RUNNING trials handed out while it was prepared
+(outside the lock but for the last `RoundPolicy.catch_up_in_lock`). Runs in one process: no MPI,
+so no other rank competes for the cores. Prints tables; asserts nothing.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import threading
@@ -29,22 +30,21 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import numpy as np  # noqa: E402
 
-from mpiopt.search import Prefetching, _prefetch  # noqa: E402
-from mpiopt.search._bayesian import BayesianSearch  # noqa: E402
+from mpiopt.search import BayesianSearch, Prefetching, RoundPolicy  # noqa: E402
 from sample_efficiency import FUNCTIONS  # noqa: E402
 
 
-def searcher(results: int, running: int, seed: int = 0) -> Prefetching:
+def searcher(results: int, running: int, policy: RoundPolicy, seed: int = 0) -> Prefetching:
     f, space, _ = FUNCTIONS["hartmann6"]
     names = [p.name for p in space.params]
     rng = np.random.default_rng(seed)
     inner = BayesianSearch(space, seed=seed)
     for i in range(results):
-        p = dict(zip(names, map(float, rng.random(len(names)))))
+        p = dict(zip(names, map(float, rng.random(len(names))), strict=True))
         inner.tell(i, p, f(p))
     for i in range(results, results + running):
-        inner.pending[i] = dict(zip(names, map(float, rng.random(len(names)))))
-    s = Prefetching(inner, groups=running)
+        inner.pending[i] = dict(zip(names, map(float, rng.random(len(names))), strict=True))
+    s = Prefetching(inner, groups=running, policy=policy)
     s.round = object()  # not the first round: the checkpoints behave as for every later one
     return s
 
@@ -56,10 +56,10 @@ def lateness(s: Prefetching, rounds: int) -> tuple[np.ndarray, float]:
 
     def work():
         for _ in range(rounds):
-            clone = s._snapshot()
+            clone = s.inner.snapshot(s.rounds)
             t0 = time.perf_counter()
-            clone.polish_deadline = t0 + _prefetch.POLISH_BUDGET_S
-            clone.prepare_round(polish=12)
+            clone.prepare_round(polish=12, defer_fit=True, deadline=t0 + s.policy.polish_budget_s,
+                                checkpoint=s._checkpoint)
             took.append(time.perf_counter() - t0)
         done.set()
 
@@ -76,11 +76,11 @@ def lateness(s: Prefetching, rounds: int) -> tuple[np.ndarray, float]:
 
 def catch_up_ms(s: Prefetching, running: int) -> float:
     """Time to add `running` trials handed out meanwhile to a freshly prepared round."""
-    clone = s._snapshot()
-    rnd = clone.prepare_round(polish=0)
+    rnd = s.inner.snapshot(s.rounds).prepare_round(polish=0, defer_fit=True, checkpoint=s._checkpoint)
     f, space, _ = FUNCTIONS["hartmann6"]
     rng = np.random.default_rng(1)
-    extra = [dict(zip([p.name for p in space.params], map(float, rng.random(6)))) for _ in range(running)]
+    names = [p.name for p in space.params]
+    extra = [dict(zip(names, map(float, rng.random(6)), strict=True)) for _ in range(running)]
     t0 = time.perf_counter()
     for p in extra:
         rnd.add_pending(p)
@@ -96,21 +96,21 @@ def main() -> None:
     sys.setswitchinterval(0.0001)  # as the coordinator sets it
     print("| results | running | yields | wake-ups | late p50 / p99 / max ms | round ms (median) |")
     print("| --- | --- | --- | --- | --- | --- |")
-    every = _prefetch.YIELD_EVERY_S
+    policy = RoundPolicy()
+    no_yields = dataclasses.replace(policy, yield_every_s=float("inf"))
+    every = policy.yield_every_s
     for n in args.results:
-        s = searcher(n, args.running)
+        searchers = {True: searcher(n, args.running, policy), False: searcher(n, args.running, no_yields)}
         for yields in (True, False, True, False):  # interleaved: the machine's state drifts
-            _prefetch.YIELD_EVERY_S = every if yields else float("inf")
-            late, round_s = lateness(s, args.rounds)
+            late, round_s = lateness(searchers[yields], args.rounds)
             print(f"| {n} | {args.running} | {'every %g ms' % (every * 1e3) if yields else 'none'} | {len(late)} | "
                   f"{np.median(late):.2f} / {np.percentile(late, 99):.2f} / {late.max():.2f} | {round_s * 1e3:.0f} |",
                   flush=True)
-        _prefetch.YIELD_EVERY_S = every
     print()
-    print("| results | trials handed out while a round was prepared | taking them in, ms (under the lock before) |")
+    print("| results | trials handed out while a round was prepared | taking them in, ms |")
     print("| --- | --- | --- |")
     for n in args.results:
-        print(f"| {n} | {args.running} | {catch_up_ms(searcher(n, args.running), args.running):.1f} |")
+        print(f"| {n} | {args.running} | {catch_up_ms(searcher(n, args.running, policy), args.running):.1f} |")
 
 
 if __name__ == "__main__":

@@ -82,14 +82,15 @@ FUNCTIONS = {
 # -- searchers behind one ask/tell ----------------------------------------------------------------
 class MpioptAdapter:
     def __init__(self, space, seed, rule=None, random=False, stale=False, width=1, fresh=False):
-        from mpiopt.search import BayesianSearch, RandomSearch
+        from mpiopt.search import BayesianSearch, RandomSearch, RoundPolicy
 
         if random:
             self.s = RandomSearch(space, seed=seed)
         else:
             self.s = BayesianSearch(space, seed=seed, batch_rule=rule or "believer_clipped")
-            self.s.defer_fit = stale  # as under `Prefetching`: rounds keep the last hyperparameters
+        # as under `Prefetching`: rounds keep the last kernel fit (`defer_fit`), refitted when due
         self.stale = stale
+        self.polish_s = RoundPolicy().handout_polish_s
         self.fresh = fresh
         self.width = width
         self.before: tuple[dict, dict] | None = None
@@ -102,16 +103,16 @@ class MpioptAdapter:
         # was prepared in the background before the latest result came in, with that trial still
         # pending; the hand-out replaces its fantasy by its value and takes the best candidate
         if self.fresh:  # long trials: the hand-out waits for a round prepared with the latest result
-            rnd = self.s.prepare_round(polish=min(2 * self.width, 12))
+            rnd = self.s.prepare_round(polish=min(2 * self.width, 12), defer_fit=True)
         else:
             observed, pending = self.s.observed, self.s.pending
             self.s.observed, self.s.pending = self.before
             try:
-                rnd = self.s.prepare_round(polish=min(2 * self.width, 12))
+                rnd = self.s.prepare_round(polish=min(2 * self.width, 12), defer_fit=True)
             finally:
                 self.s.observed, self.s.pending = observed, pending
             rnd.learn(*self.latest)
-        params = rnd.hand_out(self.s.known_points())
+        params = rnd.hand_out(self.s.known_points(), polish_s=self.polish_s)
         if params is None:
             params = self.s.design_point()
         self.s.pending[n] = params
@@ -249,7 +250,8 @@ def main() -> None:
           f"over seeds {seeds[0]}-{seeds[-1]} (lower is better)\n")
     for fn in args.functions:
         print(f"### {fn} (minimum {FUNCTIONS[fn][2]})\n")
-        head = "| method | groups | " + " | ".join(f"best @ {b}" for b in args.budgets) + " | s in ask/tell per search |"
+        cols = " | ".join(f"best @ {b}" for b in args.budgets)
+        head = f"| method | groups | {cols} | s in ask/tell per search |"
         print(head)
         print("|" + " --- |" * (head.count("|") - 1))
         for m in args.methods:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ._errors import ConfigError
 
@@ -32,9 +33,6 @@ class Real:
             return math.sqrt(self.low * self.high)
         return (self.low + self.high) / 2.0
 
-    def coerce(self, value: Any) -> float:
-        return float(value)
-
     def contains(self, value: Any) -> bool:
         return isinstance(value, numbers.Real) and not isinstance(value, bool) and self.low <= value <= self.high
 
@@ -51,9 +49,6 @@ class Integer:
             return int(round(math.sqrt(self.low * self.high)))
         return (self.low + self.high) // 2
 
-    def coerce(self, value: Any) -> int:
-        return int(value)
-
     def contains(self, value: Any) -> bool:
         return isinstance(value, numbers.Integral) and not isinstance(value, bool) and self.low <= value <= self.high
 
@@ -65,15 +60,6 @@ class Categorical:
 
     def middle(self) -> Any:
         return self.choices[0]
-
-    def coerce(self, value: Any) -> Any:
-        for choice in self.choices:
-            if choice == value and type(choice) is type(value):
-                return choice
-        for choice in self.choices:
-            if choice == value:
-                return choice
-        return value
 
     def contains(self, value: Any) -> bool:
         return any(c == value and type(c) is type(value) for c in self.choices)
@@ -104,11 +90,9 @@ class Space:
     def middle(self) -> dict[str, Any]:
         return {p.name: p.middle() for p in self.params}
 
-    def to_list(self, params: dict[str, Any]) -> list[Any]:
-        return [params[p.name] for p in self.params]
-
     def from_list(self, values: Sequence[Any]) -> dict[str, Any]:
-        return {p.name: _native(p, v) for p, v in zip(self.params, values)}
+        """The parameter dict of a scikit-optimize point (one value per parameter, in order)."""
+        return {p.name: _native(p, v) for p, v in zip(self.params, values, strict=True)}
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
@@ -134,7 +118,8 @@ def _number(value: Any, *, integer: bool) -> bool:
     if isinstance(value, bool):
         return False
     if integer:
-        return isinstance(value, numbers.Integral) or (isinstance(value, float) and value.is_integer() and abs(value) < 2**53)
+        return isinstance(value, numbers.Integral) or (isinstance(value, float) and value.is_integer()
+                                                       and abs(value) < 2**53)
     return isinstance(value, numbers.Real) and math.isfinite(float(value))
 
 
@@ -166,46 +151,57 @@ def parse_space(raw: Any, *, source: str, did_you_mean) -> Space:
                               source=source, field=f"{field}.type")
         for key in spec:
             if key not in _KEYS[kind]:
-                raise ConfigError(f"unknown key {key!r} for a {kind} parameter (allowed: {', '.join(sorted(_KEYS[kind]))})"
+                allowed = ", ".join(sorted(_KEYS[kind]))
+                raise ConfigError(f"unknown key {key!r} for a {kind} parameter (allowed: {allowed})"
                                   f"{did_you_mean(str(key), _KEYS[kind])}", source=source, field=f"{field}.{key}")
         if kind == "categorical":
-            choices = spec.get("choices")
-            if not isinstance(choices, list) or not choices:
-                raise ConfigError(f"`choices` must be a non-empty list, got {_show(choices)}",
-                                  source=source, field=f"{field}.choices")
-            for c in choices:
-                if not isinstance(c, (str, bool, int, float)):
-                    raise ConfigError(f"choices must be strings, numbers or booleans, got {_show(c)}",
-                                      source=source, field=f"{field}.choices")
-                if isinstance(c, float) and not math.isfinite(c):
-                    raise ConfigError(f"choices must be finite, got {c!r}", source=source, field=f"{field}.choices")
-            seen: list[Any] = []
-            for c in choices:
-                if any(c == s and type(c) is type(s) for s in seen):
-                    raise ConfigError(f"choice {c!r} appears twice", source=source, field=f"{field}.choices")
-                seen.append(c)
-            params.append(Categorical(name, tuple(choices)))
-            continue
-        integer = kind == "integer"
-        for key in ("low", "high"):
-            if key not in spec:
-                raise ConfigError(f"missing `{key}` (a {kind} parameter needs `low` and `high`)",
-                                  source=source, field=f"{field}.{key}")
-            if not _number(spec[key], integer=integer):
-                want = "an integer" if integer else "a finite number"
-                raise ConfigError(f"expected {want}, got {_show(spec[key])}", source=source, field=f"{field}.{key}")
-        low, high = spec["low"], spec["high"]
-        low, high = (int(low), int(high)) if integer else (float(low), float(high))
-        if not low < high:
-            raise ConfigError(f"`low < high` must hold, but got (low={low}, high={high})", source=source, field=field)
-        prior = spec.get("prior", "uniform")
-        if prior not in PRIORS:
-            raise ConfigError(f"`prior` must be one of {', '.join(PRIORS)}, got {prior!r}{did_you_mean(str(prior), PRIORS)}",
-                              source=source, field=f"{field}.prior")
-        if prior == "log-uniform" and low <= 0:
-            raise ConfigError(f"a log-uniform prior needs `low > 0`, got low={low}", source=source, field=f"{field}.low")
-        params.append(Integer(name, low, high, prior) if integer else Real(name, low, high, prior))
+            params.append(_categorical(name, spec, source=source, field=field))
+        else:
+            params.append(_numeric(name, spec, kind, source=source, field=field, did_you_mean=did_you_mean))
     return Space(tuple(params))
+
+
+def _categorical(name: str, spec: dict, *, source: str, field: str) -> Categorical:
+    """A categorical parameter: a non-empty list of distinct, finite strings, numbers or booleans."""
+    choices = spec.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise ConfigError(f"`choices` must be a non-empty list, got {_show(choices)}",
+                          source=source, field=f"{field}.choices")
+    for c in choices:
+        if not isinstance(c, (str, bool, int, float)):
+            raise ConfigError(f"choices must be strings, numbers or booleans, got {_show(c)}",
+                              source=source, field=f"{field}.choices")
+        if isinstance(c, float) and not math.isfinite(c):
+            raise ConfigError(f"choices must be finite, got {c!r}", source=source, field=f"{field}.choices")
+    seen: list[Any] = []
+    for c in choices:
+        if any(c == s and type(c) is type(s) for s in seen):
+            raise ConfigError(f"choice {c!r} appears twice", source=source, field=f"{field}.choices")
+        seen.append(c)
+    return Categorical(name, tuple(choices))
+
+
+def _numeric(name: str, spec: dict, kind: str, *, source: str, field: str, did_you_mean) -> Real | Integer:
+    """A real or integer parameter: `low < high`, and a known prior (log-uniform needs `low > 0`)."""
+    integer = kind == "integer"
+    for key in ("low", "high"):
+        if key not in spec:
+            raise ConfigError(f"missing `{key}` (a {kind} parameter needs `low` and `high`)",
+                              source=source, field=f"{field}.{key}")
+        if not _number(spec[key], integer=integer):
+            want = "an integer" if integer else "a finite number"
+            raise ConfigError(f"expected {want}, got {_show(spec[key])}", source=source, field=f"{field}.{key}")
+    low, high = spec["low"], spec["high"]
+    low, high = (int(low), int(high)) if integer else (float(low), float(high))
+    if not low < high:
+        raise ConfigError(f"`low < high` must hold, but got (low={low}, high={high})", source=source, field=field)
+    prior = spec.get("prior", "uniform")
+    if prior not in PRIORS:
+        raise ConfigError(f"`prior` must be one of {', '.join(PRIORS)}, got {prior!r}"
+                          f"{did_you_mean(str(prior), PRIORS)}", source=source, field=f"{field}.prior")
+    if prior == "log-uniform" and low <= 0:
+        raise ConfigError(f"a log-uniform prior needs `low > 0`, got low={low}", source=source, field=f"{field}.low")
+    return Integer(name, low, high, prior) if integer else Real(name, low, high, prior)
 
 
 def to_skopt(space: Space) -> list:

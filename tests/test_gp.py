@@ -9,6 +9,11 @@ from mpiopt.search._gp import (Hyper, Posterior, UnitCoder, _neg_log_posterior, 
 from mpiopt.space import Categorical, Integer, Real, Space
 
 
+def branin(p):
+    x, y = p["x"], p["y"]
+    return (y - 5.1 / (4 * np.pi ** 2) * x ** 2 + 5 / np.pi * x - 6) ** 2 + 10 * (1 - 1 / (8 * np.pi)) * np.cos(x) + 10
+
+
 def _data(n=30, d=4, seed=1):
     rng = np.random.default_rng(seed)
     X = rng.random((n, d))
@@ -79,10 +84,6 @@ def test_unit_coding_round_trips_every_kind_of_parameter():
 def test_sequential_search_finds_branins_minimum():
     space = Space((Real("x", -5.0, 10.0), Real("y", 0.0, 15.0)))
 
-    def branin(p):
-        x, y = p["x"], p["y"]
-        return (y - 5.1 / (4 * np.pi ** 2) * x ** 2 + 5 / np.pi * x - 6) ** 2 + 10 * (1 - 1 / (8 * np.pi)) * np.cos(x) + 10
-
     s = BayesianSearch(space, seed=0)
     for i in range(30):
         p = s.ask(i)
@@ -97,11 +98,11 @@ def test_sequential_search_finds_branins_minimum():
 def test_deferred_fits_follow_every_result_while_the_data_is_small_then_every_tenth():
     space = Space((Real("x", 0.0, 1.0), Real("y", 0.0, 1.0)))
     s = BayesianSearch(space, seed=0, initial_points=4)
-    s.defer_fit = True
     assert not s.refit_due()  # nothing fitted yet: the first round fits
     due = []
     for i in range(40):
-        p = s.ask(i)
+        p = s.suggest_batch(1, defer_fit=True)[0]  # what ask() suggests, keeping the last kernel fit
+        s.add_pending(i, p)
         s.tell(i, p, (p["x"] - 0.3) ** 2 + (p["y"] - 0.6) ** 2)
         if s.hyper is not None and s.refit_due():
             due.append(len(s.observed))
@@ -135,10 +136,6 @@ def test_the_prior_mean_is_the_worst_loss_and_then_some_so_the_unknown_looks_bad
 def _branin_search(n=14, pending=3):
     space = Space((Real("x", -5.0, 10.0), Real("y", 0.0, 15.0)))
 
-    def branin(p):
-        x, y = p["x"], p["y"]
-        return (y - 5.1 / (4 * np.pi ** 2) * x ** 2 + 5 / np.pi * x - 6) ** 2 + 10 * (1 - 1 / (8 * np.pi)) * np.cos(x) + 10
-
     s = BayesianSearch(space, seed=0, initial_points=6, acquisition="EI")
     for i in range(n):
         p = s.ask(i)
@@ -148,21 +145,18 @@ def _branin_search(n=14, pending=3):
     return s, branin
 
 
-def test_a_hand_out_polishes_its_pick_under_the_posterior_that_knows_the_latest_result(monkeypatch):
+def test_a_hand_out_polishes_its_pick_under_the_posterior_that_knows_the_latest_result():
     # A round's candidates were polished before the latest result came in; the hand-out, which
     # knows it, polishes its pick again (bounded in time): its pick must score at least as well
     # under that posterior as the unpolished pick, and better where the candidate was not a peak.
-    from mpiopt.search import _bayesian
-
     s, branin = _branin_search()
     latest = next(iter(s.pending))
     value = branin(s.pending[latest])
 
     def handed(budget):
-        monkeypatch.setattr(_bayesian, "HANDOUT_POLISH_S", budget)
         r = s.prepare_round(polish=0)
         r.learn(s.pending[latest], value)
-        return r, r.hand_out()
+        return r, r.hand_out(polish_s=budget)
 
     judge, _ = handed(0.0)  # a round brought up to date the same way, left untouched
     r0, plain = handed(0.0)
@@ -216,18 +210,23 @@ def test_the_polish_with_batched_differences_reaches_what_scipys_own_differences
         s.tell(i, p, float(-np.exp(-8 * ((x - centre) ** 2).sum())))
     r = s.prepare_round(polish=0)
     free = s.coder.continuous
+
+    def negated_acquisition(kind, x0):  # of the free columns, the others as in x0: one predict per point
+        x = x0.copy()
+
+        def f(z):
+            x[free] = z
+            return -float(acquisition(kind, *r.post.predict(x[None, :]), r.best)[0])
+        return f
+
     for kind in ("EI", "LCB"):
         order = np.argsort(-acquisition(kind, r.post.mu_c, r.post.var_c, r.best))
         for j in order[:4]:
             x0 = r.post.C[int(j)]
             ours, v = _gp.polish(r.post, x0, kind, r.best, free)
             start = acquisition(kind, *r.post.predict(x0[None, :]), r.best)[0]
-
-            def f(z, x=x0.copy()):
-                x[free] = z
-                return -float(acquisition(kind, *r.post.predict(x[None, :]), r.best)[0])
-            ref = minimize(f, x0[free], method="L-BFGS-B", bounds=[(0.0, 1.0)] * len(free),
-                           options={"maxiter": 30, "eps": 1e-6})
+            ref = minimize(negated_acquisition(kind, x0), x0[free], method="L-BFGS-B",
+                           bounds=[(0.0, 1.0)] * len(free), options={"maxiter": 30, "eps": 1e-6})
             assert v >= start
             assert v >= -ref.fun - 1e-6 * max(1.0, abs(ref.fun)), (kind, v, -ref.fun)
             assert np.isclose(v, float(acquisition(kind, *r.post.predict(ours[None, :]), r.best)[0]))

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from mpiopt.search import BayesianSearch, RandomSearch
+from mpiopt.search import BayesianSearch, Prefetching, RandomSearch, RoundPolicy
 from mpiopt.space import Categorical, Integer, Real, Space
 
 SPACE = Space((Real("x", -5.0, 10.0), Real("y", 0.0, 15.0)))
@@ -87,7 +87,8 @@ def test_failures_are_penalised_never_good():
     s.tell(3, bad, float("nan"))  # diverged
     s.tell(4, {"x": 1.0, "y": 1.0}, None)  # failed
     assert s.observed[3][1] is None and s.observed[4][1] is None
-    assert s.penalty() == 3.0  # the worst completed value, never better
+    _, y, n_done = s._data()
+    assert n_done == 3 and y.tolist() == [1.0, 2.0, 3.0, 3.0, 3.0]  # fitted at the worst completed value, never better
     assert len(s.completed) == 3
     nxt = s.ask(5)
     assert (nxt["x"], nxt["y"]) not in {(bad["x"], bad["y"]), (1.0, 1.0)}
@@ -102,8 +103,6 @@ def test_resumed_pending_points_are_avoided():
 
 def test_prefetching_serves_ready_points_that_stay_apart():
     import time as _time
-
-    from mpiopt.search import Prefetching
 
     inner = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
     s = Prefetching(inner, groups=6)
@@ -121,7 +120,7 @@ def test_prefetching_serves_ready_points_that_stay_apart():
         keys = {(p["x"], p["y"]) for p in served}
         assert len(keys) == 6  # pending points are never handed out twice
         assert set(inner.pending) == set(range(3, 9))
-        for i, p in zip(range(3, 9), served):
+        for i, p in zip(range(3, 9), served, strict=True):
             s.tell(i, p, branin(p))
         assert len(inner.completed) == 9 and not inner.pending
         assert "from the surrogate" in s.report()
@@ -130,16 +129,13 @@ def test_prefetching_serves_ready_points_that_stay_apart():
 
 
 @pytest.mark.parametrize("short", [True, False])
-def test_groups_wait_for_the_first_round_only_when_trials_are_short(short, monkeypatch):
+def test_groups_wait_for_the_first_round_only_when_trials_are_short(short):
     """Trials shorter than a round: the switch to the model waits for the first round. Longer
     trials: the groups never wait; the design goes on until the round is ready."""
     import threading
 
-    from mpiopt.search import Prefetching, _prefetch
-
-    monkeypatch.setattr(_prefetch, "FIRST_ROUND_GUESS_S", 1e9 if short else 0.0)
     inner = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
-    s = Prefetching(inner, groups=4)
+    s = Prefetching(inner, groups=4, policy=RoundPolicy(first_round_guess_s=1e9 if short else 0.0))
     hold = threading.Event()  # keeps the first round from finishing until the hand-out is done
     prepare = inner.prepare_round
     inner.prepare_round = lambda *a, **k: (hold.wait(0 if short else 30), prepare(*a, **k))[1]
@@ -160,8 +156,6 @@ def test_groups_wait_for_the_first_round_only_when_trials_are_short(short, monke
 
 
 def test_how_stale_a_round_may_be_follows_the_trial_length_and_the_data_size():
-    from mpiopt.search import Prefetching
-
     s = Prefetching(BayesianSearch(SPACE, seed=0), groups=16)
 
     def results(n):
@@ -188,25 +182,25 @@ def test_how_stale_a_round_may_be_follows_the_trial_length_and_the_data_size():
 
 
 @pytest.mark.parametrize("trial_s, share", [(1000.0, 0.01), (0.001, 0.01), (1000.0, 0.0), (1000.0, None)])
-def test_with_long_trials_a_hand_out_waits_for_a_round_with_the_latest_result_on_request(trial_s, share,
-                                                                                         monkeypatch):
+def test_with_long_trials_a_hand_out_waits_for_a_round_with_the_latest_result_on_request(trial_s, share):
     """Trials of minutes and MPIOPT_FRESH_SHARE set: the next trial is chosen by a round that
     includes the result just in (the group's own), not by the round before it brought up to
     date. Short trials, MPIOPT_FRESH_SHARE=0, or the default (None: the setting left alone): no
     group waits for a fit."""
+    import dataclasses
     import threading
     import time as _time
 
-    from mpiopt.search import Prefetching, _prefetch
-
     if share is not None:
-        monkeypatch.setattr(_prefetch, "FRESH_SHARE", share)
+        policy = RoundPolicy(fresh_share=share)
     elif "MPIOPT_FRESH_SHARE" in os.environ:
         pytest.skip("MPIOPT_FRESH_SHARE is set: the default cannot be seen")
+    else:
+        policy = RoundPolicy.from_env()
     wait = trial_s > 1 and bool(share)
-    monkeypatch.setattr(_prefetch, "FRESH_TIMEOUT_ROUNDS", 1e6)  # no time-out on a loaded test machine
+    policy = dataclasses.replace(policy, fresh_timeout_rounds=1e6)  # no time-out on a loaded test machine
     inner = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
-    s = Prefetching(inner, groups=2)
+    s = Prefetching(inner, groups=2, policy=policy)
     armed, hold = threading.Event(), threading.Event()
     prepare = inner.prepare_round
     inner.prepare_round = lambda *a, **k: ((hold.wait(30) if armed.is_set() else None), prepare(*a, **k))[1]
@@ -238,19 +232,17 @@ def test_with_long_trials_a_hand_out_waits_for_a_round_with_the_latest_result_on
 
 def test_a_new_round_takes_in_what_happened_meanwhile_mostly_outside_the_lock(monkeypatch):
     """Trials handed out and results told while a round was prepared join it as fantasies and
-    corrections. Each costs O(n^2 + n C); with 63 groups, the first round came back to 63 such
-    hand-outs, and applying them under the lock held the dispatch loop for 13 ms. Only the last
-    few may be applied under the lock, and the round must still know every one of them."""
+    corrections. Each costs O(n^2 + n C), and under the lock it holds up the dispatch loop: only
+    the last few may be applied under the lock, and the round must still know every one of them."""
     import threading
     import time as _time
 
-    from mpiopt.search import Prefetching, _prefetch
     from mpiopt.search._bayesian import Round
     from mpiopt.space import encode
 
-    monkeypatch.setattr(_prefetch, "FIRST_ROUND_GUESS_S", 0.0)  # long trials: nobody waits for the round
     inner = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
-    s = Prefetching(inner, groups=32)
+    # long trials: nobody waits for the round
+    s = Prefetching(inner, groups=32, policy=RoundPolicy(first_round_guess_s=0.0))
     hold, later = threading.Event(), threading.Event()  # the first round, then any other, held back
     prepare, calls = BayesianSearch.prepare_round, []
 
@@ -260,12 +252,15 @@ def test_a_new_round_takes_in_what_happened_meanwhile_mostly_outside_the_lock(mo
         return prepare(self, *a, **k)
     monkeypatch.setattr(BayesianSearch, "prepare_round", slow)
     in_lock = []
-    for name in ("add_pending", "learn"):
-        def spy(self, *a, _orig=getattr(Round, name), **k):
+
+    def spying_on(orig):
+        def spy(self, *a, **k):
             if threading.current_thread() is s._thread:
                 in_lock.append(s._lock.locked())
-            return _orig(self, *a, **k)
-        monkeypatch.setattr(Round, name, spy)
+            return orig(self, *a, **k)
+        return spy
+    for name in ("add_pending", "learn"):
+        monkeypatch.setattr(Round, name, spying_on(getattr(Round, name)))
     try:
         for i in range(3):
             p = s.ask(i)
@@ -283,30 +278,25 @@ def test_a_new_round_takes_in_what_happened_meanwhile_mostly_outside_the_lock(mo
             _time.sleep(0.01)
         assert s.round is not None and s.error is None
         rows = s.round.rows
-        for i, p in handed.items():
+        for p in handed.values():
             assert tuple(encode(SPACE, p)) in rows  # every hand-out is a fantasy of the round
         for i in range(3, 8):  # and every result told meanwhile replaced its fantasy
             row, value = rows[tuple(encode(SPACE, handed[i]))]
             assert value == pytest.approx((branin(handed[i]) - s.round.mean) / s.round.sd)
-        assert len(in_lock) >= 20 and sum(in_lock) <= _prefetch.CATCH_UP_IN_LOCK
+        assert len(in_lock) >= 20 and sum(in_lock) <= s.policy.catch_up_in_lock
     finally:
         hold.set()
         later.set()
         s.close()
 
 
-def test_the_background_thread_lets_the_dispatch_loop_in_every_millisecond(monkeypatch):
+def test_the_background_thread_lets_the_dispatch_loop_in_every_millisecond():
     """numpy gives up and retakes the interpreter lock inside its calls, which resets another
-    thread's claim to it: a thread polishing a round starved the dispatch loop for up to 20 ms.
-    The background thread sleeps briefly (the lock free for the loop) every YIELD_EVERY_S of work."""
-    import types
-
-    from mpiopt.search import Prefetching, _prefetch
-
+    thread's claim to it: a thread polishing a round could starve the dispatch loop.
+    The background thread sleeps briefly (the lock free for the loop) every `yield_every_s` of work."""
     clock, sleeps = [0.0], []
-    monkeypatch.setattr(_prefetch, "time", types.SimpleNamespace(perf_counter=lambda: clock[0],
-                                                                 sleep=sleeps.append))
-    s = Prefetching(BayesianSearch(SPACE, seed=0), groups=4)
+    s = Prefetching(BayesianSearch(SPACE, seed=0), groups=4, policy=RoundPolicy(), clock=lambda: clock[0],
+                    sleep=sleeps.append)
     try:
         for _ in range(40):  # 10 ms of work, checkpoints every 0.25 ms
             clock[0] += 0.00025
@@ -316,17 +306,13 @@ def test_the_background_thread_lets_the_dispatch_loop_in_every_millisecond(monke
         s.close()
 
 
-def test_the_waits_for_rounds_do_not_count_in_the_trial_length(monkeypatch):
+def test_the_waits_for_rounds_do_not_count_in_the_trial_length():
     """A hand-out that waits for a round holds up the dispatch loop, and every other group's
-    result comes in that much later; counted in the turnaround, the waits made the README's
-    Branin toy look like trials longer than a round, so the hand-outs stopped waiting."""
-    import types
-
-    from mpiopt.search import Prefetching, _prefetch
-
+    result comes in that much later; counted in the turnaround, the waits would make trials look
+    longer than a round, and the hand-outs would stop waiting."""
     clock = [100.0]
-    monkeypatch.setattr(_prefetch, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
-    s = Prefetching(BayesianSearch(SPACE, seed=0, initial_points=10), groups=4)
+    s = Prefetching(BayesianSearch(SPACE, seed=0, initial_points=10), groups=4, policy=RoundPolicy(),
+                    clock=lambda: clock[0])
     try:
         p, q = s.ask(0), s.ask(1)  # two trials running
         clock[0] += 5.0  # a hand-out waits 5 s for a round meanwhile
@@ -368,7 +354,7 @@ def test_a_round_learns_results_exactly_and_spreads_its_hand_outs():
     ref = Posterior(s.hyper, X, ys)
     mu, _ = ref.predict(rnd.post.C)
     assert np.allclose(rnd.post.mu_c, mu, atol=1e-6)
-    out = [rnd.hand_out() for _ in range(5)]
+    out = [rnd.hand_out(polish_s=RoundPolicy().handout_polish_s) for _ in range(5)]
     pts = np.array([[p["x"] / 15.0, p["y"] / 15.0] for p in out])
     assert min(np.linalg.norm(a - b) for i, a in enumerate(pts) for b in pts[i + 1:]) > 1e-3
 
@@ -395,12 +381,10 @@ def test_a_batch_from_one_fit_is_spread_out(surrogate):
 def test_hand_outs_polish_their_pick_only_where_that_costs_the_groups_little(monkeypatch):
     # 1 ms per hand-out is nothing to 8 groups with trials of seconds, but 63 groups finishing
     # half-second trials together would wait 63 ms for the last of them: no polish there.
-    from mpiopt.search import Prefetching
-    from mpiopt.search._bayesian import HANDOUT_POLISH_S
-
-    for groups, trial, expect in ((8, 10.0, HANDOUT_POLISH_S), (8, 0.5, 0.0), (63, 0.5, 0.0), (63, 60.0, HANDOUT_POLISH_S),
+    budget = RoundPolicy().handout_polish_s
+    for groups, trial, expect in ((8, 10.0, budget), (8, 0.5, 0.0), (63, 0.5, 0.0), (63, 60.0, budget),
                                   (8, None, 0.0)):
-        s = Prefetching(BayesianSearch(SPACE, seed=0), groups=groups)
+        s = Prefetching(BayesianSearch(SPACE, seed=0), groups=groups, policy=RoundPolicy())
         monkeypatch.setattr(s, "_median_turnaround", lambda t=trial: t)
         assert s._polish_s() == expect, (groups, trial)
         s.close()
@@ -411,9 +395,7 @@ def test_a_hand_out_in_a_burst_of_results_skips_its_polish(monkeypatch):
     # out unpolished so that the rest of the burst is served sooner; a hand-out alone polishes.
     import time as _time
 
-    from mpiopt.search import Prefetching
-
-    s = Prefetching(BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI"), groups=8)
+    s = Prefetching(BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI"), groups=8, policy=RoundPolicy())
     monkeypatch.setattr(s, "_median_turnaround", lambda: 10.0)
     try:
         for i in range(4):
@@ -423,7 +405,7 @@ def test_a_hand_out_in_a_burst_of_results_skips_its_polish(monkeypatch):
         while (s.round is None or s._round_tells < 4) and _time.monotonic() < deadline:
             _time.sleep(0.01)
         waiting = [True]
-        s.results_waiting = lambda: waiting[0]
+        s.watch_backlog(lambda: waiting[0])
         s.ask(4)
         assert (s.polished, s.unpolished_in_bursts) == (0, 1)
         waiting[0] = False

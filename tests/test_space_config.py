@@ -88,7 +88,8 @@ BAD = [
     (GOOD + "training: {epoch: 3}\n", ["training.epoch", "did you mean 'epochs'"]),
     ("parameters: {x: {type: real, low: 0, high: 1}}\n", ["objective", "missing"]),
     ("objective: {function: objectives.py:branin}\n", ["parameters", "missing"]),
-    ("objective: {function: objectives.py:branin, model: m.py:f, data: m.py:d}\nparameters: {x: {low: 0, high: 1, type: real}}\n",
+    ("objective: {function: objectives.py:branin, model: m.py:f, data: m.py:d}\n"
+     "parameters: {x: {low: 0, high: 1, type: real}}\n",
      ["exactly one of `model` or `function`"]),
     ("objective: {model: objectives.py:branin}\nparameters: {x: {low: 0, high: 1, type: real}}\n",
      ["objective.data", "needs `data`"]),
@@ -102,7 +103,8 @@ BAD = [
      ["parameters.x", "`low < high` must hold", "low=3.0, high=1.0"]),
     ("objective: {function: objectives.py:branin}\nparameters: {x: {type: integer, low: 0.5, high: 4}}\n",
      ["parameters.x.low", "expected an integer"]),
-    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: real, low: 0, high: 1, prior: log-uniform}}\n",
+    ("objective: {function: objectives.py:branin}\n"
+     "parameters: {x: {type: real, low: 0, high: 1, prior: log-uniform}}\n",
      ["parameters.x.low", "log-uniform prior needs `low > 0`"]),
     ("objective: {function: objectives.py:branin}\nparameters: {x: {type: real, low: 0.1, high: 1, prior: log}}\n",
      ["parameters.x.prior", "uniform, log-uniform"]),
@@ -145,7 +147,8 @@ BAD = [
     (GOOD + "training: {trace: yes please}\n", ["training.trace", "true or false"]),
     (GOOD + "training: {checkpoint_every: -2}\n", ["training.checkpoint_every", "integer >= 0"]),
     (GOOD + "training: {verbose: 1}\n", ["training.verbose", "unknown key", "allowed"]),
-    ("objective: {function: objectives.py:branin, minimize: a, maximize: b}\nparameters: {x: {type: real, low: 0, high: 1}}\n",
+    ("objective: {function: objectives.py:branin, minimize: a, maximize: b}\n"
+     "parameters: {x: {type: real, low: 0, high: 1}}\n",
      ["one of `minimize` or `maximize`"]),
     ("objective: {function: objectives.py:branin}\nparameters: {epochs: {type: integer, low: 0, high: 3}}\n",
      ["parameters.epochs", "integer >= 1"]),
@@ -210,7 +213,8 @@ def test_model_metric_must_exist(tmp_path):
 objective: {model: m.py:build, data: m.py:data, loss: mse, metrics: [accuracy], maximize: val_acc}
 parameters: {units: {type: integer, low: 1, high: 4}}
 """)
-    with pytest.raises(ConfigError, match=r"objective.maximize: 'val_acc' is not a metric.*did you mean 'val_accuracy'"):
+    with pytest.raises(ConfigError,
+                       match=r"objective.maximize: 'val_acc' is not a metric.*did you mean 'val_accuracy'"):
         load_config(tmp_path / "s.yaml")
 
 
@@ -226,6 +230,7 @@ def test_missing_file_binary_file_and_directory(tmp_path):
 
 def test_import_error_in_user_module(tmp_path):
     (tmp_path / "broken.py").write_text("import not_a_real_package_xyz\n")
-    (tmp_path / "s.yaml").write_text("objective: {function: broken.py:f}\nparameters: {x: {type: real, low: 0, high: 1}}\n")
+    (tmp_path / "s.yaml").write_text("objective: {function: broken.py:f}\n"
+                                     "parameters: {x: {type: real, low: 0, high: 1}}\n")
     with pytest.raises(ConfigError, match="cannot import broken.py: ModuleNotFoundError"):
         load_config(tmp_path / "s.yaml")

@@ -7,17 +7,17 @@ from __future__ import annotations
 from ..space import Space
 from ._base import Searcher
 from ._bayesian import BayesianSearch
-from ._prefetch import Prefetching
+from ._prefetch import Prefetching, RoundPolicy
 from ._random import RandomSearch
 
-__all__ = ["Searcher", "RandomSearch", "BayesianSearch", "Prefetching", "make_searcher"]
+__all__ = ["Searcher", "RandomSearch", "BayesianSearch", "Prefetching", "RoundPolicy", "make_searcher"]
 
 
 def make_searcher(space: Space, settings, *, prefetch: int = 0) -> Searcher:
     """The searcher of a `SearchSettings`; with `prefetch` (the number of groups), suggestions are
-    computed ahead in a background thread (`Prefetching`)."""
+    computed ahead in a background thread (`Prefetching`, tuned by the environment)."""
     if settings.algorithm == "random":
         return RandomSearch(space, seed=settings.seed)
     searcher = BayesianSearch(space, seed=settings.seed, surrogate=settings.surrogate,
                               acquisition=settings.acquisition, initial_points=settings.initial_points)
-    return Prefetching(searcher, groups=prefetch) if prefetch else searcher
+    return Prefetching(searcher, groups=prefetch, policy=RoundPolicy.from_env()) if prefetch else searcher

@@ -1,8 +1,15 @@
-"""The ask/tell interface every search algorithm implements."""
+"""The ask/tell interface every search algorithm implements, with the coordinator's optional hooks.
+
+`ask`/`tell`/`add_pending` are the core. The hooks (`prefers_fresh`, `watch_backlog`, `pause`,
+`report`, `close`, and the `ask_wait_s` attribute) are declared here with defaults that do
+nothing, so the coordinator and the CLI call them on any searcher instead of probing for them;
+only a searcher with background work (`Prefetching`) overrides them.
+"""
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 from ..space import Space, encode
@@ -13,7 +20,12 @@ class Searcher(ABC):
 
     The searcher always minimises a *loss*: the coordinator passes `-objective` for a
     `maximize` figure of merit. A trial that did not complete is told with `loss=None`; the
-    searcher must never treat it as a good value (see `penalty`).
+    searcher must never treat it as a good value (a model fits it at the worst completed loss).
+
+    Attributes:
+        ask_wait_s: how long the last `ask()` deliberately waited for a fresher model. The
+            coordinator leaves it out of its own hand-out time: the wait is the searcher's
+            choice, bounded by it, not dispatch work.
     """
 
     def __init__(self, space: Space, *, seed: int = 0) -> None:
@@ -21,6 +33,7 @@ class Searcher(ABC):
         self.seed = seed
         self.observed: dict[int, tuple[dict[str, Any], float | None]] = {}
         self.pending: dict[int, dict[str, Any]] = {}
+        self.ask_wait_s = 0.0
 
     # -- the interface -------------------------------------------------------------------
     def ask(self, trial: int) -> dict[str, Any]:
@@ -40,9 +53,31 @@ class Searcher(ABC):
         """Mark a trial as running without asking for it (a resumed search re-runs it)."""
         self.pending[trial] = dict(params)
 
-    def pause(self, busy: bool) -> None:
+    # -- optional hooks: defaults for a searcher without background work -----------------
+    def prefers_fresh(self) -> bool:
+        """Whether the next hand-out would wait for a model that includes the latest result.
+
+        The coordinator then takes in every result already waiting before it asks, so that one
+        model serves the whole burst instead of one model per result.
+        """
+        return False
+
+    def watch_backlog(self, results_waiting: Callable[[], bool]) -> None:  # noqa: B027 - optional hook
+        """Tell the searcher how to see whether more results are already waiting (a burst).
+
+        A searcher may then do less per hand-out, so that the rest of the burst is served sooner.
+        """
+
+    def pause(self, busy: bool) -> None:  # noqa: B027 - optional hook
         """The coordinator is (`busy=True`) or is no longer handing out trials: background work,
         if any, should keep out of its way meanwhile."""
+
+    def report(self) -> str | None:
+        """One line about where the suggestions came from, for the search's statistics; None: nothing to say."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Stop background work, if any; the searcher is not asked again."""
 
     @abstractmethod
     def _suggest(self) -> dict[str, Any]:
@@ -52,14 +87,6 @@ class Searcher(ABC):
     @property
     def completed(self) -> list[tuple[dict[str, Any], float]]:
         return [(p, y) for p, y in self.observed.values() if y is not None]
-
-    def penalty(self) -> float | None:
-        """The value a non-completed trial is fitted with: the worst completed loss so far.
-
-        Failed, diverged and timed-out trials say "this region is bad", never "good".
-        """
-        ys = [y for _, y in self.completed]
-        return max(ys) if ys else None
 
     def known_points(self) -> set[tuple]:
         pts = {tuple(encode(self.space, p)) for p, _ in self.observed.values()}

@@ -15,24 +15,28 @@ Trials that did not complete are fitted at the worst completed value (never as g
 The GP's prior mean is pessimistic: the worst loss seen plus a fifth of the range of the losses
 (`prior_mean`), not their average. Where the model knows nothing it expects a bad trial, so the
 acquisition leans on the neighbourhood of good points, and several groups searching at once refine
-the best basin instead of spreading over the flat rest of the space. De Ath, Fieldsend and Everson
-("What do you mean? The role of the mean function in Bayesian optimisation", GECCO 2020) found the
-worst observed value the best constant mean in 5 dimensions and more. Measured here on Hartmann-6
-at 40 trials, 500 seeds: one group -3.200 -> -3.320 (median best), 8 groups -2.909 -> -3.059
-(docs/benchmarks.md).
+the best basin instead of spreading over the flat rest of the space (De Ath, Fieldsend and Everson,
+"What do you mean? The role of the mean function in Bayesian optimisation", GECCO 2020).
+
+A background caller (`Prefetching`) works on a copy (`snapshot`) and takes its model back
+(`adopt_model`); it passes its limits as arguments: `defer_fit` (keep the last kernel fit, refit
+later with `refit`), a polish `deadline` and a `checkpoint` called between steps.
 """
 from __future__ import annotations
 
+import copy
 import math
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..space import Space, encode, to_skopt
 from . import _gp
-from ._random import RandomSearch
+from ._base import Searcher
+from ._random import RandomDraw
 
 # The surrogate's fitting chatter (length scales at their bounds, repeated points) is not the
 # user's concern. Set once for the process: `warnings.catch_warnings` is not thread-safe, and
@@ -40,8 +44,9 @@ from ._random import RandomSearch
 warnings.filterwarnings("ignore", module=r"sklearn\.gaussian_process")
 warnings.filterwarnings("ignore", module=r"skopt\.")
 
-HANDOUT_POLISH_S = 0.001  # a hand-out polishes its pick for at most this long (see Round.hand_out)
 PESSIMISM = 0.2  # the prior mean sits this share of the losses' range above the worst loss seen
+
+Checkpoint = Callable[[], None]
 
 
 def prior_mean(y: np.ndarray) -> tuple[float, float]:
@@ -75,7 +80,11 @@ def _gbrt(random_state: int):
                 random_state=random_state)
 
 
-class BayesianSearch(RandomSearch):
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() > deadline
+
+
+class BayesianSearch(Searcher):
     """A Sobol design for the first `initial_points` trials, then the surrogate's choice.
 
     `batch_rule` (not a user option; the benchmark compares them): how a pending point is
@@ -89,6 +98,8 @@ class BayesianSearch(RandomSearch):
         self.acquisition = acquisition
         self.initial_points = initial_points
         self.batch_rule = batch_rule
+        # one stream for the fallback draws and the tree surrogates' seeds
+        self._random = RandomDraw(space, np.random.RandomState(seed))
         self._dims = to_skopt(space)
         self.coder = _gp.UnitCoder(space)
         self._design = np.zeros((0, self.coder.dim))
@@ -99,27 +110,37 @@ class BayesianSearch(RandomSearch):
         import scipy.special  # noqa: F401
         from scipy.stats import qmc  # noqa: F401
         self.hyper: _gp.Hyper | None = None
+        self.fitted_on = 0  # the number of points `hyper` was fitted on
         self.gains = np.zeros(len(_gp.ACQUISITIONS))
         self._proposals: np.ndarray | None = None  # each acquisition's favourite at the last fit (gp_hedge)
-        # a background caller picks with the last hyperparameters and refits them afterwards
-        # (`refit_due`/`refit`), so that a fit on hundreds of points never delays a batch
-        self.defer_fit = False
-        self.checkpoint = None  # a background caller's hook, called between steps of a batch
-        self.fitted_on = 0
-        self.polish_deadline: float | None = None  # set by a background caller in a hurry (time.perf_counter)
 
     def _suggest(self) -> dict[str, Any]:
         return self.suggest_batch(1)[0]
 
-    # -- the initial design ------------------------------------------------------------------
-    def _known_keys(self) -> set[tuple]:
-        # a wrapper (`Prefetching`) marks hand-outs pending directly: build the set from scratch
-        # (draw() is this class's rare fallback, not its every suggestion)
-        return self.known_points()
+    # -- working beside a background caller ------------------------------------------------------
+    def snapshot(self, round_no: int) -> BayesianSearch:
+        """A copy to prepare round `round_no` on while this one goes on handing out and learning.
 
-    def design_point(self, extra: int = 0) -> dict[str, Any]:
+        It has its own observed and pending points and gp_hedge gains, and its own random stream
+        seeded by the round number, so that preparing a round never advances this one's.
+        """
+        twin = copy.copy(self)
+        twin.observed = dict(self.observed)
+        twin.pending = dict(self.pending)
+        twin.gains = self.gains.copy()
+        twin._random = self._random.with_rng(np.random.RandomState([self.seed, round_no]))
+        return twin
+
+    def adopt_model(self, other: BayesianSearch) -> None:
+        """Take the model of a snapshot: its kernel fit (and the data size it was fitted on) and
+        gp_hedge's gains and last proposals, so that the next snapshot starts from them."""
+        self.hyper, self.fitted_on = other.hyper, other.fitted_on
+        self.gains, self._proposals = other.gains, other._proposals
+
+    # -- the initial design ------------------------------------------------------------------
+    def design_point(self) -> dict[str, Any]:
         """The next point of the Sobol design that is not known yet (index: points known so far)."""
-        start = len(self.observed) + len(self.pending) + extra
+        start = len(self.observed) + len(self.pending)
         if len(self._design) < start + 64:  # the sequence, drawn a block at a time
             self._design = self.coder.from_design(_gp.sobol(len(self.space), 0, 2 * (start + 64), self.seed))
         known = None
@@ -130,17 +151,30 @@ class BayesianSearch(RandomSearch):
             known = known if known is not None else self.known_points()
             if tuple(encode(self.space, params)) not in known:
                 return params
-        return self.draw()
+        return self._draw()
 
-    def model_ready(self, extra_pending: int = 0) -> bool:
+    def _draw(self) -> dict[str, Any]:
+        """A random unknown point: the rare fallback when the design or a surrogate repeats one."""
+        return self._random.draw(self.known_points())
+
+    def model_ready(self) -> bool:
         """The surrogate is used once the design is handed out and half of it has completed."""
-        known = len(self.observed) + len(self.pending) + extra_pending
+        known = len(self.observed) + len(self.pending)
         done = len(self.completed)
         return known >= self.initial_points and done >= max(2, math.ceil(self.initial_points / 2))
 
     # -- batches -------------------------------------------------------------------------------
-    def suggest_batch(self, k: int) -> list[dict[str, Any]]:
-        """`k` suggestions, each aware of the pending points and of the ones before it."""
+    def suggest_batch(self, k: int, *, defer_fit: bool = False, deadline: float | None = None,
+                      checkpoint: Checkpoint | None = None) -> list[dict[str, Any]]:
+        """`k` suggestions, each aware of the pending points and of the ones before it.
+
+        Args:
+            k: the number of suggestions.
+            defer_fit: keep the last kernel hyperparameters, if any (the caller refits them when
+                `refit_due()`), so that a fit on many points never delays the batch.
+            deadline: no polishing after this `time.perf_counter()` value.
+            checkpoint: called between steps (a background caller lets others in there).
+        """
         out: list[dict[str, Any]] = []
         tmp = []
         try:
@@ -150,7 +184,10 @@ class BayesianSearch(RandomSearch):
                 self.pending[tmp[-1]] = out[-1]  # the batch's own points are pending for what follows
             if len(out) < k:
                 rest = k - len(out)
-                out += self._gp_batch(rest) if self.surrogate == "GP" else self._skopt_batch(rest)
+                if self.surrogate == "GP":
+                    out += self._gp_batch(rest, defer_fit=defer_fit, deadline=deadline, checkpoint=checkpoint)
+                else:
+                    out += self._skopt_batch(rest)
         finally:
             for key in tmp:
                 self.pending.pop(key, None)
@@ -165,96 +202,99 @@ class BayesianSearch(RandomSearch):
         X = np.array([self.coder.encode(p) for p in pts])
         return X, y, len(done)
 
-    def _posterior(self, extra: int):
-        """The GP on the data, with every pending point added at its fantasy value."""
+    def _posterior(self, extra: int, *, defer_fit: bool = False, checkpoint: Checkpoint | None = None):
+        """The GP on the data, with every pending point added at its fantasy value; the kernel is
+        fitted first unless `defer_fit` and there is a fit to keep."""
         X, y, n_done = self._data()
         mean, sd = prior_mean(y)
         ys = (y - mean) / sd
         rng = np.random.default_rng([self.seed, len(self.observed), len(self.pending)])
-        if self.hyper is None or not self.defer_fit:
+        if self.hyper is None or not defer_fit:
             self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=3 if self.hyper is None else 2, rng=rng,
-                                       checkpoint=self.checkpoint)
+                                       checkpoint=checkpoint)
             self.fitted_on = len(X)
         post = _gp.Posterior(self.hyper, X, ys, capacity=len(X) + len(self.pending) + extra)
         best = float(ys[:n_done].min())
         known = {tuple(np.round(x, 9)) for x in X}
         rows: dict[tuple, tuple[int, float]] = {}  # pending point -> (its row in `post`, its fantasy value)
         for p in self.pending.values():
-            if self.checkpoint is not None:
-                self.checkpoint()
+            if checkpoint is not None:
+                checkpoint()
             x = self.coder.encode(p)
             known.add(tuple(np.round(x, 9)))
-            mu, var = post.predict(x[None, :])
-            f = _gp.fantasy(self.batch_rule, float(mu[0]), best, float(np.sqrt(var[0])))
+            mu, _ = post.predict(x[None, :])
+            f = _gp.fantasy(self.batch_rule, float(mu[0]), best)
             rows[tuple(encode(self.space, p))] = (post.n, f)
             post.add(x, f)
         C = _gp.candidates(self.coder, X[:n_done], ys[:n_done], rng)
         post.set_candidates(C)
         return post, (mean, sd, best, float(ys.max())), rng, known, rows
 
-    def _propose(self, post: "_gp.Posterior", best: float) -> None:
+    def _propose(self, post: _gp.Posterior, best: float) -> None:
         """Remember each acquisition's favourite candidate, for gp_hedge's credit at the next fit."""
         if self.acquisition == "gp_hedge":
             self._proposals = np.array([post.C[int(np.argmax(_gp.acquisition(a, post.mu_c, post.var_c, best)))]
                                         for a in _gp.ACQUISITIONS])
 
-    def _gp_batch(self, k: int) -> list[dict[str, Any]]:
-        import time
-
-        post, (_, _, best, _), rng, known, _ = self._posterior(k)
+    def _gp_batch(self, k: int, *, defer_fit: bool, deadline: float | None,
+                  checkpoint: Checkpoint | None) -> list[dict[str, Any]]:
+        post, (_, _, best, _), rng, known, _ = self._posterior(k, defer_fit=defer_fit, checkpoint=checkpoint)
         kinds = self._kinds(post, k, rng)  # credits the previous proposals under the new fit
         self._propose(post, best)
-        polish = k
-        if self.polish_deadline is not None and time.perf_counter() > self.polish_deadline:
-            polish = 0
         picks = _gp.select(post, k, kinds, best, rule=self.batch_rule, free=self.coder.continuous,
-                           polish_picks=polish, exclude=known, deadline=self.polish_deadline,
-                           checkpoint=self.checkpoint)
+                           polish_picks=0 if _past(deadline) else k, exclude=known, deadline=deadline,
+                           checkpoint=checkpoint)
         return [self.coder.decode(x) for x in picks]
 
-    def prepare_round(self, polish: int = 6) -> "Round":
+    # -- rounds (suggestions handed out one at a time) ------------------------------------------
+    def prepare_round(self, polish: int = 6, *, defer_fit: bool = False, deadline: float | None = None,
+                      checkpoint: Checkpoint | None = None) -> Round:
         """A posterior ready to hand out suggestions one at a time, each in O(n C) (see `Round`).
 
-        The best few candidates of the acquisition(s) are polished by L-BFGS now and join the
-        candidate set (`polish` of them, until `polish_deadline`)."""
-        import time
-
-        post, (mean, sd, best, worst), rng, known, rows = self._posterior(256)
-        kinds = list(_gp.ACQUISITIONS) if self.acquisition == "gp_hedge" else [self.acquisition]
+        The best `polish` candidates of the acquisition(s) are polished by L-BFGS now (until
+        `deadline`, a `time.perf_counter()` value) and join the candidate set. `defer_fit` and
+        `checkpoint` as for `suggest_batch`.
+        """
+        post, (mean, sd, best, worst), rng, known, rows = self._posterior(256, defer_fit=defer_fit,
+                                                                           checkpoint=checkpoint)
         probs = self._kinds(post, 1, rng, probabilities=True)
         self._propose(post, best)
-        extra = []
-        if self.coder.continuous:
-            for i in range(polish):
-                if self.polish_deadline is not None and time.perf_counter() > self.polish_deadline:
-                    break
-                kind = kinds[i % len(kinds)]
-                score = _gp.acquisition(kind, post.mu_c, post.var_c, best)
-                order = np.argsort(-score)
-                x0 = post.C[order[i // len(kinds)]]
-                x, _ = _gp.polish(post, x0, kind, best, self.coder.continuous, checkpoint=self.checkpoint)
-                extra.append(x)
+        extra = self._polished_candidates(post, best, polish, deadline, checkpoint) if self.coder.continuous else []
         if extra:
             post.set_candidates(np.vstack([post.C, np.array(extra)]))
         return Round(self, post, rows, mean, sd, best, worst, rng, probs, known)
 
+    def _polished_candidates(self, post: _gp.Posterior, best: float, polish: int, deadline: float | None,
+                             checkpoint: Checkpoint | None) -> list[np.ndarray]:
+        """The best `polish` candidates, taken in turn from each acquisition, polished by L-BFGS."""
+        kinds = list(_gp.ACQUISITIONS) if self.acquisition == "gp_hedge" else [self.acquisition]
+        extra = []
+        for i in range(polish):
+            if _past(deadline):
+                break
+            kind = kinds[i % len(kinds)]
+            score = _gp.acquisition(kind, post.mu_c, post.var_c, best)
+            x0 = post.C[np.argsort(-score)[i // len(kinds)]]
+            x, _ = _gp.polish(post, x0, kind, best, self.coder.continuous, checkpoint=checkpoint)
+            extra.append(x)
+        return extra
+
     def refit_due(self) -> bool:
-        """Deferred fitting: refit once the data grew by a tenth since the last fit, and after
-        every result while there are fewer than 10 (such fits take milliseconds; refitting only
-        every 5 results, as before, left the Branin toy with 4 groups above 0.7 in 9 of 60
-        simulated seeds, against 4 of 60; see docs/benchmarks.md)."""
+        """With deferred fits: refit once the data grew by a tenth since the last fit, and after
+        every result while there are fewer than 10 (such fits take milliseconds, and a fit on a
+        handful of points is a poor guide a few results later)."""
         n = len(self.observed)
         return self.surrogate == "GP" and self.hyper is not None and n - self.fitted_on >= max(1, 0.1 * self.fitted_on)
 
-    def refit(self, maxiter: int = 60) -> None:
-        """Fit the kernel hyperparameters now, warm-started (for `defer_fit` callers)."""
+    def refit(self, maxiter: int = 60, *, checkpoint: Checkpoint | None = None) -> None:
+        """Fit the kernel hyperparameters now, warm-started (for callers that defer fits)."""
         X, y, _ = self._data()
         mean, sd = prior_mean(y)
         ys = (y - mean) / sd
-        self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=1, maxiter=maxiter, checkpoint=self.checkpoint)
+        self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=1, maxiter=maxiter, checkpoint=checkpoint)
         self.fitted_on = len(X)
 
-    def _kinds(self, post: "_gp.Posterior", k: int, rng: np.random.Generator, probabilities: bool = False):
+    def _kinds(self, post: _gp.Posterior, k: int, rng: np.random.Generator, probabilities: bool = False):
         """The acquisition of each pick; gp_hedge draws one by the gains of its past proposals."""
         if self.acquisition != "gp_hedge":
             return None if probabilities else [self.acquisition] * k
@@ -284,8 +324,8 @@ class BayesianSearch(RandomSearch):
             y.append(best)
         out = []
         known = self.known_points()
-        for i in range(k):
-            seed = int(self._rng.randint(0, 2**31 - 1))
+        for _ in range(k):
+            seed = int(self._random.rng.randint(0, 2**31 - 1))
             estimator = _gbrt(seed) if self.surrogate == "GBRT" else self.surrogate
             opt = Optimizer(self._dims, base_estimator=estimator, n_initial_points=1, acq_func=self.acquisition,
                             random_state=seed)
@@ -293,7 +333,7 @@ class BayesianSearch(RandomSearch):
             params = self.space.from_list(opt.ask())
             key = tuple(encode(self.space, params))
             if key in known:
-                params = self.draw()
+                params = self._draw()
                 key = tuple(encode(self.space, params))
             out.append(params)
             known.add(key)
@@ -309,14 +349,10 @@ class Round:
     fantasy observation, and a candidate set with its posterior mean and variance. A hand-out
     (`hand_out`) first corrects the posterior for results that arrived since -- a finished trial's
     fantasy value replaced by its real one, an exact O(n C) update of the candidates' means -- then
-    takes the best candidate by the acquisition, polishes it by L-BFGS under that corrected
-    posterior for at most HANDOUT_POLISH_S (1 ms; a polish converges in about 0.8 ms on an idle
-    core), and adds it as a fantasy (O(n^2 + n C)). So a suggestion always knows every result so
-    far, at a cost of one or two milliseconds; only the kernel
-    hyperparameters and the candidate set date from the round. (The polish at hand-out recovers
-    most of what a round one result old costs: Hartmann-6, 8 groups, 40 trials, paired over
-    seeds 100-499, -0.05 on the best value found, against -0.06 for a round prepared after the
-    result; docs/benchmarks.md.)
+    takes the best candidate by the acquisition, polishes it briefly by L-BFGS under that corrected
+    posterior, and adds it as a fantasy (O(n^2 + n C)). So a suggestion always knows every result
+    so far; only the kernel hyperparameters and the candidate set date from the round, and the
+    polish at hand-out makes up for most of that.
     """
 
     def __init__(self, owner: BayesianSearch, post, rows, mean, sd, best, worst, rng, probs, known) -> None:
@@ -329,8 +365,7 @@ class Round:
         self.taken = np.zeros(len(post.C), dtype=bool)
         self.known = set(known)
         self.applied: set[tuple] = set()
-        self.handed = 0
-        self.polished = 0
+        self.polished = 0  # hand-outs whose pick was polished
 
     def add_pending(self, params: dict[str, Any]) -> None:
         """A trial handed out by someone else (an older round, a re-run) is running too."""
@@ -338,8 +373,8 @@ class Round:
         if key in self.rows:
             return
         x = self.owner.coder.encode(params)
-        mu, var = self.post.predict(x[None, :])
-        f = _gp.fantasy(self.owner.batch_rule, float(mu[0]), self.best, float(np.sqrt(var[0])))
+        mu, _ = self.post.predict(x[None, :])
+        f = _gp.fantasy(self.owner.batch_rule, float(mu[0]), self.best)
         self.rows[key] = (self.post.n, f)
         self.known.add(tuple(np.round(x, 9)))
         self.post.add(x, f)
@@ -356,10 +391,12 @@ class Round:
         self.rows[key] = (row, y)
         self.best = min(self.best, y)
 
-    def hand_out(self, taken_keys: set[tuple] | None = None, polish_s: float | None = None) -> dict[str, Any] | None:
-        """The next suggestion (None once no candidate is left); its pick polished for at most
-        `polish_s` seconds (HANDOUT_POLISH_S by default, 0: not at all)."""
-        polish_s = HANDOUT_POLISH_S if polish_s is None else polish_s
+    def hand_out(self, taken_keys: set[tuple] | None = None, *, polish_s: float) -> dict[str, Any] | None:
+        """The next suggestion, not in `taken_keys` (None once no candidate is left).
+
+        Its pick is polished for at most `polish_s` seconds (0: not at all) under the posterior
+        that knows the latest results: the round's own candidates were polished before them.
+        """
         if self.probs is None:
             kind = self.owner.acquisition
         else:
@@ -373,24 +410,24 @@ class Round:
             self.taken[j] = True
             x = self.post.C[j]
             params = self.owner.coder.decode(x)
-            key = tuple(encode(self.owner.space, params))
-            if tuple(np.round(x, 9)) in self.known or (taken_keys is not None and key in taken_keys):
-                continue
-            n = self.post.n  # a fitted noise level can leave a point attractive next to a running one
-            if np.min(((self.post.X[:n] - x) ** 2).sum(1)) < 1e-6:
+            if not self._free(x, params, taken_keys):
                 continue
             if self.owner.coder.continuous and polish_s > 0:
-                # the round's candidates were polished before the latest results: polish the pick
-                # under the posterior that knows them, for at most HANDOUT_POLISH_S
                 x2, _ = _gp.polish(self.post, x, kind, self.best, self.owner.coder.continuous,
                                    deadline=time.perf_counter() + polish_s)
                 p2 = self.owner.coder.decode(x2)
-                k2 = tuple(encode(self.owner.space, p2))
-                if (tuple(np.round(x2, 9)) not in self.known and (taken_keys is None or k2 not in taken_keys)
-                        and np.min(((self.post.X[:n] - x2) ** 2).sum(1)) >= 1e-6):
+                if self._free(x2, p2, taken_keys):
                     params = p2
                 self.polished += 1
-            self.handed += 1
             self.add_pending(params)
             return params
         return None
+
+    def _free(self, x: np.ndarray, params: dict[str, Any], taken_keys: set[tuple] | None) -> bool:
+        """Whether `x` (decoding to `params`) may be handed out: not known, not taken, and not on top
+        of a training point (a fitted noise level can leave a point attractive next to a running one)."""
+        if tuple(np.round(x, 9)) in self.known:
+            return False
+        if taken_keys is not None and tuple(encode(self.owner.space, params)) in taken_keys:
+            return False
+        return bool(np.min(((self.post.X[:self.post.n] - x) ** 2).sum(1)) >= 1e-6)

@@ -16,12 +16,14 @@ point of the batch:
   a fantasy observation at max(posterior mean, best value) -- a kriging believer that may not
   believe a point is better than the best one seen, so the variance there collapses and the mean
   there is no better than the incumbent: the next pick goes elsewhere unless elsewhere is worse.
-  The benchmark (bench/sample_efficiency.py) compares this rule with the constant liar and with
-  the plain kriging believer.
+  (`fantasy` also offers the plain kriging believer and the constant liar, for comparison.)
+* `polish()` refines a candidate by L-BFGS on the acquisition, within a deadline, so that a
+  background round or a hand-out can bound its time.
 """
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from dataclasses import dataclass
 
@@ -34,7 +36,6 @@ from ..space import Categorical, Integer, Real, Space
 SQRT5 = math.sqrt(5.0)
 JITTER = 1e-8
 ACQUISITIONS = ("EI", "PI", "LCB")
-FANTASIES = ("believer_clipped", "believer", "liar")
 
 
 # -- the unit cube -------------------------------------------------------------------------------
@@ -77,7 +78,7 @@ class UnitCoder:
 
     def encode(self, params: dict) -> np.ndarray:
         x = np.zeros(self.dim)
-        for p, c in zip(self.space.params, self.cols):
+        for p, c in zip(self.space.params, self.cols, strict=True):
             v = params[p.name]
             if isinstance(p, Categorical):
                 x[c.start + next((i for i, ch in enumerate(p.choices) if ch == v), 0)] = 1.0
@@ -87,7 +88,7 @@ class UnitCoder:
 
     def decode(self, x: np.ndarray) -> dict:
         out = {}
-        for p, c in zip(self.space.params, self.cols):
+        for p, c in zip(self.space.params, self.cols, strict=True):
             if isinstance(p, Categorical):
                 out[p.name] = p.choices[int(np.argmax(x[c]))]
             elif isinstance(p, Integer):
@@ -99,7 +100,7 @@ class UnitCoder:
     def snap(self, X: np.ndarray) -> np.ndarray:
         """Make unit-cube points feasible: integers on their grid, one-hot blocks one-hot."""
         X = np.clip(X, 0.0, 1.0)
-        for j, p in zip(self.integer, [p for p in self.space.params if isinstance(p, Integer)]):
+        for j, p in zip(self.integer, [p for p in self.space.params if isinstance(p, Integer)], strict=True):
             vals = np.array([self._scale(p, round(self._unscale(p, u))) for u in X[:, j]])
             X[:, j] = vals
         for b in self.blocks:
@@ -111,7 +112,7 @@ class UnitCoder:
     def from_design(self, U: np.ndarray) -> np.ndarray:
         """Points of a design in [0, 1)^len(space) (one column a parameter) as unit-cube points."""
         X = np.zeros((len(U), self.dim))
-        for k, (p, c) in enumerate(zip(self.space.params, self.cols)):
+        for k, (p, c) in enumerate(zip(self.space.params, self.cols, strict=True)):
             if isinstance(p, Categorical):
                 X[np.arange(len(U)), c.start + np.minimum((U[:, k] * len(p.choices)).astype(int),
                                                           len(p.choices) - 1)] = 1.0
@@ -150,7 +151,7 @@ class Hyper:
         return np.log(np.concatenate([self.lengthscales, [self.amplitude, self.noise]]))
 
     @classmethod
-    def of(cls, theta: np.ndarray) -> "Hyper":
+    def of(cls, theta: np.ndarray) -> Hyper:
         e = np.exp(theta)
         return cls(e[:-2], float(e[-2]), float(e[-1]))
 
@@ -320,9 +321,8 @@ class Posterior:
 # -- acquisition ---------------------------------------------------------------------------------
 def acquisition(kind: str, mu: np.ndarray, var: np.ndarray, best: float, xi: float = 0.01,
                 kappa: float = 1.0) -> np.ndarray:
-    """Higher is better (the loss is minimised). kappa 1.0, not scikit-optimize's 1.96: measured better
-    on Hartmann-6 at 40 trials, alone and with 8 groups (a throwaway run of bench/sample_efficiency.py's
-    simulate() over seeds 10-29: medians -3.19 -> -3.25 alone, -2.90 -> -2.96 with 8 groups)."""
+    """Higher is better (the loss is minimised). LCB's kappa is 1.0, not scikit-optimize's 1.96: less
+    exploration found better points in searches of tens of trials, alone and with several groups."""
     sd = np.sqrt(var)
     if kind == "LCB":
         return -(mu - kappa * sd)
@@ -332,9 +332,9 @@ def acquisition(kind: str, mu: np.ndarray, var: np.ndarray, best: float, xi: flo
     return (best - mu - xi) * ndtr(z) + sd * np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
 
 
-def fantasy(rule: str, mean: float, best: float, sd: float = 0.0) -> float:
-    if rule == "pessimist":
-        return max(mean + sd, best)
+def fantasy(rule: str, mean: float, best: float) -> float:
+    """The value a pending point is conditioned on, from its posterior `mean` and the `best` value:
+    "believer" the mean, "liar" the best, "believer_clipped" (the default) the worse of the two."""
     if rule == "believer":
         return mean
     if rule == "liar":
@@ -370,13 +370,8 @@ def polish(post: Posterior, x0: np.ndarray, kind: str, best: float, free: list[i
 
     The gradient is a forward difference of step `eps` (backward at an upper bound), as scipy
     would take it, but all len(free) + 1 points go through one `predict` call instead of one call
-    each (6 parameters, 27 points: 0.026 ms for the 7 points against 7 x 0.022 ms). A whole
-    polish (at most 30 iterations) took 3.2 ms on average with scipy's own differences and takes
-    0.8 ms now, ending as high or higher on the acquisition in 30 of 30 starts (Hartmann-6, 20
-    results and 7 running, the top 30 candidates of a round), so that a hand-out's polish mostly
-    ends inside its budget instead of running into it."""
-    import time
-
+    each: a call costs about as much for one point as for a few, so the polish is several times
+    faster and a hand-out's polish mostly ends inside its budget."""
     free = list(free)
     d = len(free)
     x = x0.copy()
@@ -425,8 +420,6 @@ def select(post: Posterior, k: int, kinds: list[str], best: float, *, rule: str,
     `kinds[i]` is the acquisition of the i-th pick; the first `polish_picks` picks are polished by
     L-BFGS (none once `deadline`, a time.perf_counter() value, has passed).
     """
-    import time
-
     C = post.C
     taken = np.zeros(len(C), dtype=bool)
     exclude = set(exclude or ())
@@ -446,6 +439,6 @@ def select(post: Posterior, k: int, kinds: list[str], best: float, *, rule: str,
                 x = C[j]
         exclude.add(tuple(np.round(x, 9)))
         picks.append(x)
-        mu, var = post.predict(x[None, :])
-        post.add(x, fantasy(rule, float(mu[0]), best, float(np.sqrt(var[0]))))
+        mu, _ = post.predict(x[None, :])
+        post.add(x, fantasy(rule, float(mu[0]), best))
     return picks

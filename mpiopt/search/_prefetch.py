@@ -1,11 +1,11 @@
 """Suggestions prepared ahead of time, beside the dispatch loop.
 
 A Bayesian suggestion costs a surrogate fit and an acquisition search: tens of milliseconds at
-100 trials, more at 300. Done when a group asks, every group waits for it, and with many groups
-the waits add up (MPI Opt's way: 0.2 group utilization with 8 groups of 0.5 s trials).
+100 trials, more at 300. Made when a group asks, every group waits for it, and with many groups
+the waits add up.
 
 `Prefetching` splits the work. A background thread prepares *rounds* (`BayesianSearch.
-prepare_round`): it fits the surrogate on a snapshot of the results, adds every running trial as
+prepare_round`) on a snapshot of the searcher: it fits the surrogate, adds every running trial as
 a fantasy observation, scores a candidate set and polishes its best points. `ask()` hands out the
 best candidate of the current round after bringing the round up to date: results that arrived
 since the round was prepared replace their fantasies (an exact update of the candidates' means,
@@ -14,60 +14,104 @@ hand-out costs about a millisecond, knows every result so far, and never waits f
 the kernel hyperparameters and the candidate set are as old as the round. A new round replaces
 the old one as soon as it is ready, and starts whenever a result arrived since the last.
 
-When the model takes over from the design, the design goes on until the first round is ready
-(tens of milliseconds). Only when trials are shorter than a round (the median time from hand-out
-to result) does a hand-out wait: for the first round, and for a fresher one when more than one
-result per group, or more than a tenth of the results so far, arrived since the round's fit
-(`stale_limit`); with such trials the groups are
-idle most of the time anyway, and a fit that old would waste them. At the other end, on request
-(MPIOPT_FRESH_SHARE, e.g. 0.01; 0, the default, never), with trials of minutes (groups x round
-time under that share of a trial) a hand-out waits for a round that includes the result just in:
-one result of staleness, with the pick polished again at hand-out, costs about 0.02 on
-Hartmann-6's median best with 8 groups (bench/sample_efficiency.py, mpiopt-ahead against
-mpiopt-long, 500 seeds), and the wait costs the groups under 1% of their time. It is off by
-default because it makes a group wait for the surrogate. If a round ran out of candidates, the
-next point of the Sobol design is handed out instead (a `fallback`).
+Whether a hand-out waits for a round (`RoundPolicy` holds the numbers):
+
+* trials longer than a round: never; the design goes on until the first round is ready;
+* trials shorter than a round (the groups are idle most of the time anyway): for the first
+  round, and for a fresher one when the current one is too many results behind (`stale_limit`);
+* on request (MPIOPT_FRESH_SHARE), with trials of minutes: for a round that includes the result
+  just in; off by default because it makes a group wait for the surrogate.
+
+If a round ran out of candidates, or the thread stopped, the next point of the Sobol design is
+handed out instead (a `fallback`).
 """
 from __future__ import annotations
 
-import copy
 import logging
+import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from .. import _env
 from ..space import encode
 from ._base import Searcher
+from ._bayesian import BayesianSearch, Round
 
 log = logging.getLogger(__name__)
 
-POLISH_BUDGET_S = 0.25  # a round polishes its picks with L-BFGS for at most this long
-FIRST_ROUND_WAIT_S = 10.0
-FIRST_ROUND_GUESS_S = 0.1  # what a round is taken to cost before the first one was timed
-TURNAROUND_KEEP = 64
-VERY_SHORT = 4  # trials this many times shorter than a round: hand-outs wait for a round behind by >1 result
-PARK_MAX_S = 0.05
-YIELD_EVERY_S, YIELD_S = 0.001, 0.00005  # the background thread lets the dispatch loop in (`_checkpoint`)
-CATCH_UP_IN_LOCK = 2  # a new round takes in at most this many hand-outs and results under the lock
-# long trials, on request: a hand-out waits for a round with the latest result while groups x
-# round time is under this share of a trial (MPIOPT_FRESH_SHARE, e.g. 0.01; 0, the default: never
-# make a group wait for a fit), for at most this many round times
-FRESH_SHARE = _env.get("MPIOPT_FRESH_SHARE")
-FRESH_TIMEOUT_ROUNDS = 3.0
-POLISH_SHARE = 0.01  # a hand-out polishes its pick when groups x that polish cost under this share of a trial
+
+@dataclass(frozen=True)
+class RoundPolicy:
+    """When hand-outs wait for rounds, and how long rounds and hand-outs may work.
+
+    A trial's length is the median time from hand-out to result; a round's, the time the last
+    round took to prepare.
+    """
+
+    # a round polishes its best candidates for at most this long: it should be ready while its data is recent
+    polish_budget_s: float = 0.25
+    # a hand-out waiting for a round (short trials) goes on without it after this long: a stalled
+    # thread must not stall the search
+    round_wait_s: float = 10.0
+    # what a round is taken to cost before one was timed: decides whether the switch to the model waits
+    first_round_guess_s: float = 0.1
+    # trial lengths kept for their median: recent enough to follow a change of trial length
+    turnaround_keep: int = 64
+    # trials this many times shorter than a round: a hand-out's round may be at most one result behind,
+    # since the model, not the groups, limits such a search
+    very_short: int = 4
+    # the thread parks while the coordinator hands out trials, at most this long at a time: a
+    # coordinator that is never idle (trials of milliseconds) must still get rounds
+    park_max_s: float = 0.05
+    # after this much work the thread sleeps `yield_s`: numpy releases and retakes the interpreter
+    # lock inside its calls, which resets the dispatch loop's claim to it, so without a real sleep
+    # the loop could wait for the whole round
+    yield_every_s: float = 0.001
+    yield_s: float = 0.00005
+    # a new round takes in at most this many hand-outs and results under the lock, the rest just
+    # before it: each costs O(n^2 + n C), and the lock holds up the dispatch loop
+    catch_up_in_lock: int = 2
+    # long trials: a hand-out waits for a round with the latest result while groups x round time is
+    # under this share of a trial (0: never; MPIOPT_FRESH_SHARE): a fresh round chooses a little
+    # better, but the wait costs the groups
+    fresh_share: float = 0.0
+    # such a wait gives up after this many round times: a slow round must not hold a group for long
+    fresh_timeout_rounds: float = 3.0
+    # a hand-out polishes its pick only while groups x `handout_polish_s` is under this share of a
+    # trial: when the groups finish together, the last of them waits for every polish
+    polish_share: float = 0.01
+    # a hand-out polishes its pick for at most this long: enough for most polishes to converge
+    handout_polish_s: float = 0.001
+
+    @classmethod
+    def from_env(cls) -> RoundPolicy:
+        """The defaults, with `fresh_share` from MPIOPT_FRESH_SHARE (a ConfigError if malformed)."""
+        return cls(fresh_share=_env.get("MPIOPT_FRESH_SHARE"))
 
 
 class Prefetching(Searcher):
-    """Wraps a `BayesianSearch` so that suggestions are ready before they are asked for."""
+    """Wraps a `BayesianSearch` so that suggestions are ready before they are asked for.
 
-    def __init__(self, inner, groups: int) -> None:
+    Args:
+        inner: the searcher; it must not be asked directly any more.
+        groups: how many groups ask for trials.
+        policy: the tuning (`RoundPolicy.from_env()` when None).
+        clock: seconds, for every timing and deadline of this class.
+        sleep: how the background thread sleeps to let the dispatch loop in.
+    """
+
+    def __init__(self, inner: BayesianSearch, groups: int, *, policy: RoundPolicy | None = None,
+                 clock: Callable[[], float] = time.perf_counter,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         super().__init__(inner.space, seed=inner.seed)
         self.inner = inner
-        inner.defer_fit = True
+        self.policy = policy if policy is not None else RoundPolicy.from_env()
+        self._clock = clock
+        self._sleep = sleep
         self.observed = inner.observed  # shared views: the coordinator reads them
         self.pending = inner.pending
         self.groups = max(1, groups)
@@ -75,26 +119,12 @@ class Prefetching(Searcher):
         self._wake = threading.Condition(self._lock)
         self._stop = False
         self._thread: threading.Thread | None = None
-        self.round = None  # the current `Round`
+        self.round: Round | None = None  # the current round
         self._tells = 0  # results told so far
         self._round_tells = -1  # results the current round was prepared with
         self._told: list[tuple[dict[str, Any], float | None]] = []  # every result, in order
         self._handed: list[dict[str, Any]] = []  # handed out (or re-run) while a round is prepared
-        self.round_s = 0.0  # seconds the last round took to prepare
-        self.first_wait_s = 0.0  # how long the first model suggestion waited for the first round
-        self.waits, self.wait_s = 0, 0.0  # hand-outs that waited for a fresher round, and how long
-        # long trials: hand-outs that waited for a round with the latest result, how long, and how
-        # many of them gave up after FRESH_TIMEOUT_ROUNDS round times
-        self.fresh_waits, self.fresh_wait_s, self.fresh_missed = 0, 0.0, 0
-        self.ask_wait_s = 0.0  # how long the last ask() waited for a round (the coordinator's dispatch statistics)
-        # set by the coordinator: whether more results are already waiting (a burst), in which case
-        # a hand-out does not polish its pick, so that the rest of the burst is served sooner
-        self.results_waiting = None
-        self.polished, self.unpolished_in_bursts = 0, 0
-        self.rounds = 0
-        self.fits = 0  # deferred hyperparameter fits
-        self.counts = {"model": 0, "design": 0, "fallback": 0}
-        self.behind: list[int] = []  # per model suggestion: results newer than its round's fit
+        self._results_waiting: Callable[[], bool] | None = None  # see `watch_backlog`
         self.error: BaseException | None = None
         self._warned = False
         # trial -> when it was handed out, and the hand-outs' waits for rounds until then: a wait
@@ -102,99 +132,48 @@ class Prefetching(Searcher):
         # turnaround that counted it would make trials look longer the more hand-outs wait
         self._asked: dict[int, tuple[float, float]] = {}
         self._waited = 0.0
-        self._turnaround: list[float] = []  # hand-out to result, seconds, the latest TURNAROUND_KEEP
+        self._turnaround: list[float] = []  # hand-out to result, seconds, the latest `turnaround_keep`
         self._keys = inner.known_points()  # every point asked, re-run or told, kept up to date here
         self._go = threading.Event()  # cleared while the coordinator is busy handing out trials
         self._go.set()
-        self._yielded = time.perf_counter()
-        inner.checkpoint = self._checkpoint
+        self._yielded = self._clock()
+        # statistics, for `report`
+        self.round_s = 0.0  # seconds the last round took to prepare
+        self.rounds = 0
+        self.fits = 0  # deferred hyperparameter fits
+        self.first_wait_s = 0.0  # how long the first model suggestion waited for the first round
+        self.waits, self.wait_s = 0, 0.0  # hand-outs that waited for a fresher round, and how long
+        # hand-outs that waited for a round with the latest result, how long, and how many timed out
+        self.fresh_waits, self.fresh_wait_s, self.fresh_missed = 0, 0.0, 0
+        self.polished, self.unpolished_in_bursts = 0, 0
+        self.counts = {"model": 0, "design": 0, "fallback": 0}
+        self.behind: list[int] = []  # per model suggestion: results newer than its round's fit
 
     # -- the interface -------------------------------------------------------------------
     def ask(self, trial: int) -> dict[str, Any]:
         with self._lock:
-            params = None
             self.ask_wait_s = 0.0
             limit = self.stale_limit()
             first = self.round is None
-            if self.inner.model_ready() and self.error is None and \
-                    (first or self._tells - self._round_tells > limit) and self._trials_are_short(first):
-                # trials shorter than a round: wait for the first round (the switch from the design
-                # to the model, once), or for a fresher one when more than `limit` results arrived
-                # since the round's fit, rather than hand out design points or a stale fit; tens of
-                # milliseconds, and with such trials the groups are idle most of the time anyway
-                t0 = time.perf_counter()
-                self._start()
-                self._go.set()
-                self._wake.notify_all()
-                self._wake.wait_for(lambda: (self.round is not None and self._tells - self._round_tells <= limit)
-                                    or self.error is not None or self._stop, timeout=FIRST_ROUND_WAIT_S)
-                waited = time.perf_counter() - t0
-                self._waited += waited
-                self.ask_wait_s = waited
-                if first:
-                    self.first_wait_s = waited
-                else:
-                    self.waits += 1
-                    self.wait_s += waited
-            elif self.round is not None and self.error is None and self._tells > self._round_tells and \
-                    self._fresh_affordable():
-                # long trials: wait for a round that knows every result so far (this group's own
-                # included), as long as such waits cost the groups under FRESH_SHARE of their time
-                t0 = time.perf_counter()
-                target = self._tells
-                self._go.set()
-                self._wake.notify_all()
-                self._wake.wait_for(lambda: self._round_tells >= target or self.error is not None or self._stop,
-                                    timeout=FRESH_TIMEOUT_ROUNDS * self.round_s)
-                waited = time.perf_counter() - t0
-                self._waited += waited
-                self.ask_wait_s = waited
-                self.fresh_waits += 1
-                self.fresh_wait_s += waited
-                self.fresh_missed += self._round_tells < target
-            if self.round is not None:
-                polish_s = self._polish_s()
-                if polish_s and self.results_waiting is not None and self.results_waiting():
-                    polish_s = 0.0
-                    self.unpolished_in_bursts += 1
-                before = self.round.polished
-                params = self.round.hand_out(self._keys, polish_s=polish_s)
-                self.polished += self.round.polished - before
-            if params is not None:
-                self.counts["model"] += 1
-                self.behind.append(self._tells - self._round_tells)
-            else:
-                if self.error is not None and not self._warned:
-                    self._warned = True
-                    log.warning("the suggestion thread stopped (%s: %s); handing out design points from now on",
-                                type(self.error).__name__, self.error)
-                # before the first round is ready the design goes on; later, a design point stands
-                # in for a round that ran out of candidates or a stopped thread
-                source = "fallback" if self.inner.model_ready() and self.round is not None else "design"
-                self.counts[source] += 1
-                params = self.inner.design_point()
+            if self._round_wait_due(first, limit):
+                self._wait_for_round(first, limit)
+            elif self._fresh_wait_due():
+                self._wait_for_fresh_round()
+            params = self._from_round() if self.round is not None else None
+            if params is None:
+                params = self._from_design()
             self._note_running(trial, params)
-            self._asked[trial] = (time.perf_counter(), self._waited)
+            self._asked[trial] = (self._clock(), self._waited)
             self._wake.notify()
         self._start()
         return params
-
-    def _trials_are_short(self, first: bool) -> bool:
-        """Whether a group finishes a trial faster than a round is prepared (the median time from
-        a hand-out to its result, less the time hand-outs waited for rounds meanwhile, against the
-        last round's time, or FIRST_ROUND_GUESS_S before the
-        first): then waiting for a round costs little, and handing out without one wastes trials.
-        With longer trials a group never waits: the design goes on until the first round is ready,
-        and a round behind by many results is still corrected exactly by each of them."""
-        t = self._median_turnaround()
-        return t is None or t < (FIRST_ROUND_GUESS_S if first or not self.round_s else self.round_s)
 
     def tell(self, trial: int, params: dict[str, Any], loss: float | None) -> None:
         with self._lock:
             asked = self._asked.pop(trial, None)
             if asked is not None:
-                self._turnaround.append(max(0.0, time.perf_counter() - asked[0] - (self._waited - asked[1])))
-                del self._turnaround[:-TURNAROUND_KEEP]
+                self._turnaround.append(max(0.0, self._clock() - asked[0] - (self._waited - asked[1])))
+                del self._turnaround[:-self.policy.turnaround_keep]
             self.inner.tell(trial, params, loss)
             self._keys.add(tuple(encode(self.space, params)))
             self._told.append((dict(params), loss))
@@ -206,94 +185,23 @@ class Prefetching(Searcher):
 
     def add_pending(self, trial: int, params: dict[str, Any]) -> None:
         with self._lock:
-            self._asked[trial] = (time.perf_counter(), self._waited)
+            self._asked[trial] = (self._clock(), self._waited)
             self.inner.add_pending(trial, params)
             self._note_running(trial, params)
 
     def prefers_fresh(self) -> bool:
-        """Whether the next hand-out would wait for a round with the latest result (the
-        coordinator then takes in every result already waiting first: one round for a burst)."""
         return self.round is not None and self.error is None and self._fresh_affordable()
 
-    def _fresh_affordable(self) -> bool:
-        """Whether a hand-out may wait for a round that includes the latest result: when one
-        round per result costs the groups under FRESH_SHARE of their time (groups x round time
-        against the median trial; trials of minutes). A round prepared before the latest result
-        came in, brought up to date and polished again at hand-out, is good but not quite as good
-        as a fresh one (Hartmann-6, 8 groups, 40 trials, seeds 0-499: median best -3.045 against
-        -3.064; see docs/benchmarks.md). Off unless MPIOPT_FRESH_SHARE is set."""
-        t = self._median_turnaround()
-        return FRESH_SHARE > 0 and t is not None and self.round_s > 0 and \
-            self.groups * self.round_s <= FRESH_SHARE * t
-
-    def _polish_s(self) -> float:
-        """How long a hand-out may polish its pick under the posterior that knows every result
-        (`Round.hand_out`): up to HANDOUT_POLISH_S, when that for every group costs them under
-        POLISH_SHARE of a trial (8 groups: trials from 0.8 s); never in bursts of short trials,
-        where 63 groups x 2 ms (the budget then) kept the last of them waiting (bench/coordinator.py). And
-        (in `ask`) not while more results are already waiting: with trials of equal length the
-        first waves end together, and 8 groups of 4 ranks at 2 s, on 2 cores, had hand-outs of
-        3-4 ms at the median and dispatch p99 of 8.6-10.5 ms in six runs, all in those waves."""
-        from ._bayesian import HANDOUT_POLISH_S
-
-        t = self._median_turnaround()
-        ok = t is not None and self.groups * HANDOUT_POLISH_S <= POLISH_SHARE * t
-        return HANDOUT_POLISH_S if ok else 0.0
-
-    def stale_limit(self) -> int:
-        """The most results a hand-out's round may be behind, when trials are shorter than a round
-        (longer trials never wait): one per group (at least 4), but never more than a tenth of
-        the results so far (at least 1), and only 1 when a group finishes several trials while
-        one round is prepared (trials of milliseconds: the model, not the groups, is what limits
-        such a search). The tenth: a round's kernel is fitted on the data of its snapshot, and a
-        fit on 10 results is a poor guide at 15 (the README's Branin toy, 4 groups, whose
-        trials come back in 5-9 ms against rounds of 10-25 ms, ran on rounds up to 5 results
-        behind and ended above 0.7 in about 1 run in 9; see docs/benchmarks.md)."""
-        t = self._median_turnaround()
-        if t is not None and self.round_s and t * VERY_SHORT < self.round_s:
-            return 1
-        return max(1, min(max(self.groups, 4), len(self.observed) // 10))
-
-    def _median_turnaround(self) -> float | None:
-        return sorted(self._turnaround)[len(self._turnaround) // 2] if self._turnaround else None
-
-    def _note_running(self, trial: int, params: dict[str, Any]) -> None:
-        self.inner.pending[trial] = params
-        self._keys.add(tuple(encode(self.space, params)))
-        self._handed.append(params)
-        if self.round is not None:
-            self.round.add_pending(params)
-
-    def _suggest(self) -> dict[str, Any]:  # not used: ask() is overridden
-        return self.inner._suggest()
+    def watch_backlog(self, results_waiting: Callable[[], bool]) -> None:
+        """While `results_waiting()`, hand-outs skip their polish: with trials of equal length the
+        groups finish together, and each polish would keep the rest of the burst waiting."""
+        self._results_waiting = results_waiting
 
     def pause(self, busy: bool) -> None:
         if busy:
             self._go.clear()
         else:
             self._go.set()
-
-    def _checkpoint(self) -> None:
-        """Called by the surrogate between steps of a round: wait while the coordinator is busy.
-
-        The dispatch loop and this thread share one interpreter lock; a result burst (many groups
-        finishing together) is handed out fastest with this thread parked; at most PARK_MAX_S at a
-        time, so that a coordinator that is never idle (trials of milliseconds) still gets rounds.
-        The first round is never parked: until it is ready the groups get design points.
-
-        And every YIELD_EVERY_S of work it sleeps YIELD_S, whatever the coordinator does: numpy
-        releases and retakes the interpreter lock inside its calls, microseconds apart, and each
-        retake resets the dispatch loop's claim to it (CPython hands the lock over on request only
-        when no other thread took it within the switch interval), so a result that arrived while
-        a round polished its picks could wait for the loop to run at all (bench/dispatch_gil.py,
-        126 results and 63 running trials: the loop's wake-ups late by 6-8 ms at p99 and 11 ms at
-        most without these sleeps, 1 ms and 3-4 ms with them; rounds no slower beyond noise)."""
-        now = time.perf_counter()
-        if now - self._yielded > YIELD_EVERY_S:
-            time.sleep(YIELD_S)
-            self._yielded = time.perf_counter()
-        if not self._go.is_set() and not self._stop and self.round is not None:
-            self._go.wait(PARK_MAX_S)
 
     def close(self) -> None:
         self._go.set()
@@ -303,7 +211,158 @@ class Prefetching(Searcher):
         if self._thread is not None:
             self._thread.join(timeout=30)
 
+    def report(self) -> str:
+        behind = (f"; results newer than the round's fit p50 {statistics.median_high(self.behind)}, "
+                  f"max {max(self.behind)}") if self.behind else ""
+        fresh = (f"{self.fresh_waits} waits for a round with the latest result ({self.fresh_wait_s * 1000:.0f} ms, "
+                 f"{self.fresh_missed} timed out), ") if self.fresh_waits else ""
+        return (f"suggestions: {self.counts['model']} from the surrogate ({self.rounds} rounds, {self.fits} refits, "
+                f"first round waited for {self.first_wait_s * 1000:.0f} ms, {self.waits} waits for a fresher "
+                f"round ({self.wait_s * 1000:.0f} ms), {fresh}{self.polished} polished at hand-out "
+                f"({self.unpolished_in_bursts} not, in bursts), last round {self.round_s * 1000:.0f} ms"
+                f"{behind}), {self.counts['design']} from the initial design, "
+                f"{self.counts['fallback']} fallback design points")
+
+    def _suggest(self) -> dict[str, Any]:  # required by Searcher; ask() is overridden and never calls it
+        return self.inner.suggest_batch(1, defer_fit=True, checkpoint=self._checkpoint)[0]
+
+    # -- the steps of a hand-out (under the lock) ----------------------------------------------
+    def _round_wait_due(self, first: bool, limit: int) -> bool:
+        """Trials shorter than a round: wait for the first round (the switch from the design to
+        the model, once), or for a fresher one when more than `limit` results arrived since the
+        round's fit, rather than hand out design points or a stale fit."""
+        return (self.inner.model_ready() and self.error is None
+                and (first or self._tells - self._round_tells > limit) and self._trials_are_short(first))
+
+    def _wait_for_round(self, first: bool, limit: int) -> None:
+        t0 = self._clock()
+        self._start()
+        self._go.set()
+        self._wake.notify_all()
+        self._wake.wait_for(lambda: (self.round is not None and self._tells - self._round_tells <= limit)
+                            or self.error is not None or self._stop, timeout=self.policy.round_wait_s)
+        waited = self._note_wait(t0)
+        if first:
+            self.first_wait_s = waited
+        else:
+            self.waits += 1
+            self.wait_s += waited
+
+    def _fresh_wait_due(self) -> bool:
+        """Long trials, on request: wait for a round that knows every result so far (the asking
+        group's own included), when such waits are affordable (`_fresh_affordable`)."""
+        return (self.round is not None and self.error is None and self._tells > self._round_tells
+                and self._fresh_affordable())
+
+    def _wait_for_fresh_round(self) -> None:
+        t0 = self._clock()
+        target = self._tells
+        self._go.set()
+        self._wake.notify_all()
+        self._wake.wait_for(lambda: self._round_tells >= target or self.error is not None or self._stop,
+                            timeout=self.policy.fresh_timeout_rounds * self.round_s)
+        waited = self._note_wait(t0)
+        self.fresh_waits += 1
+        self.fresh_wait_s += waited
+        self.fresh_missed += self._round_tells < target
+
+    def _note_wait(self, t0: float) -> float:
+        """Record a wait that began at `t0`, for the coordinator and for the trial lengths."""
+        waited = self._clock() - t0
+        self._waited += waited
+        self.ask_wait_s = waited
+        return waited
+
+    def _from_round(self) -> dict[str, Any] | None:
+        """The current round's next suggestion (None: it has no candidate left). Its pick is
+        polished only where that is affordable (`_polish_s`) and no burst of results is waiting."""
+        polish_s = self._polish_s()
+        if polish_s and self._results_waiting is not None and self._results_waiting():
+            polish_s = 0.0
+            self.unpolished_in_bursts += 1
+        before = self.round.polished
+        params = self.round.hand_out(self._keys, polish_s=polish_s)
+        self.polished += self.round.polished - before
+        if params is not None:
+            self.counts["model"] += 1
+            self.behind.append(self._tells - self._round_tells)
+        return params
+
+    def _from_design(self) -> dict[str, Any]:
+        """The next design point: before the first round is ready the design goes on; later, it
+        stands in for a round that ran out of candidates or a stopped thread."""
+        if self.error is not None and not self._warned:
+            self._warned = True
+            log.warning("the suggestion thread stopped (%s: %s); handing out design points from now on",
+                        type(self.error).__name__, self.error)
+        source = "fallback" if self.inner.model_ready() and self.round is not None else "design"
+        self.counts[source] += 1
+        return self.inner.design_point()
+
+    def _note_running(self, trial: int, params: dict[str, Any]) -> None:
+        self.inner.pending[trial] = params
+        self._keys.add(tuple(encode(self.space, params)))
+        self._handed.append(params)
+        if self.round is not None:
+            self.round.add_pending(params)
+
+    # -- the rules -----------------------------------------------------------------------------
+    def _trials_are_short(self, first: bool) -> bool:
+        """Whether a group finishes a trial faster than a round is prepared (the last round's
+        time, or `first_round_guess_s` before one was timed). Then waiting for a round costs
+        little, and handing out without one wastes trials; with longer trials a round behind by
+        many results is still corrected exactly by each of them."""
+        t = self._median_turnaround()
+        return t is None or t < (self.policy.first_round_guess_s if first or not self.round_s else self.round_s)
+
+    def _fresh_affordable(self) -> bool:
+        """Whether a hand-out may wait for a round that includes the latest result: when one round
+        per result costs the groups under `fresh_share` of their time (groups x round time against
+        a trial). A round brought up to date at hand-out is good, a fresh one a little better."""
+        t = self._median_turnaround()
+        share = self.policy.fresh_share
+        return share > 0 and t is not None and self.round_s > 0 and self.groups * self.round_s <= share * t
+
+    def _polish_s(self) -> float:
+        """How long a hand-out may polish its pick: `handout_polish_s`, when that for every group
+        costs them under `polish_share` of a trial (a burst of results waits for every polish)."""
+        t = self._median_turnaround()
+        p = self.policy
+        ok = t is not None and self.groups * p.handout_polish_s <= p.polish_share * t
+        return p.handout_polish_s if ok else 0.0
+
+    def stale_limit(self) -> int:
+        """The most results a hand-out's round may be behind when trials are shorter than a round
+        (longer trials never wait): one per group (at least 4), but never more than a tenth of the
+        results so far (at least 1), since a kernel fitted on 10 results is a poor guide at 15; and
+        only 1 when trials are `very_short`, since then the model, not the groups, limits the search."""
+        t = self._median_turnaround()
+        if t is not None and self.round_s and t * self.policy.very_short < self.round_s:
+            return 1
+        return max(1, min(max(self.groups, 4), len(self.observed) // 10))
+
+    def _median_turnaround(self) -> float | None:
+        return statistics.median_high(self._turnaround) if self._turnaround else None
+
     # -- the background thread -------------------------------------------------------------
+    def _checkpoint(self) -> None:
+        """Called by the surrogate between steps of a round: let the dispatch loop in.
+
+        While the coordinator is busy (a burst of results is handed out fastest with this thread
+        out of the way) it parks, at most `park_max_s` at a time; the first round is never
+        parked, since until it is ready the groups get design points. And every `yield_every_s`
+        of work it sleeps `yield_s` whatever the coordinator does: numpy releases and retakes the
+        interpreter lock inside its calls, microseconds apart, and each retake resets the
+        dispatch loop's claim to it (CPython hands the lock over on request only when no other
+        thread took it within the switch interval).
+        """
+        p = self.policy
+        if self._clock() - self._yielded > p.yield_every_s:
+            self._sleep(p.yield_s)
+            self._yielded = self._clock()
+        if not self._go.is_set() and not self._stop and self.round is not None:
+            self._go.wait(p.park_max_s)
+
     def _start(self) -> None:
         if self._thread is None and self.inner.model_ready():
             # a short switch interval: the dispatch loop gets the interpreter back within 0.1 ms
@@ -312,14 +371,6 @@ class Prefetching(Searcher):
             self._thread = threading.Thread(target=self._run, name="mpiopt-suggestions", daemon=True)
             self._thread.start()
 
-    def _snapshot(self):
-        clone = copy.copy(self.inner)
-        clone.observed = dict(self.inner.observed)
-        clone.pending = dict(self.inner.pending)
-        clone.gains = self.inner.gains.copy()
-        clone._rng = np.random.RandomState([self.inner.seed, self.rounds])  # the main thread keeps its own
-        return clone
-
     def _run(self) -> None:
         try:
             self._loop()
@@ -327,80 +378,83 @@ class Prefetching(Searcher):
             self.error = exc
 
     def _loop(self) -> None:
+        """Prepare a round whenever a result arrived since the last one; refit the kernel after."""
+        while self._await_news():
+            self._checkpoint()
+            job = self._begin_round()
+            if job is None:
+                return
+            clone, tells, defer_fit = job
+            t0 = self._clock()
+            # slow: outside the lock (the first round, which a group may wait for, polishes little)
+            new = clone.prepare_round(polish=min(2 * self.groups, 12) if self.round is not None else 2,
+                                      defer_fit=defer_fit, deadline=t0 + self.policy.polish_budget_s,
+                                      checkpoint=self._checkpoint)
+            round_s = self._clock() - t0
+            seen = self._catch_up(new, tells)
+            refit = self._install(new, clone, tells, round_s, seen)
+            if refit is not None:
+                self._refit(refit)
+
+    def _await_news(self) -> bool:
+        """Wait until a result arrived since the current round (or there is none yet); False: stop."""
+        with self._lock:
+            while not self._stop and self._tells == self._round_tells and self.round is not None:
+                self._wake.wait()
+            return not self._stop
+
+    def _begin_round(self) -> tuple[BayesianSearch, int, bool] | None:
+        """The snapshot a round is prepared on, how many results it includes, and whether it keeps
+        the last kernel fit (`defer_fit`); None when stopping."""
+        with self._lock:
+            if self._stop:
+                return None
+            clone = self.inner.snapshot(self.rounds)
+            self._handed = []
+            # hand-outs wait for rounds here, and with so few results a fit takes milliseconds: fit
+            # the kernel on this round's own data rather than after it
+            fit_now = (self.round is not None and clone.refit_due() and self._trials_are_short(first=False)
+                       and self.stale_limit() < max(self.groups, 4))
+            return clone, self._tells, not fit_now
+
+    def _catch_up(self, new: Round, tells: int) -> tuple[int, int]:
+        """Take into the new round, outside the lock, the trials handed out and the results told
+        while it was prepared, as long as more than `catch_up_in_lock` are left; returns how far
+        it got in `_handed` and `_told` (`_install` takes in the rest, under the lock)."""
+        handed_i, told_i = 0, tells
         while True:
             with self._lock:
-                while not self._stop and self._tells == self._round_tells and self.round is not None:
-                    self._wake.wait()
-                if self._stop:
-                    return
-            self._checkpoint()
-            with self._lock:
-                if self._stop:
-                    return
-                clone = self._snapshot()
-                tells = self._tells
-                self._handed = []
-                if self.round is not None and clone.refit_due() and self._trials_are_short(first=False) \
-                        and self.stale_limit() < max(self.groups, 4):
-                    # hand-outs wait for rounds here, and with so few results a fit takes milliseconds:
-                    # fit the kernel on this round's own data rather than after it
-                    clone.defer_fit = False
-            t0 = time.perf_counter()
-            clone.polish_deadline = t0 + POLISH_BUDGET_S
-            # slow: outside the lock (the first round, which a group waits for, polishes little)
-            new = clone.prepare_round(polish=min(2 * self.groups, 12) if self.round is not None else 2)
-            round_s = time.perf_counter() - t0
-            # the trials handed out while this round was prepared join it as fantasies, and the
-            # results that came in meanwhile correct it: outside the lock while there are more than
-            # a few (each costs O(n^2 + n C); 63 design points handed out during the first round
-            # held the dispatch loop 13 ms when this was done under the lock), the rest under it
-            handed_i, told_i = 0, tells
-            while True:
-                with self._lock:
-                    handed, told = self._handed[handed_i:], self._told[told_i:]
-                    if len(handed) + len(told) > CATCH_UP_IN_LOCK and not self._stop:
-                        handed_i, told_i = handed_i + len(handed), told_i + len(told)
-                    else:
-                        break
-                for params in handed:
-                    self._checkpoint()
-                    new.add_pending(params)
-                for params, loss in told:
-                    new.learn(params, loss)
-            with self._lock:
                 handed, told = self._handed[handed_i:], self._told[told_i:]
-                self.rounds += 1
-                self.round_s = round_s
-                self.inner.hyper = clone.hyper
-                self.inner.fitted_on = clone.fitted_on
-                self.inner.gains = clone.gains
-                self.inner._proposals = clone._proposals
-                for params in handed:
-                    new.add_pending(params)
-                for params, loss in told:
-                    new.learn(params, loss)
-                self.round = new
-                self._round_tells = tells
-                self._wake.notify_all()
-                refit = self.inner.refit_due() and not self._stop
-                if refit:
-                    clone = self._snapshot()
-            if refit:  # the current round serves meanwhile: now there is time to refit the kernel
-                clone.refit()
-                with self._lock:
-                    self.inner.hyper = clone.hyper
-                    self.inner.fitted_on = clone.fitted_on
-                    self.fits += 1
+                if len(handed) + len(told) <= self.policy.catch_up_in_lock or self._stop:
+                    return handed_i, told_i
+                handed_i, told_i = handed_i + len(handed), told_i + len(told)
+            for params in handed:
+                self._checkpoint()
+                new.add_pending(params)
+            for params, loss in told:
+                new.learn(params, loss)
 
-    def report(self) -> str:
-        """One line about where the suggestions came from."""
-        st = sorted(self.behind)
-        stale = f"; results newer than the round's fit p50 {st[len(st) // 2]}, max {st[-1]}" if st else ""
-        fresh = (f"{self.fresh_waits} waits for a round with the latest result ({self.fresh_wait_s * 1000:.0f} ms, "
-                 f"{self.fresh_missed} timed out), ") if self.fresh_waits else ""
-        return (f"suggestions: {self.counts['model']} from the surrogate ({self.rounds} rounds, {self.fits} refits, "
-                f"first round waited for {self.first_wait_s * 1000:.0f} ms, {self.waits} waits for a fresher "
-                f"round ({self.wait_s * 1000:.0f} ms), {fresh}{self.polished} polished at hand-out "
-                f"({self.unpolished_in_bursts} not, in bursts), last round {self.round_s * 1000:.0f} ms"
-                f"{stale}), {self.counts['design']} from the initial design, "
-                f"{self.counts['fallback']} fallback design points")
+    def _install(self, new: Round, clone: BayesianSearch, tells: int, round_s: float,
+                 seen: tuple[int, int]) -> BayesianSearch | None:
+        """Make `new` the current round, up to date, and adopt the model fitted for it; returns
+        a snapshot to refit the kernel on when a refit is due."""
+        with self._lock:
+            handed, told = self._handed[seen[0]:], self._told[seen[1]:]
+            self.rounds += 1
+            self.round_s = round_s
+            self.inner.adopt_model(clone)
+            for params in handed:
+                new.add_pending(params)
+            for params, loss in told:
+                new.learn(params, loss)
+            self.round = new
+            self._round_tells = tells
+            self._wake.notify_all()
+            return self.inner.snapshot(self.rounds) if self.inner.refit_due() and not self._stop else None
+
+    def _refit(self, clone: BayesianSearch) -> None:
+        """The current round serves meanwhile: now there is time to refit the kernel."""
+        clone.refit(checkpoint=self._checkpoint)
+        with self._lock:
+            self.inner.adopt_model(clone)
+            self.fits += 1

@@ -1,6 +1,7 @@
 """Random search: independent draws from the priors, never repeating a known point."""
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -11,13 +12,40 @@ from ._base import Searcher
 _MAX_REDRAWS = 100
 
 
+class RandomDraw:
+    """Draws points from the priors, skipping known ones; one random stream, `rng`.
+
+    Shared by `RandomSearch` (every suggestion) and `BayesianSearch` (its fallback, and the
+    seeds of its tree surrogates): whoever owns it owns the stream.
+    """
+
+    def __init__(self, space: Space, rng: np.random.RandomState) -> None:
+        from skopt.space import Space as SkSpace
+
+        self.space = space
+        self.rng = rng
+        self._sk = SkSpace(to_skopt(space))
+
+    def with_rng(self, rng: np.random.RandomState) -> RandomDraw:
+        """The same draws on another stream (a copy of a searcher must not advance the original's)."""
+        twin = copy.copy(self)
+        twin.rng = rng
+        return twin
+
+    def draw(self, known: set[tuple]) -> dict[str, Any]:
+        """A random point whose encoding is not in `known` (if the space has one left)."""
+        for _ in range(_MAX_REDRAWS):
+            x = self._sk.rvs(n_samples=1, random_state=self.rng)[0]
+            params = self.space.from_list(x)
+            if tuple(encode(self.space, params)) not in known:
+                return params
+        return params  # a small discrete space is exhausted: repeating is the only choice
+
+
 class RandomSearch(Searcher):
     def __init__(self, space: Space, *, seed: int = 0) -> None:
         super().__init__(space, seed=seed)
-        from skopt.space import Space as SkSpace
-
-        self._sk = SkSpace(to_skopt(space))
-        self._rng = np.random.RandomState(seed)
+        self._random = RandomDraw(space, np.random.RandomState(seed))
         self._known: set[tuple] = set()  # every point asked, re-run or told (kept as it grows: O(1) an ask)
 
     def ask(self, trial: int) -> dict[str, Any]:
@@ -33,18 +61,5 @@ class RandomSearch(Searcher):
         super().add_pending(trial, params)
         self._known.add(tuple(encode(self.space, params)))
 
-    def _known_keys(self) -> set[tuple]:
-        return self._known
-
-    def draw(self) -> dict[str, Any]:
-        """A random point that is neither observed nor pending (if the space has one left)."""
-        known = self._known_keys()
-        for _ in range(_MAX_REDRAWS):
-            x = self._sk.rvs(n_samples=1, random_state=self._rng)[0]
-            params = self.space.from_list(x)
-            if tuple(encode(self.space, params)) not in known:
-                return params
-        return params  # a small discrete space is exhausted: repeating is the only choice
-
     def _suggest(self) -> dict[str, Any]:
-        return self.draw()
+        return self._random.draw(self._known)
