@@ -9,7 +9,7 @@ sleep, in two modes in the same run:
 
   ahead  mpiopt's default: suggestions computed in a background thread, handed out at once, and
          sent to a group shortly before its trial is expected to end where serving a burst of
-         results would keep groups waiting (see `Coordinator._lead`)
+         results would keep groups waiting (see `SendAhead.lead` in mpiopt/_send_ahead.py)
   sync   MPIOPT_PREFETCH=0 MPIOPT_SEND_AHEAD=0: tell and ask on every result, the group waiting
          (MPI Opt's way)
 
@@ -56,8 +56,8 @@ def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path) 
     obj = out.parent / "sleepy_hartmann6.py"
     if not obj.exists():
         obj.write_text((SPACE.parent / "sleepy_hartmann6.py").read_text())
-    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "mpiopt", "search", str(space), "--out", str(out / "run"),
-           "--trials", str(trials)]
+    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "mpiopt", "search", str(space),
+           "--out", str(out / "run"), "--trials", str(trials)]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
@@ -90,8 +90,10 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="keep the run directories under this folder (default: a temporary one)")
     args = ap.parse_args()
     print(f"Hartmann-6 behind a sleep, GP + gp_hedge; {os.cpu_count()} cores\n")
-    print("| ranks | groups | trials | trial s | mode | search s | utilization | sent ahead / after a result | dispatch p50 / p99 ms after a result | group wait p50 / p99 ms "
-          "| first wave ms | coordinator CPU s (% core) | model / fallback suggestions (results newer than the fit, p50) | waits for a round / last round ms | best |")
+    print("| ranks | groups | trials | trial s | mode | search s | utilization | sent ahead / after a result "
+          "| dispatch p50 / p99 ms after a result | group wait p50 / p99 ms | first wave ms "
+          "| coordinator CPU s (% core) | model / fallback suggestions (results newer than the fit, p50) "
+          "| waits for a round / last round ms | best |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         if args.keep:
@@ -106,10 +108,11 @@ def main() -> None:
                     r = run(ranks, size, sleep, trials, mode, out)
                     sugg = f"{r['model']} / {r['fallback']} ({r['stale']})" if r["model"] is not None else "on demand"
                     rounds = f"{r['waits']} / {r['round_ms']}" if r["model"] is not None else "-"
-                    print(f"| {ranks} | {groups} x {size} | {trials} | {sleep:g} | {mode} | {r['search']:.1f} | {r['utilization']:.3f} "
-                          f"| {r.get('sent_ahead', 0)} / {r.get('sent_after', 0)} "
-                          f"| {r.get('dispatch_p50_ms', float('nan')):.2f} / {r.get('dispatch_p99_ms', float('nan')):.2f} "
-                          f"| {r['wait_p50_ms']:.2f} / {r['wait_p99_ms']:.2f} | {r.get('first_wave_ms', float('nan')):.1f} "
+                    nan = float("nan")
+                    print(f"| {ranks} | {groups} x {size} | {trials} | {sleep:g} | {mode} | {r['search']:.1f} "
+                          f"| {r['utilization']:.3f} | {r.get('sent_ahead', 0)} / {r.get('sent_after', 0)} "
+                          f"| {r.get('dispatch_p50_ms', nan):.2f} / {r.get('dispatch_p99_ms', nan):.2f} "
+                          f"| {r['wait_p50_ms']:.2f} / {r['wait_p99_ms']:.2f} | {r.get('first_wave_ms', nan):.1f} "
                           f"| {r['cpu']:.1f} ({r['cpu_pct']}%) "
                           f"| {sugg} | {rounds} | {r['best']:.3f} |", flush=True)
 

@@ -1,8 +1,9 @@
-"""mpiopt's tuning environment variables, read in one place.
+"""The environment variables mpiopt reads, read in one place: its own settings (`SETTINGS`) and
+the MPI launcher's rank and size (`launcher_rank`, `launcher_size`).
 
-A bad value is the user's input being wrong: a `ConfigError` naming the variable, what it
-expected and what it got (the CLI checks them all before anything else, so every rank exits
-with code 2 and one line, before MPI starts). An empty value counts as unset, as in
+A bad value of a setting is the user's input being wrong: a `ConfigError` naming the variable,
+what it expected and what it got (the CLI checks them all before anything else, so every rank
+exits with code 2 and one line, before MPI starts). An empty value counts as unset, as in
 `MPIOPT_FRESH_SHARE= mpiexec ...`.
 """
 from __future__ import annotations
@@ -73,6 +74,7 @@ SETTINGS: dict[str, tuple] = {
     "MPIOPT_SPIN": (env_float, 0.0001, (), "how long (s) a waiting rank polls before it backs off"),
     "MPIOPT_COLLECTIVE_SPIN": (env_float, 0.02, (), "the same inside a group's collectives"),
     "MPIOPT_PROGRESS_S": (env_float, 60.0, (), "least seconds between a training trial's progress lines"),
+    "MPIOPT_TF_LOGS": (env_choice, "0", (("0", "1"),), "1: keep TensorFlow's start-up lines on stderr"),
 }
 
 
@@ -86,3 +88,28 @@ def check() -> None:
     """Read every variable once: raises ConfigError on the first bad one."""
     for name in SETTINGS:
         get(name)
+
+
+# The launcher's own variables (MPICH/Hydra, Open MPI, PMIx, Intel MPI), first found wins. They
+# are read before MPI starts, so they are not the user's input: one that is not a whole number is
+# passed over, never an error.
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MPI_LOCALRANKID")
+SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
+
+
+def _first_whole_number(names: tuple[str, ...], default: int) -> int:
+    for name in names:
+        raw = _raw(name)
+        if raw is not None and raw.isdigit():
+            return int(raw)
+    return default
+
+
+def launcher_rank() -> int:
+    """This process's world rank as its launcher set it; 0 when no launcher started it."""
+    return _first_whole_number(RANK_VARIABLES, 0)
+
+
+def launcher_size() -> int:
+    """The world size as the launcher set it; 1 when no launcher started this process."""
+    return _first_whole_number(SIZE_VARIABLES, 1)

@@ -27,12 +27,6 @@ class ConfigError(MpioptError):
         super().__init__(prefix + message)
 
 
-class FatalError(MpioptError):
-    """Something outside the user's input went wrong and the search must stop (exit code 1)."""
-
-    exit_code = 1
-
-
 class TrialFailed(MpioptError):
     """A trial could not produce a figure of merit (recorded as `failed`; the search goes on)."""
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, IO
+from typing import IO
+from collections.abc import Callable
 
 
 def atomic_write(path: Path, data: bytes | Callable[[IO[bytes]], None], *, durable: bool = True) -> None:

@@ -5,6 +5,8 @@ import logging
 import os
 import sys
 
+from . import _env
+
 _ROOT = "mpiopt"
 _FORMAT = "%(asctime)s mpiopt%(ranktag)s %(levelname)s: %(message)s"
 
@@ -22,17 +24,18 @@ class _RankFilter(logging.Filter):
 _filter = _RankFilter()
 
 
+class _Console(logging.StreamHandler):
+    """The stderr handler that `setup_logging` adds, at most once a process."""
+
+
 def setup_logging(level: int | str | None = None) -> None:
     """Send `mpiopt` log records to stderr, once per process."""
     root = logging.getLogger(_ROOT)
     if level is None:
-        from . import _env
-
         level = _env.get("MPIOPT_LOG_LEVEL")
     root.setLevel(level)
-    if not any(getattr(h, "_mpiopt", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler._mpiopt = True  # type: ignore[attr-defined]
+    if not any(isinstance(h, _Console) for h in root.handlers):
+        handler = _Console(sys.stderr)
         handler.setFormatter(logging.Formatter(_FORMAT, "%H:%M:%S"))
         handler.addFilter(_filter)
         handler.addFilter(_for_the_console)
@@ -43,12 +46,12 @@ def setup_logging(level: int | str | None = None) -> None:
 STATS = "mpiopt.stats"  # the coordinator's own figures: in the run's search.log, on stderr only at DEBUG
 
 
-FILE_ONLY = {"file_only": True}  # `extra=` of a line that is printed to the console already
+FILE_ONLY = "mpiopt.file_only"  # the logger of lines printed to the console already: in search.log only
 
 
 def _for_the_console(record: logging.LogRecord) -> bool:
     """Not a line printed already, nor the coordinator's own figures unless debugging."""
-    if getattr(record, "file_only", False):
+    if record.name == FILE_ONLY:
         return False
     return record.name != STATS or logging.getLogger(_ROOT).level <= logging.DEBUG
 
@@ -86,7 +89,7 @@ class quiet_tensorflow:
 
     def __enter__(self):
         self._saved = None
-        if os.environ.get("MPIOPT_TF_LOGS") == "1":
+        if _env.get("MPIOPT_TF_LOGS") == "1":
             return self
         import tempfile
 

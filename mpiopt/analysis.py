@@ -92,7 +92,7 @@ def timeline(df):
     done = df.dropna(subset=["start", "end", "group"])
     if done.empty:
         return pd.DataFrame(columns=["group", "trials", "busy_s", "utilization"]), {}
-    spans = sorted((s.timestamp(), e.timestamp()) for s, e in zip(done.start, done.end))
+    spans = sorted((s.timestamp(), e.timestamp()) for s, e in zip(done.start, done.end, strict=True))
     active, cur_s, cur_e = 0.0, spans[0][0], spans[0][1]
     for s, e in spans[1:]:
         if s > cur_e:

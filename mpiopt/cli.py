@@ -1,56 +1,43 @@
-"""The `mpiopt` command line (SPEC §3).
+"""The `mpiopt` command line (SPEC §3): its arguments, `main`, and the commands.
 
 Exit codes: 0 the command did its work (failed trials included); 2 the input is wrong; 1 anything
 else. A wrong input is one line on stderr, printed by rank 0 only, and every rank exits.
+`search` and `train` run on every rank of the MPI job (started by `mpiopt.launch`); `check` and
+`results` run in this process only.
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import os
-import shutil
-import signal
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from . import __version__, _env
-from ._errors import ConfigError, MpioptError
+from . import _results_view as view
+from ._errors import ConfigError
 from ._log import FILE_ONLY, STATS, log_to_file, set_rank_tag, setup_logging, stop_logging_to
+from .launch import (END_GRACE_S, abort_job, agree_or_raise, env_size, mpi_main, prepare_threads, relaunch,
+                     say_error, warn_once)
+from .space import Categorical
+from .trial import TrialResult, TrialStatus
 
 log = logging.getLogger("mpiopt.cli")
-ABORT_GRACE_S = 1.0  # how long a failing rank lets its last words reach mpiexec before MPI_Abort
 
 
-# -- ranks, before MPI is initialised ----------------------------------------------------------
-def env_rank() -> int:
-    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MPI_LOCALRANKID"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return 0
-
-
-def env_size() -> int:
-    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return 1
-
-
-def _say(message: str) -> None:
-    """One line on stderr, from rank 0 only."""
-    if env_rank() == 0:
-        print(f"mpiopt: error: {message}", file=sys.stderr, flush=True)
-
-
+# -- arguments ---------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, rank 0 only
         raise ConfigError(f"{message} (see `{self.prog} --help`)")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command. Each command declares the options that `main` and `_load` read
+    of any command (trials, seed, np, top, trace): those it has no flag for are set by set_defaults."""
     p = _Parser(prog="mpiopt", description="Hyperparameter search and distributed Keras training on MPI.")
     p.add_argument("--version", action="version", version=f"mpiopt {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -62,10 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, metavar="S", help="override search.seed")
     s.add_argument("--np", type=int, metavar="N", help="launch N ranks with this environment's mpiexec")
     s.add_argument("--trace", action="store_true", help="write a Chrome trace of each trial's ranks")
+    s.set_defaults(top=None)
     c = sub.add_parser("check", help="validate a search space and print the plan; run nothing")
     c.add_argument("space", metavar="SPACE.yaml")
     c.add_argument("--np", type=int, metavar="N", help="plan for N ranks (default: this job's size)")
     c.add_argument("--out", metavar="DIR")
+    c.set_defaults(trials=None, seed=None, top=None, trace=False)
     t = sub.add_parser("train", help="train one model with given values on all ranks")
     t.add_argument("space", metavar="SPACE.yaml")
     t.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="sets")
@@ -75,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where history.csv goes (default runs/<name>/train, or DIR/train-trial-N with --trial)")
     t.add_argument("--np", type=int, metavar="N", help="launch N ranks with this environment's mpiexec")
     t.add_argument("--trace", action="store_true", help="write a Chrome trace (trace.json) of every rank")
+    t.set_defaults(trials=None, seed=None, top=None)
     r = sub.add_parser("results", help="print the best trials of a run directory")
     r.add_argument("dir", metavar="DIR")
     r.add_argument("--top", type=int, default=10, metavar="K")
@@ -82,42 +72,50 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--best", action="store_true",
                    help="the best trial only; with --format yaml, its parameters and training settings")
     r.add_argument("--timeline", action="store_true", help="group utilization and dispatch latency")
+    r.set_defaults(trials=None, seed=None, np=None, trace=False)
     return p
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """What argparse does not check: a command was given, and the numbers are in range."""
+    if args.command is None:
+        raise ConfigError("missing COMMAND: one of search, check, train, results (see `mpiopt --help`)")
+    for flag, value in (("trials", args.trials), ("np", args.np), ("top", args.top)):
+        if value is not None and value < 1:
+            raise ConfigError(f"--{flag}: expected a positive integer, got {value}")
+    if args.seed is not None and args.seed < 0:
+        raise ConfigError(f"--seed: expected an integer >= 0, got {args.seed}")
+
+
+# -- main --------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
         _env.check()
-        if args.command is None:
-            raise ConfigError("missing COMMAND: one of search, check, train, results (see `mpiopt --help`)")
-        for name in ("trials", "np", "top"):
-            value = getattr(args, name, None)
-            if value is not None and value < 1:
-                raise ConfigError(f"--{name}: expected a positive integer, got {value}")
-        if getattr(args, "seed", None) is not None and args.seed < 0:
-            raise ConfigError(f"--seed: expected an integer >= 0, got {args.seed}")
+        _check_args(args)
         setup_logging()
         job = _prepare_job(args) if args.command in ("search", "train") else None
-        if getattr(args, "np", None) and args.command in ("search", "train"):
-            return _relaunch(argv, args.np)
+        if args.np and args.command in ("search", "train"):
+            return relaunch(argv, args.np)
     except ConfigError as exc:
-        _say(str(exc))
+        say_error(str(exc))
         return 2
     if args.command == "results":
         return _guard(lambda: cmd_results(args))
     if args.command == "check":
         return _guard(lambda: cmd_check(args))
-    _prepare_threads()
-    return _mpi_main(args, job)
+    prepare_threads()
+    command = _search if args.command == "search" else _train
+    return mpi_main(job.cfg, lambda comm, placement: command(args, job, comm, placement),
+                    coordinator=args.command == "search")
 
 
 def _guard(fn) -> int:
     try:
         return fn()
     except ConfigError as exc:
-        _say(str(exc))
+        say_error(str(exc))
         return 2
     except BrokenPipeError:  # `mpiopt results DIR | head`
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -125,54 +123,16 @@ def _guard(fn) -> int:
         return 0
 
 
-def _relaunch(argv: list[str], n: int) -> int:
-    """`--np N`: run this same command under mpiexec with N ranks."""
-    if env_size() > 1:
-        raise ConfigError("--np: already running under mpiexec; give the rank count to mpiexec only")
-    here = Path(sys.executable).parent / "mpiexec"
-    mpiexec = str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
-    if mpiexec is None:
-        raise ConfigError("--np: no mpiexec found (pip install mpich, or put an MPI's mpiexec on PATH)")
-    rest: list[str] = []
-    skip = False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a == "--np":
-            skip = True
-            continue
-        if a.startswith("--np="):
-            continue
-        rest.append(a)
-    cmd = [mpiexec, "-n", str(n), sys.executable, "-m", "mpiopt", *rest]
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(mpiexec, cmd)
-    return 1  # not reached
-
-
-def _prepare_threads() -> None:
-    """Several ranks on a node: one intra-op and one inter-op thread each, or they fight for cores."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # the CUDA probe on CPU nodes is noise
-    if env_size() > 1:
-        threads = str(_env.get("MPIOPT_THREADS"))
-        for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
-            os.environ.setdefault(var, threads)
-
-
 def _load(path: str, args) -> Any:
     from .config import load_config
 
     cfg = load_config(path)
-    if getattr(args, "trace", False):
-        from dataclasses import replace
-
+    if args.trace:
         cfg = replace(cfg, training={**cfg.training, "trace": True})
     changes = {}
-    if getattr(args, "trials", None) is not None:
+    if args.trials is not None:
         changes["trials"] = args.trials
-    if getattr(args, "seed", None) is not None:
+    if args.seed is not None:
         changes["seed"] = args.seed
     return cfg.with_search(**changes) if changes else cfg
 
@@ -189,8 +149,8 @@ class _Job:
 def _prepare_job(args) -> _Job:
     """Read the configuration and refuse a bad output folder before MPI and TensorFlow start.
 
-    Every rank reads the same files, so each reaches the same verdict on its own and a refusal
-    takes a second instead of the time every rank needs to start and import TensorFlow."""
+    Every rank reads the same files, so each reaches the same verdict on its own, and a refusal
+    comes before the slow start of MPI and TensorFlow on every rank."""
     cfg = _load(args.space, args)
     if args.command == "train":
         base, out = cfg.space.middle(), Path("runs") / cfg.name / "train"
@@ -211,134 +171,24 @@ def _prepare_job(args) -> _Job:
 
 
 def _config_text(cfg) -> str:
+    """The resolved configuration as the run directory's config.yaml holds it; a --resume must
+    find the same `parameters` and `objective` there."""
     import yaml
 
     return yaml.safe_dump(cfg.resolved(), sort_keys=False)
 
 
-TRAIN_OUTPUTS = ("history.csv", "best.weights.h5")
-
-
-def _refuse_a_finished_training(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise ConfigError("exists and is not a directory", source=str(out))
-    kept = [name for name in TRAIN_OUTPUTS if (out / name).exists()]
-    if kept:
-        raise ConfigError(f"already holds a training run ({', '.join(kept)}); choose another --out or remove them",
-                          source=str(out))
-
-
-def _mpi_main(args, job: _Job) -> int:
-    """search and train: every rank runs this."""
+# -- search ------------------------------------------------------------------------------------
+def _search(args, job: _Job, comm, placement: str | None = None) -> int:
+    """Every rank of a search: world rank 0 coordinates, the others serve in their group."""
     from . import transport
 
-    try:
-        comm = transport.world()
-    except Exception as exc:  # no MPI library at all
-        _say(f"cannot initialise MPI: {exc}")
-        return 1
-    rank, size = comm.Get_rank(), comm.Get_size()
-    if size > 1:
-        log.debug("waits: %s", transport.configure_waits(comm))
-
-    def _terminate(signum, frame):  # a batch system's SIGTERM: stop as cleanly as Ctrl-C
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _terminate)
-    try:
-        placement = _place_devices(comm, job.cfg, coordinator=0 if args.command == "search" and size > 1 else None)
-        if args.command == "search":
-            return _search(args, job, comm, rank, size, placement)
-        return _train(args, job, comm, rank, size, placement)
-    except ConfigError as exc:  # raised on every rank alike (agreed before)
-        if rank == 0:
-            print(f"mpiopt: error: {exc}", file=sys.stderr, flush=True)
-        return 2
-    except KeyboardInterrupt:
-        if rank == 0:
-            print("mpiopt: interrupted; the journal is intact: continue with --resume", file=sys.stderr, flush=True)
-        return 130
-    except Exception as exc:  # a bug, a full disk, a lost file: never leave the other ranks blocked
-        log.debug("traceback of the internal error", exc_info=True)
-        import traceback
-
-        tb = traceback.extract_tb(exc.__traceback__)
-        where = f" ({tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
-        print(f"mpiopt: internal error on world rank {rank}{where}: {type(exc).__name__}: {exc}; stopping the "
-              "whole job (finished trials are in the journal: fix the cause, then --resume; "
-              "MPIOPT_LOG_LEVEL=DEBUG shows the traceback)", file=sys.stderr, flush=True)
-        logging.shutdown()
-        if size > 1:
-            # mpiexec's I/O forwarder may still hold the line above in its pipe: an immediate
-            # Abort can make hydra drop it (seen once in CI under load), leaving the user with
-            # no reason for the failure. A pause costs nothing in a job that is ending anyway.
-            time.sleep(ABORT_GRACE_S)
-            comm.Abort(1)
-        return 1
-
-
-def _place_devices(comm, cfg, *, coordinator: int | None) -> str | None:
-    """Give this rank its GPU before TensorFlow starts (SPEC §2, GPUs); the job's plan on rank 0.
-
-    The ranks of each node are dealt its GPUs; a bad device list or more ranks than places on a
-    node is a ConfigError on every rank. Returns, on world rank 0, one line per node."""
-    from . import devices, transport
-
-    rank, size = comm.Get_rank(), comm.Get_size()
-    plan, found, error = None, (), None
-    try:
-        found = devices.node_devices()
-    except ConfigError as exc:
-        error = exc
-    seen = transport.share_with_node(comm, found) if size > 1 else {rank: found}
-    first = next(iter(seen))
-    if error is None:
-        try:
-            plan = devices.plan_node(seen, cfg.training["ranks_per_gpu"], coordinator=coordinator,
-                                     node=f"the node of world rank {first}" if size > 1 else "this machine",
-                                     source=cfg.source or str(cfg.path))
-        except ConfigError as exc:
-            error = exc
-    _agree_or_raise(comm, error)
-    devices.narrow(plan.assigned[rank], shared=plan.shares_devices(), devices=found)
-    lines = transport.gather_text(comm, plan.describe() if rank == first else None) if size > 1 \
-        else [plan.describe()]
-    return "; ".join(line for line in lines if line) if rank == 0 else None
-
-
-def _agree_or_raise(comm, error: ConfigError | None) -> None:
-    from .transport import agree
-
-    message = agree(comm, str(error) if error else None) if comm.Get_size() > 1 else (str(error) if error else None)
-    if message:
-        raise ConfigError(message)
-
-
-def _search(args, job: _Job, comm, rank: int, size: int, placement: str | None = None) -> int:
-    from . import transport
-    from .journal import RunDir
-
-    cfg, out = job.cfg, job.out
+    cfg, rank, size = job.cfg, comm.Get_rank(), comm.Get_size()
     plan = transport.plan_groups(size, cfg.training["group_size"])
     run_dir, trials, error = None, {}, None
     if rank == 0:
         set_rank_tag("[coordinator]" if size > 1 else "")
-        try:
-            # the directory is claimed before the preflight starts TensorFlow: a refusal is quick
-            run_dir = RunDir(out)
-            run_dir.open(resume=args.resume, config_text=_config_text(cfg))
-            from .objective import preflight
-
-            preflight(cfg)
-            trials, problems = run_dir.load()
-            for msg in problems:
-                log.warning(msg)
-        except ConfigError as exc:
-            error = exc
-            if run_dir is not None and args.resume:
-                run_dir.close()
-            elif run_dir is not None:
-                run_dir.abandon()
+        run_dir, trials, error = _open_run_dir(cfg, job.out, args.resume)
     else:
         # a group rank loads the objective now, while the coordinator checks and opens the run
         # directory, so that every group is ready when the first trials go out
@@ -348,7 +198,7 @@ def _search(args, job: _Job, comm, rank: int, size: int, placement: str | None =
             runner = TrialRunner(cfg)
         except ConfigError as exc:
             error = exc
-    _agree_or_raise(comm, error)
+    agree_or_raise(comm, error)
 
     if rank == 0:
         return _coordinate(cfg, plan, comm, run_dir, trials, placement)
@@ -359,6 +209,31 @@ def _search(args, job: _Job, comm, rank: int, size: int, placement: str | None =
     set_rank_tag(f"[group {g} rank {group_comm.Get_rank()}]")
     serve(transport.GroupChannel(comm, group_comm), lambda: runner)
     return 0
+
+
+def _open_run_dir(cfg, out: Path, resume: bool) -> tuple[Any, dict, ConfigError | None]:
+    """The coordinator's start: (run directory, trials of its journal, the refusal if any).
+
+    The directory is claimed before the preflight starts TensorFlow, so that a refusal is quick;
+    after a refusal it is left as it was found."""
+    from .journal import RunDir
+    from .objective import preflight
+
+    run_dir, trials = None, {}
+    try:
+        run_dir = RunDir(out)
+        run_dir.open(resume=resume, config_text=_config_text(cfg))
+        preflight(cfg)
+        trials, problems = run_dir.load()
+        for msg in problems:
+            log.warning(msg)
+    except ConfigError as exc:
+        if run_dir is not None and resume:
+            run_dir.close()
+        elif run_dir is not None:
+            run_dir.abandon()
+        return run_dir, trials, exc
+    return run_dir, trials, None
 
 
 def _coordinate(cfg, plan, comm, run_dir, trials, placement: str | None = None) -> int:
@@ -372,71 +247,100 @@ def _coordinate(cfg, plan, comm, run_dir, trials, placement: str | None = None) 
         stop_logging_to(logfile)
 
 
-def _say_and_log(line: str, *, error: bool = False) -> None:
-    """A closing line of the search: on the console, and in the run's search.log."""
-    print(line, file=sys.stderr if error else sys.stdout, flush=True)
-    log.log(logging.ERROR if error else logging.INFO, "%s", line, extra=FILE_ONLY)
-
-
 def _run_search(cfg, plan, comm, run_dir, trials, placement: str | None) -> int:
-    from . import transport
-    from .coordinator import Coordinator, dispatch_stats
-    from .group import result_of, run_task
-    from .objective import TrialRunner
-    from .search import make_searcher
+    _announce(cfg, plan, run_dir, placement)
+    link = _make_link(cfg, comm, plan)
+    searcher = _make_searcher(cfg, link)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    summary = _run_coordinator(cfg, searcher, link, run_dir, trials)
+    code = _finish(cfg, summary, searcher, run_dir, cpu0, wall0)
+    if summary.retired:
+        # their ranks are stuck in user code and would keep the job from ending: the journal and
+        # table are complete, so end the MPI job here
+        log.warning("group%s %s never came back; ending the MPI job (MPI_Abort) to free their ranks",
+                    "s" if len(summary.retired) > 1 else "", ", ".join(map(str, summary.retired)))
+        abort_job(comm, code, END_GRACE_S)
+    return code
 
+
+def _announce(cfg, plan, run_dir, placement: str | None) -> None:
+    """The search's first lines: what runs where, and a group size the job cannot give."""
     log.info("search %r: %s; %d trials, %s search; run directory %s", cfg.name, plan.describe(), cfg.search.trials,
              cfg.search.algorithm, run_dir.path)
     if placement:
         log.info("devices: %s", placement)
-    if plan.shared and cfg.training["group_size"] > 1:
+    size = cfg.training["group_size"]
+    if plan.shared and size > 1:
         log.warning("training.group_size %d needs at least %d ranks (a coordinator and one group); with 1 process "
-                    "each trial trains on 1 rank (mpiexec -n %d, or --np %d)", cfg.training["group_size"],
-                    cfg.training["group_size"] + 1, cfg.training["group_size"] + 1, cfg.training["group_size"] + 1)
+                    "each trial trains on 1 rank (mpiexec -n %d, or --np %d)", size, size + 1, size + 1, size + 1)
     elif not plan.shared and plan.requested_size > plan.world_size - 1:
         log.warning("training.group_size %d is more than the %d ranks beside the coordinator: one group of %d",
                     plan.requested_size, plan.world_size - 1, plan.world_size - 1)
-    if plan.shared:
-        runner = TrialRunner(cfg)
 
-        returned: list[float] = []  # when the previous result went back to the coordinator
 
-        def run_here(group: int, task: dict) -> dict:
-            wait = time.perf_counter() - returned[0] if returned else None
-            outcome, start, end = run_task(runner, task, None)
-            result = result_of(task, outcome, start, end, wait)
-            returned[:] = [time.perf_counter()]
-            return result
+def _make_link(cfg, comm, plan):
+    """How the coordinator reaches its groups: over MPI, or one group in this same process."""
+    from . import transport
 
-        link = transport.InProcessTransport(run_here)
-    else:
-        link = transport.MPITransport(comm, plan)
-    # several groups: suggestions are computed ahead in a background thread, so that no group
-    # waits for a surrogate fit; one group: suggested on demand, so that a sequential search is
-    # exactly reproducible. MPIOPT_PREFETCH=0 asks on demand with any number of groups (the
-    # synchronous baseline of bench/coordinator.py).
+    if not plan.shared:
+        return transport.MPITransport(comm, plan)
+    from .group import run_task
+    from .objective import TrialRunner
+
+    runner = TrialRunner(cfg)
+    returned: list[float] = []  # when the previous result went back to the coordinator
+
+    def run_here(group: int, task):
+        wait = time.perf_counter() - returned[0] if returned else None
+        mine, start, end = run_task(runner, task, None)
+        result = mine.reported(task.trial, start, end, wait)
+        returned[:] = [time.perf_counter()]
+        return result
+
+    return transport.InProcessTransport(run_here)
+
+
+def _make_searcher(cfg, link):
+    """Several groups: suggestions are computed ahead in a background thread, so that no group
+    waits for a surrogate fit. One group: suggested on demand, so that a sequential search is
+    exactly reproducible. MPIOPT_PREFETCH=0 asks on demand with any number of groups."""
+    from .search import make_searcher
+
     ahead = link.n_groups > 1 and _env.get("MPIOPT_PREFETCH") != "0"
-    searcher = make_searcher(cfg.space, cfg.search, prefetch=link.n_groups if ahead else 0)
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    return make_searcher(cfg.space, cfg.search, prefetch=link.n_groups if ahead else 0)
+
+
+def _run_coordinator(cfg, searcher, link, run_dir, trials):
+    """Run the search to its end; whatever happens, the results table is written and the run
+    directory closed. Returns the coordinator's summary."""
+    from .coordinator import Coordinator
+
     coordinator = Coordinator(cfg, searcher, link, run_dir, trials)
     try:
-        summary = coordinator.run()
+        return coordinator.run()
     finally:
-        if hasattr(searcher, "close"):
-            searcher.close()
+        searcher.close()
         try:
             run_dir.write_results(coordinator.trials.values(), cfg.space.names, live=False)
         except OSError as exc:  # keep the original error in view; the journal has everything
             log.error("could not write %s: %s", run_dir.path / "results.csv", exc)
         run_dir.close()
+
+
+def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float) -> int:
+    """The search's closing lines (why it stopped, the best trial, where the results are) and the
+    coordinator's own figures in search.log; returns the exit code."""
+    from .coordinator import dispatch_stats
+
     code = 0
     if summary.stopped:
         _say_and_log(f"mpiopt: error: {summary.stopped}", error=True)
         code = summary.exit_code or 1
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts().items()))
     stats = logging.getLogger(STATS)
-    if hasattr(searcher, "report"):
-        stats.info("%s", searcher.report())
+    report = searcher.report()
+    if report is not None:
+        stats.info("%s", report)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     log.info("search finished in %.1f s: %d trials (%s)", summary.wall_s, len(summary.trials), counts)
     stats.info("%s; coordinator CPU %.1f s (%.0f%% of one core)", dispatch_stats(summary.dispatch_s), cpu,
@@ -448,17 +352,26 @@ def _run_search(cfg, plan, comm, run_dir, trials, placement: str | None) -> int:
     else:
         _say_and_log(f"no trial completed; see `mpiopt results {run_dir.path}` and trials/<id>/error.txt")
     _say_and_log(f"results: {run_dir.path / 'results.csv'}")
-    if summary.retired:
-        # their ranks are stuck in user code and would keep the job from ending: the journal and
-        # table are complete, so end the MPI job here
-        log.warning("group%s %s never came back; ending the MPI job (MPI_Abort) to free their ranks",
-                    "s" if len(summary.retired) > 1 else "", ", ".join(map(str, summary.retired)))
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        time.sleep(0.2)  # let mpiexec forward those lines before the abort tears its pipes down
-        comm.Abort(code)
     return code
+
+
+def _say_and_log(line: str, *, error: bool = False) -> None:
+    """A closing line of the search: on the console, and in the run's search.log."""
+    print(line, file=sys.stderr if error else sys.stdout, flush=True)
+    logging.getLogger(FILE_ONLY).log(logging.ERROR if error else logging.INFO, "%s", line)
+
+
+# -- train -------------------------------------------------------------------------------------
+TRAIN_OUTPUTS = ("history.csv", "best.weights.h5")
+
+
+def _refuse_a_finished_training(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise ConfigError("exists and is not a directory", source=str(out))
+    kept = [name for name in TRAIN_OUTPUTS if (out / name).exists()]
+    if kept:
+        raise ConfigError(f"already holds a training run ({', '.join(kept)}); choose another --out or remove them",
+                          source=str(out))
 
 
 def trial_values(run_dir: Path, which: str | None, cfg) -> tuple[int, dict[str, Any]]:
@@ -472,7 +385,7 @@ def trial_values(run_dir: Path, which: str | None, cfg) -> tuple[int, dict[str, 
                           f"({', '.join(cfg.space.names)}); train with the space that ran that search")
     for name in cfg.space.names:
         if name not in params:
-            _warn_once(f"--trial {number}: {name} was not searched then; it takes {cfg.space.middle()[name]!r}")
+            warn_once(f"--trial {number}: {name} was not searched then; it takes {cfg.space.middle()[name]!r}")
     return number, {**cfg.space.middle(), **params}
 
 
@@ -493,9 +406,9 @@ def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tupl
             p = cfg.space[name]
             value = _as_parameter_value(name, value, p)
             if not p.contains(value):
-                if hasattr(p, "choices"):
+                if isinstance(p, Categorical):
                     raise ConfigError(f"--set {name}: {value!r} is not one of {list(p.choices)}")
-                _warn_once(f"--set {name}={value!r} is outside the search space [{p.low}, {p.high}]; trained as given")
+                warn_once(f"--set {name}={value!r} is outside the search space [{p.low}, {p.high}]; trained as given")
             params[name] = value
             if name in TRAINING_DEFAULTS:
                 training[name] = value
@@ -509,7 +422,7 @@ def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tupl
 
 def _as_parameter_value(name: str, value: Any, p) -> Any:
     """`value` as parameter `p` holds it: 1e2 is 100 for an integer, 3 is 3.0 for a real."""
-    if hasattr(p, "choices"):
+    if isinstance(p, Categorical):
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise ConfigError(f"--set {name}: expected a number, got {value!r}")
@@ -520,20 +433,14 @@ def _as_parameter_value(name: str, value: Any, p) -> Any:
     return float(value)
 
 
-def _warn_once(message: str) -> None:
-    """A warning before MPI starts, when every rank says the same: printed by rank 0 only."""
-    if env_rank() == 0:
-        log.warning("%s", message)
-
-
-def _train(args, job: _Job, comm, rank: int, size: int, placement: str | None = None) -> int:
-    from dataclasses import asdict
-
+def _train(args, job: _Job, comm, placement: str | None = None) -> int:
+    """Every rank of `mpiopt train`: one group of all ranks trains the job's values once."""
     from .group import merge
     from .objective import TrialRunner
     from .transport import GroupComm
 
     cfg, out, params = job.cfg, job.out, job.params
+    rank, size = comm.Get_rank(), comm.Get_size()
     error = None
     if rank == 0:
         try:
@@ -541,7 +448,7 @@ def _train(args, job: _Job, comm, rank: int, size: int, placement: str | None = 
             _write_train_info(out, cfg, params)
         except OSError as exc:
             error = ConfigError(f"cannot create: {exc.strerror or exc}", source=str(out))
-    _agree_or_raise(comm, error)
+    agree_or_raise(comm, error)
     set_rank_tag(f"[rank {rank}]" if size > 1 else "")
     if rank == 0:
         how = f"{size} ranks, {cfg.training['mode']}" if size > 1 else "1 rank"
@@ -554,29 +461,35 @@ def _train(args, job: _Job, comm, rank: int, size: int, placement: str | None = 
         f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"))) if rank == 0 else None
     try:
         outcome = runner.run(params, group, trial_dir=out, on_epoch=on_epoch)
-        if group is not None and outcome.status != "completed" and group.failed_peer is None:
+        if group is not None and outcome.status != TrialStatus.COMPLETED and group.failed_peer is None:
             group.notify_failure()  # the others stop waiting for this rank
     finally:
         if group is not None:
             group.close()
     if size > 1:
-        outcome = merge(comm.allgather(asdict(outcome)))
-    if rank == 0:
-        if outcome.status == "completed":
-            extra = ""
-            tr = runner.last_training
-            if tr is not None and tr.wall_s > 0:
-                extra = f", {tr.samples / tr.wall_s:.0f} samples/s"
-            print(f"{cfg.objective.metric} = {outcome.objective:.6g} after {outcome.epochs or 1} epoch(s), "
-                  f"{time.time() - t0:.1f} s{extra}; history in {out / 'history.csv'}", flush=True)
-        else:
-            where = ""
-            if outcome.detail:
-                (out / "error.txt").write_text(outcome.detail, encoding="utf-8")
-                where = f" (the whole text in {out / 'error.txt'})"
-            print(f"training {outcome.status}: {outcome.error}{where}", file=sys.stderr, flush=True)
-            return 1
-    return 0
+        # results travel between ranks as plain data (JSON-ready dicts), as a group's do
+        outcome = merge([TrialResult.from_json(d) for d in comm.allgather(outcome.to_json())])
+    if rank != 0:
+        return 0
+    return _say_training_outcome(cfg, out, outcome, runner, time.time() - t0)
+
+
+def _say_training_outcome(cfg, out: Path, outcome, runner, wall_s: float) -> int:
+    """Rank 0's closing line of `mpiopt train`; returns the exit code."""
+    if outcome.status == TrialStatus.COMPLETED:
+        extra = ""
+        tr = runner.last_training
+        if tr is not None and tr.wall_s > 0:
+            extra = f", {tr.samples / tr.wall_s:.0f} samples/s"
+        print(f"{cfg.objective.metric} = {outcome.objective:.6g} after {outcome.epochs or 1} epoch(s), "
+              f"{wall_s:.1f} s{extra}; history in {out / 'history.csv'}", flush=True)
+        return 0
+    where = ""
+    if outcome.detail:
+        (out / "error.txt").write_text(outcome.detail, encoding="utf-8")
+        where = f" (the whole text in {out / 'error.txt'})"
+    print(f"training {outcome.status.value}: {outcome.error}{where}", file=sys.stderr, flush=True)
+    return 1
 
 
 def _write_train_info(out: Path, cfg, params: dict[str, Any]) -> None:
@@ -590,12 +503,13 @@ def _write_train_info(out: Path, cfg, params: dict[str, Any]) -> None:
     atomic_write(out / TRAIN_INFO, text.encode("utf-8"))
 
 
+# -- check -------------------------------------------------------------------------------------
 def cmd_check(args) -> int:
     from . import devices, transport
     from .journal import RunDir
     from .objective import preflight
 
-    _prepare_threads()
+    prepare_threads()
     cfg = _load(args.space, args)
     n = args.np or env_size()
     found = devices.node_devices()
@@ -618,7 +532,7 @@ def cmd_check(args) -> int:
                                                   if cfg.search.algorithm == "bayesian" else "")
         + f", budget {cfg.search.trials} trials, seed {cfg.search.seed}"
         + (f", target {cfg.search.target}" if cfg.search.target is not None else ""),
-        f"  training    " + ", ".join(f"{k}={v}" for k, v in cfg.training.items() if v is not None),
+        "  training    " + ", ".join(f"{k}={v}" for k, v in cfg.training.items() if v is not None),
         f"  plan        {plan.describe()}",
     ]
     if not plan.shared:
@@ -635,36 +549,13 @@ def cmd_check(args) -> int:
 
 
 def _describe_param(p) -> str:
-    if hasattr(p, "choices"):
+    if isinstance(p, Categorical):
         return f"{p.name} in {list(p.choices)}"
     prior = " log" if p.prior == "log-uniform" else ""
     return f"{p.name} in [{p.low}, {p.high}]{prior}"
 
 
-def _records(df) -> list[dict[str, Any]]:
-    """Rows as JSON-ready dicts: floats exact (pandas' to_json keeps 15 digits), times ISO 8601,
-    missing values null."""
-    import math
-
-    def value(v):
-        if type(v).__name__ == "NaTType":
-            return None
-        if hasattr(v, "isoformat"):
-            return v.isoformat()
-        if hasattr(v, "item"):
-            v = v.item()
-        if v is None or (isinstance(v, float) and not math.isfinite(v)):
-            return None
-        try:
-            if v != v:  # pandas' NA and NaT
-                return None
-        except TypeError:
-            return None
-        return v
-
-    return [{k: value(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
-
-
+# -- results -----------------------------------------------------------------------------------
 def cmd_results(args) -> int:
     import json
 
@@ -672,26 +563,7 @@ def cmd_results(args) -> int:
 
     df = load_results(args.dir)
     if args.timeline:
-        from .analysis import timeline
-
-        per, summary = timeline(df)
-        if not summary:
-            print(f"{args.dir}: no finished trial yet")
-            return 0
-        line = (f"{args.dir}: {summary['groups']} groups, {summary['trials']} trials, active "
-                f"{summary['active_s']:.1f} s; group utilization {summary['utilization']:.3f}")
-        if "dispatch_p50_ms" in summary:
-            line += f"; dispatch latency p50 {summary['dispatch_p50_ms']:.2f} ms, p99 {summary['dispatch_p99_ms']:.2f} ms"
-        if summary.get("sent_ahead"):
-            line += (f"; {summary['sent_ahead']} trials sent ahead (p50 {summary['ahead_p50_ms']:.1f} ms before the "
-                     f"group's previous result)")
-        if "first_wave_ms" in summary:
-            line += f"; every group's first trial out within {summary['first_wave_ms']:.2f} ms"
-        if "wait_p50_ms" in summary:
-            line += f"; group wait p50 {summary['wait_p50_ms']:.2f} ms, p99 {summary['wait_p99_ms']:.2f} ms"
-        print(line)
-        print(per.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-        return 0
+        return _print_timeline(args.dir, df)
     direction, metric = direction_of(args.dir)
     top = best_trials(df, direction, 1 if args.best else args.top)
     if args.best:
@@ -701,46 +573,28 @@ def cmd_results(args) -> int:
     if args.format == "csv":
         sys.stdout.write(top.to_csv(index=False))
     elif args.format == "json":
-        sys.stdout.write(json.dumps(_records(top), indent=1, allow_nan=False) + "\n")
+        sys.stdout.write(json.dumps(view.records(top), indent=1, allow_nan=False) + "\n")
     elif args.format == "yaml":
-        sys.stdout.write(_best_yaml(args.dir, top, direction, metric) if args.best else _yaml(_records(top)))
+        sys.stdout.write(view.best_yaml(args.dir, top, direction, metric) if args.best
+                         else view.as_yaml(view.records(top)))
     else:
         counts = df["status"].value_counts().to_dict()
         print(f"{args.dir}: {len(df)} trials (" + ", ".join(f"{n} {s}" for s, n in counts.items())
               + f"); {direction} {metric}")
-        print(_table_view(top) if len(top) else "(no trials)")
+        print(view.table(top) if len(top) else "(no trials)")
     return 0
 
 
-ERROR_WIDTH = 70  # characters of the error column in the table view (the whole line: --format csv)
+def _print_timeline(run_dir: str, df) -> int:
+    from .analysis import timeline
 
-
-def _table_view(top) -> str:
-    cols = ["trial", "status", "objective"] + [c for c in top.columns if c.startswith("params_")] + \
-        ["epochs", "duration_s", "group"]
-    view = top[[c for c in cols if c in top.columns]].rename(columns=lambda c: c.removeprefix("params_"))
-    if "error" in top and top["error"].notna().any():
-        errors = top["error"].fillna("").astype(str)
-        view = view.assign(error=errors.map(lambda e: e if len(e) <= ERROR_WIDTH else e[:ERROR_WIDTH - 3] + "..."))
-    return view.to_string(index=False, justify="left")
-
-
-def _yaml(value) -> str:
-    import yaml
-
-    return yaml.safe_dump(value, sort_keys=False, allow_unicode=True)
-
-
-def _best_yaml(run_dir: str, top, direction: str, metric: str) -> str:
-    """The best trial as YAML: its parameters and the training settings it ran with."""
-    from .analysis import run_config, trial_params
-
-    number = int(top.iloc[0]["trial"])
-    params, _ = trial_params(run_dir, number)
-    cfg = run_config(run_dir)
-    head = f"# the best trial of {run_dir}: {direction} {metric} = {float(top.iloc[0]['objective']):.6g}\n"
-    return head + _yaml({"trial": number, metric: float(top.iloc[0]["objective"]), "parameters": params,
-                         "training": cfg.trial_training(params)})
+    per, summary = timeline(df)
+    if not summary:
+        print(f"{run_dir}: no finished trial yet")
+        return 0
+    print(view.timeline_line(run_dir, summary))
+    print(per.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0
 
 
 if __name__ == "__main__":

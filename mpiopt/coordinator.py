@@ -1,7 +1,7 @@
 """The coordinator: hands candidates to idle groups, journals every trial, keeps the table.
 
-Pure Python: it talks to groups only through a transport (`send_task`, `recv_result`,
-`shutdown`), so its logic runs and is tested in-process without MPI.
+Pure Python: it reaches the groups only through a `Transport` (MPI's, or one in this process),
+so its logic runs and is tested in-process without MPI.
 """
 from __future__ import annotations
 
@@ -12,15 +12,51 @@ import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from . import _env
+from ._send_ahead import SendAhead
 from .config import Config
 from .journal import RunDir
 from .search import Searcher
-from .trial import TrialRecord, TrialResult, TrialStatus
+from .trial import Task, TrialRecord, TrialResult, TrialStatus, apply_event, finish_event, start_event
 
 log = logging.getLogger(__name__)
+
+
+class Transport(Protocol):
+    """How the coordinator reaches its groups."""
+
+    queues_tasks: bool  # a task sent to a busy group waits in its mailbox (what sending ahead needs)
+
+    @property
+    def n_groups(self) -> int: ...
+
+    def group_ranks(self, group: int) -> int:
+        """The number of ranks of `group`."""
+
+    def send_task(self, group: int, task: Task) -> None: ...
+
+    def recv_result(self, timeout: float | None = None) -> tuple[int, TrialResult] | None:
+        """The next result of any group, or None once `timeout` seconds passed without one."""
+
+    def has_result(self) -> bool:
+        """Whether a result is already waiting."""
+
+    def shutdown(self) -> None:
+        """Tell every group to stop once it finished what it holds."""
+
+
+@dataclass
+class GroupState:
+    """What the coordinator knows of one group."""
+
+    running: int | None = None  # the trial it runs now
+    began: float = 0.0  # when that trial began, as far as the coordinator knows
+    deadline: float | None = None  # when it is declared lost (with a training.time_limit)
+    ahead: tuple[int, float] | None = None  # its next trial and when it was sent, before it finished this one
+    ghost: int | None = None  # a trial it runs whose result is ignored (another group ran it again)
+    retired: bool = False  # past its deadline; it works again if it ever comes back
+    idle_since: float | None = None  # when it became free; None while it runs a trial
 
 
 @dataclass
@@ -29,8 +65,7 @@ class Summary:
 
     trials: dict[int, TrialRecord]
     best: TrialRecord | None
-    dispatched: int = 0
-    dispatch_s: list[float] = field(default_factory=list)  # coordinator time per dispatched trial
+    dispatch_s: list[float] = field(default_factory=list)  # coordinator time per dispatched trial (<0: sent ahead)
     wall_s: float = 0.0
     target_reached: bool = False
     retired: list[int] = field(default_factory=list)  # groups that never came back
@@ -46,27 +81,41 @@ class Summary:
 
 
 class Coordinator:
-    """Event-driven scheduling: wait for any result, tell it, give that group its next trial."""
+    """Event-driven scheduling: wait for any result, take it in, give that group its next trial."""
 
-    def __init__(self, cfg: Config, searcher: Searcher, transport, run_dir: RunDir | None = None,
-                 trials: dict[int, TrialRecord] | None = None, clock=time.perf_counter) -> None:
+    TABLE_EVERY_S = 0.5  # results.csv is rewritten at most this often while trials pour in
+
+    def __init__(self, cfg: Config, searcher: Searcher, transport: Transport, run_dir: RunDir | None = None,
+                 trials: dict[int, TrialRecord] | None = None, clock=time.perf_counter,
+                 send_ahead: SendAhead | None = None) -> None:
         self.cfg = cfg
         self._clock = clock  # every interval of the loop (a simulated one in tests)
         self.searcher = searcher
         self.transport = transport
         self.run_dir = run_dir
+        self.send_ahead = send_ahead if send_ahead is not None else SendAhead.from_env()
         self.trials: dict[int, TrialRecord] = dict(trials or {})
         self.sign = 1.0 if cfg.objective.direction == "minimize" else -1.0
+        self.groups = [GroupState() for _ in range(transport.n_groups)]
+        self.summary = Summary(self.trials, None)
+        self._limit = cfg.training.get("time_limit")
+        self._grace = cfg.search.grace_period
         self._table_dirty = False
         self._table_at = -1e9
         self._best: TrialRecord | None = None
         self._best_known = False
         self._failed = sum(1 for t in self.trials.values() if t.status == TrialStatus.FAILED)
         self._finished = sum(1 for t in self.trials.values() if t.status.is_finished())
-        self._durations: deque[float] = deque(maxlen=64)  # hand-out (or previous result) -> result, seconds
-        self._hand_out_s: deque[float] = deque(maxlen=64)  # coordinator time to choose, journal and send a trial
-        self._costs: deque[float] = deque(maxlen=64)  # coordinator time to take in a result
-        self._always_ahead = False
+        self._finished_trials: set[int] = set()
+        self._rerun: deque[int] = deque()  # interrupted trials, run again before new ones
+        self._orphans: set[int] = set()  # re-run trials the searcher still counts as pending
+        self._idle: deque[int] = deque()
+        self._starts: list[tuple[float, int, int]] = []  # heap of (began, group, trial): who is due to be sent ahead
+        self._n_running = 0
+        self._n_ahead = 0
+        self._next_trial = 0
+        self._stopping = False
+        self._can_send_ahead = False
 
     # -- helpers -----------------------------------------------------------------------------
     def loss(self, rec: TrialRecord) -> float | None:
@@ -92,8 +141,6 @@ class Coordinator:
         if self.run_dir is not None:
             self.run_dir.append(event, sync=False)
 
-    TABLE_EVERY_S = 0.5  # results.csv is rewritten at most this often while trials pour in
-
     def _table(self, force: bool = False) -> None:
         """Rewrite results.csv if it is behind, not more often than TABLE_EVERY_S (the journal is
         written at once; the table is a view of it and is complete when the search ends)."""
@@ -108,199 +155,250 @@ class Coordinator:
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> Summary:
+        """Run the search to its budget, its target or a stop; every result is journaled first."""
         t0 = self._clock()
-        budget = self.cfg.search.trials
-        finished = {n for n, t in self.trials.items() if t.status.is_finished()}
-        self._finished_set = finished
-        rerun = deque(sorted(n for n in self.trials if n not in finished))
-        self._rerun = rerun
-        self._orphans: set[int] = set()  # re-run trials the searcher still counts as pending
-        for n in sorted(finished):
-            t = self.trials[n]
-            self.searcher.tell(n, t.params, self.loss(t))
-        if rerun:
-            log.info("resuming: %d finished trials kept, %d interrupted trials to run again (%s)",
-                     len(finished), len(rerun), ", ".join(map(str, rerun)))
-        elif finished:
-            log.info("resuming: %d finished trials kept", len(finished))
-        self._next_trial = max(self.trials) + 1 if self.trials else 0
-        idle = deque(range(self.transport.n_groups))
-        running: dict[int, int] = {}  # group -> the trial it runs now
-        ahead: dict[int, tuple[int, float]] = {}  # group -> (trial, when sent): its next trial, sent before it finished
-        ghosts: dict[int, int] = {}  # group -> a trial it runs whose result is ignored (it was re-run elsewhere)
-        began: dict[int, float] = {}  # group -> when its running trial began, as far as the coordinator knows
-        starts: list[tuple[float, int, int]] = []  # heap of (began, group, trial): who is due to be sent ahead
-        deadlines: dict[int, float] = {}  # group -> when it is declared lost
-        retired: set[int] = set()
-        limit = self.cfg.training.get("time_limit")
-        grace = self.cfg.search.grace_period
-        summary = Summary(self.trials, None)
-        self._ahead_sent = 0
-        stopping = self.reached_target()
-        if stopping:
-            log.info("the target %s was already reached", self.cfg.search.target)
-        mode = _env.get("MPIOPT_SEND_AHEAD")  # 0: never; always: whether it pays or not (tests)
-        can_send_ahead = bool(getattr(self.transport, "queues_tasks", False)) and mode != "0"
-        self._always_ahead = mode == "always"
-
-        def start_running(group: int, n: int, at: float) -> None:
-            running[group] = n
-            began[group] = at
-            heapq.heappush(starts, (at, group, n))
-            if limit:
-                trial_limit = self.cfg.trial_training(self.trials[n].params).get("time_limit") or limit
-                deadlines[group] = self._clock() + float(trial_limit) + grace
-
-        idle_since = {g: self._clock() for g in idle}  # when each group became free
-        has_result = getattr(self.transport, "has_result", None)
-        # a searcher that will wait for a model with the latest results (long trials) serves a burst
-        # best once all of it is in: one model for every group of the burst, not one per group
-        fresh = getattr(self.searcher, "prefers_fresh", None)
-        if has_result is not None and hasattr(self.searcher, "results_waiting"):
-            self.searcher.results_waiting = has_result  # a burst: the searcher hands out without polishing
+        self._begin_search()
         while True:
-            while idle and not stopping and len(finished) + len(running) + len(ahead) < budget:
-                if has_result is not None and fresh is not None and has_result() and fresh():
-                    break
-                t_ready = self._clock()
-                group = idle.popleft()
-                n = self._hand_out(group)
-                # how long this group waited for the coordinator, from its result's arrival to the send
-                sent = self._clock()
-                dispatch = sent - idle_since.pop(group, t_ready)
-                self.trials[n].dispatch_s = dispatch
-                start_running(group, n, sent)
-                summary.dispatch_s.append(dispatch)
-                summary.dispatched += 1
-            lead = self._lead(len(running)) if can_send_ahead and not stopping else None
-            due_at = None
-            if lead is not None:
-                # send the next trial to every group whose running trial is about to end (a burst of
-                # results then finds each group with its next trial already in hand)
-                typical = statistics.median(self._durations)
-                while starts and len(finished) + len(running) + len(ahead) < budget:
-                    at, group, n = starts[0]
-                    if running.get(group) != n or group in ahead or group in ghosts:
-                        heapq.heappop(starts)  # stale: that trial is over, or the group has its next one
-                        continue
-                    if at + typical - lead > self._clock():
-                        due_at = at + typical - lead
-                        break
-                    heapq.heappop(starts)
-                    m = self._hand_out(group)
-                    ahead[group] = (m, self._clock())
-                    self._ahead_sent += 1
-            if has_result is None or not has_result():
-                # nothing waiting: the journal goes to disk (in a helper thread), the table is
-                # brought up to date, and the searcher's background work resumes
-                if self.run_dir is not None:
-                    self.run_dir.sync_soon()
-                self._table()
-                self.searcher.pause(False)
-            if not running:
-                if retired and not idle and len(finished) < budget and not stopping:
-                    summary.stopped = "every group was retired (none came back from a trial past its time limit)"
-                    summary.exit_code = 1
+            self._hand_out_to_idle()
+            due_at = self._send_ahead()
+            if not self.transport.has_result():
+                self._catch_up()
+            if self._n_running == 0:
+                self._note_if_no_group_is_left()
                 break
-            waits = [deadlines[g] - self._clock() for g in running if g in deadlines]
-            if due_at is not None:
-                waits.append(due_at - self._clock())
-            timeout = max(0.0, min(waits)) if waits else None
-            got = self.transport.recv_result(timeout=timeout)
+            got = self.transport.recv_result(timeout=self._wait_s(due_at))
             t_recv = self._clock()
             self.searcher.pause(True)  # results are coming in: the background thread steps aside
             if got is None:  # a group is past its trial's time limit and grace period, or one is due
-                now = self._clock()
-                for group in [g for g in running if deadlines.get(g, now + 1) <= now]:
-                    n = running.pop(group)
-                    deadlines.pop(group)
-                    retired.add(group)
-                    summary.retired.append(group)
-                    if ghosts.pop(group, None) == n:
-                        log.warning("group %d did not come back from trial %d (run by another group too): retired",
-                                    group, n)
-                    else:
-                        self._record(n, TrialResult(
-                            trial=n, status=TrialStatus.TIMEOUT.value, start=self.trials[n].start or 0.0,
-                            end=time.time(),
-                            error=f"group {group} did not report back within training.time_limit + "
-                                  f"search.grace_period ({float(limit):g} + {grace:g} s); the group is retired"))
-                        finished.add(n)
-                        log.warning("group %d did not come back from trial %d: retired; %d group(s) left", group,
-                                    n, self.transport.n_groups - len(retired))
-                    if group in ahead:  # the trial it holds goes to another group; if it comes back, it
-                        m, _ = ahead.pop(group)  # runs it too, and that result is ignored
-                        rerun.appendleft(m)
-                        self._orphans.add(m)
-                        ghosts[group] = m
-                continue
-            group, payload = got
-            if group in retired:  # it came back after all: the trial stays a timeout, the group works again
-                retired.discard(group)
-                summary.retired.remove(group)
-                log.warning("group %d came back after it was retired (its late result for trial %s is ignored)",
-                            group, payload.get("trial"))
-                if group in ghosts:  # it goes on with the trial it held, which another group runs too
-                    start_running(group, ghosts[group], t_recv)
-                else:
-                    idle.append(group)
-                    idle_since[group] = t_recv
-                continue
-            if group not in running:  # cannot happen with an MPI transport (FIFO per group); never crash on it
-                log.warning("group %d reported trial %s while it had none: ignored", group, payload.get("trial"))
-                continue
-            n = running.pop(group)
-            deadlines.pop(group, None)
-            took = _reported_duration(payload)  # on the group's clock: no wait for the coordinator in it
-            self._durations.append(took if took is not None else t_recv - began[group])
-            if group in ahead:  # the group has already started its next trial: when it ended this one
-                m, sent = ahead.pop(group)
-                self.trials[m].dispatch_s = sent - t_recv  # negative: sent before the result came
-                self.trials[m].start = time.time()
-                summary.dispatch_s.append(sent - t_recv)
-                summary.dispatched += 1
-                start_running(group, m, min(t_recv, max(sent, began[group] + took)) if took is not None else t_recv)
+                self._retire_silent()
             else:
-                idle.append(group)
-                idle_since[group] = t_recv
-            if ghosts.get(group) == n:
-                del ghosts[group]
-                log.info("group %d finished trial %d, which another group ran again after this one was retired: "
-                         "this result is ignored", group, n)
+                self._take_in(*got, t_recv)
+        return self._end_search(t0)
+
+    def _begin_search(self) -> None:
+        """Tell the searcher what a resumed search finished, queue what it left unfinished."""
+        self._finished_trials = {n for n, t in self.trials.items() if t.status.is_finished()}
+        self._rerun = deque(sorted(n for n in self.trials if n not in self._finished_trials))
+        for n in sorted(self._finished_trials):
+            t = self.trials[n]
+            self.searcher.tell(n, t.params, self.loss(t))
+        if self._rerun:
+            log.info("resuming: %d finished trials kept, %d interrupted trials to run again (%s)",
+                     len(self._finished_trials), len(self._rerun), ", ".join(map(str, self._rerun)))
+        elif self._finished_trials:
+            log.info("resuming: %d finished trials kept", len(self._finished_trials))
+        self._next_trial = max(self.trials) + 1 if self.trials else 0
+        self._idle = deque(range(self.transport.n_groups))  # free groups, in the order they became free
+        self._stopping = self.reached_target()
+        if self._stopping:
+            log.info("the target %s was already reached", self.cfg.search.target)
+        self._can_send_ahead = self.transport.queues_tasks and self.send_ahead.enabled
+        for g in self._idle:
+            self.groups[g].idle_since = self._clock()
+        # a burst (more results already waiting): the searcher hands out without polishing
+        self.searcher.watch_backlog(self.transport.has_result)
+
+    def _room(self) -> bool:
+        """Whether the budget allows another trial beside the finished, running and sent-ahead ones."""
+        return len(self._finished_trials) + self._n_running + self._n_ahead < self.cfg.search.trials
+
+    def _hand_out_to_idle(self) -> None:
+        """Give every free group its next trial, while the budget lasts."""
+        while self._idle and not self._stopping and self._room():
+            # a searcher that waits for a model with the latest results (long trials) serves a
+            # burst best once all of it is in: one model for every group of the burst
+            if self.searcher.prefers_fresh() and self.transport.has_result():
+                break
+            t_ready = self._clock()
+            group = self._idle.popleft()
+            n = self._hand_out(group)
+            sent = self._clock()  # how long the group waited for the coordinator: from its result to the send
+            state = self.groups[group]
+            dispatch = sent - (state.idle_since if state.idle_since is not None else t_ready)
+            state.idle_since = None
+            self.trials[n].dispatch_s = dispatch
+            self._start_running(group, n, sent)
+            self.summary.dispatch_s.append(dispatch)
+
+    def _send_ahead(self) -> float | None:
+        """Send the next trial to every group whose running trial is about to end (a burst of
+        results then finds each group with its next trial in hand); when the next one is due."""
+        lead = None
+        if self._can_send_ahead and not self._stopping:
+            lead = self.send_ahead.lead(self._n_running, self.searcher.prefers_fresh())
+        if lead is None:
+            return None
+        typical = self.send_ahead.typical()
+        while self._starts and self._room():
+            at, group, n = self._starts[0]
+            state = self.groups[group]
+            if state.running != n or state.ahead is not None or state.ghost is not None:
+                heapq.heappop(self._starts)  # stale: that trial is over, or the group has its next one
                 continue
-            if n in finished:  # never record a trial twice
-                continue
-            self._record(n, TrialResult.from_dict(payload))
-            finished.add(n)
-            self._costs.append(self._clock() - t_recv)
-            if payload.get("misuse") and not summary.stopped:
-                where = self.cfg.objective.function or self.cfg.objective.model
-                summary.stopped = f"{self.cfg.source or self.cfg.path}: objective: {where}: " + \
-                    (payload.get("error") or "").splitlines()[0]
-                summary.exit_code = 2
-                stopping = True
-                continue
-            failures = self._failure_limit()
-            if failures and not stopping:
-                stopping = True
-                summary.stopped = failures
-                summary.exit_code = 1
-                log.error("%s; waiting for %d running trials", failures, len(running))
-            if not stopping and self.reached_target():
-                stopping = True
-                log.info("target %s reached by trial %d; waiting for %d running trials", self.cfg.search.target, n,
-                         len(running))
-                summary.target_reached = True
+            if at + typical - lead > self._clock():
+                return at + typical - lead
+            heapq.heappop(self._starts)
+            m = self._hand_out(group)
+            state.ahead = (m, self._clock())
+            self._n_ahead += 1
+            self.summary.sent_ahead += 1
+        return None
+
+    def _catch_up(self) -> None:
+        """Nothing is waiting: the journal goes to disk (in a helper thread), the table is brought
+        up to date, and the searcher's background work resumes."""
+        if self.run_dir is not None:
+            self.run_dir.sync_soon()
+        self._table()
+        self.searcher.pause(False)
+
+    def _note_if_no_group_is_left(self) -> None:
+        retired = any(state.retired for state in self.groups)
+        if retired and not self._idle and len(self._finished_trials) < self.cfg.search.trials and not self._stopping:
+            self.summary.stopped = "every group was retired (none came back from a trial past its time limit)"
+            self.summary.exit_code = 1
+
+    def _wait_s(self, due_at: float | None) -> float | None:
+        """How long to wait for a result: until the next deadline or send-ahead, or for ever."""
+        now = self._clock()
+        waits = [s.deadline - now for s in self.groups if s.running is not None and s.deadline is not None]
+        if due_at is not None:
+            waits.append(due_at - now)
+        return max(0.0, min(waits)) if waits else None
+
+    def _start_running(self, group: int, n: int, at: float) -> None:
+        state = self.groups[group]
+        state.running, state.began = n, at
+        self._n_running += 1
+        heapq.heappush(self._starts, (at, group, n))
+        if self._limit:
+            trial_limit = self.cfg.trial_training(self.trials[n].params).get("time_limit") or self._limit
+            state.deadline = self._clock() + float(trial_limit) + self._grace
+
+    def _stop_running(self, state: GroupState) -> int:
+        n = state.running
+        state.running, state.deadline = None, None
+        self._n_running -= 1
+        return n
+
+    def _take_ahead(self, state: GroupState) -> tuple[int, float]:
+        m, sent = state.ahead
+        state.ahead = None
+        self._n_ahead -= 1
+        return m, sent
+
+    def _free(self, group: int, at: float) -> None:
+        self._idle.append(group)
+        self.groups[group].idle_since = at
+
+    def _retire_silent(self) -> None:
+        """Every group past its trial's deadline is retired: its trial times out, and the trial it
+        holds ahead goes to another group (if it comes back, it runs it too; that result is ignored)."""
+        now = self._clock()
+        late = [g for g, s in enumerate(self.groups) if s.running is not None and s.deadline is not None
+                and s.deadline <= now]
+        for group in sorted(late, key=lambda g: (self.groups[g].began, g)):
+            state = self.groups[group]
+            n = self._stop_running(state)
+            state.retired = True
+            self.summary.retired.append(group)
+            if state.ghost == n:
+                log.warning("group %d did not come back from trial %d (run by another group too): retired", group, n)
+            else:
+                self._record(n, TrialResult(
+                    trial=n, status=TrialStatus.TIMEOUT, start=self.trials[n].start or 0.0, end=time.time(),
+                    error=f"group {group} did not report back within training.time_limit + search.grace_period "
+                          f"({float(self._limit):g} + {self._grace:g} s); the group is retired"))
+                self._finished_trials.add(n)
+                log.warning("group %d did not come back from trial %d: retired; %d group(s) left", group, n,
+                            sum(not s.retired for s in self.groups))
+            state.ghost = None
+            if state.ahead is not None:
+                m, _ = self._take_ahead(state)
+                self._rerun.appendleft(m)
+                self._orphans.add(m)
+                state.ghost = m
+
+    def _take_in(self, group: int, result: TrialResult, t_recv: float) -> None:
+        """A group's result: the group goes on (with a trial sent ahead, or idle), the trial is
+        recorded unless another group ran it too, and the search stops where it must."""
+        state = self.groups[group]
+        if state.retired:
+            self._welcome_back(group, result, t_recv)
+            return
+        if state.running is None:  # cannot happen with an MPI transport (FIFO per group); never crash on it
+            log.warning("group %d reported trial %s while it had none: ignored", group, result.trial)
+            return
+        began = state.began
+        n = self._stop_running(state)
+        took = _reported_duration(result)  # on the group's clock: no wait for the coordinator in it
+        self.send_ahead.durations.append(took if took is not None else t_recv - began)
+        if state.ahead is not None:  # the group has already started its next trial: when it ended this one
+            m, sent = self._take_ahead(state)
+            self.trials[m].dispatch_s = sent - t_recv  # negative: sent before the result came
+            self.trials[m].start = time.time()
+            self.summary.dispatch_s.append(sent - t_recv)
+            self._start_running(group, m, min(t_recv, max(sent, began + took)) if took is not None else t_recv)
+        else:
+            self._free(group, t_recv)
+        if state.ghost == n:
+            state.ghost = None
+            log.info("group %d finished trial %d, which another group ran again after this one was retired: "
+                     "this result is ignored", group, n)
+            return
+        if n in self._finished_trials:  # never record a trial twice
+            return
+        self._record(n, result)
+        self._finished_trials.add(n)
+        self.send_ahead.intakes.append(self._clock() - t_recv)
+        self._stop_if_due(n, result)
+
+    def _welcome_back(self, group: int, result: TrialResult, t_recv: float) -> None:
+        """A retired group came back after all: its trial stays a timeout, and it works again."""
+        state = self.groups[group]
+        state.retired = False
+        self.summary.retired.remove(group)
+        log.warning("group %d came back after it was retired (its late result for trial %s is ignored)",
+                    group, result.trial)
+        if state.ghost is not None:  # it goes on with the trial it held, which another group runs too
+            self._start_running(group, state.ghost, t_recv)
+        else:
+            self._free(group, t_recv)
+
+    def _stop_if_due(self, n: int, result: TrialResult) -> None:
+        """Stop handing out trials on an objective's misuse, too many failures, or the target."""
+        if self._stopping:
+            return
+        if result.misuse and not self.summary.stopped:
+            where = self.cfg.objective.function or self.cfg.objective.model
+            self.summary.stopped = f"{self.cfg.source or self.cfg.path}: objective: {where}: " + \
+                _first_line(result.error)
+            self.summary.exit_code = 2
+            self._stopping = True
+            return
+        failures = self._failure_limit()
+        if failures:
+            self._stopping = True
+            self.summary.stopped = failures
+            self.summary.exit_code = 1
+            log.error("%s; waiting for %d running trials", failures, self._n_running)
+        elif self.reached_target():
+            self._stopping = True
+            log.info("target %s reached by trial %d; waiting for %d running trials", self.cfg.search.target, n,
+                     self._n_running)
+            self.summary.target_reached = True
+
+    def _end_search(self, t0: float) -> Summary:
         self.transport.shutdown()
         self.searcher.pause(False)
         if self.run_dir is not None:
             self.run_dir.sync()
         self._table(force=True)
+        summary = self.summary
         summary.best = self.best()
         summary.target_reached = summary.target_reached or self.reached_target()
         self._verdict(summary)
         summary.wall_s = self._clock() - t0
-        summary.sent_ahead = self._ahead_sent
         return summary
 
     def _hand_out(self, group: int) -> int:
@@ -318,48 +416,19 @@ class Coordinator:
             n = self._next_trial
             self._next_trial += 1
             params = self.searcher.ask(n)
-            waited = getattr(self.searcher, "ask_wait_s", 0.0)
-        ranks = self.transport.group_ranks(group)
-        now = time.time()
-        self.trials[n] = TrialRecord(trial=n, params=params, start=now, group=group, ranks=ranks)
-        # written before the task goes out (a crash after the send must not lose the trial);
+            waited = self.searcher.ask_wait_s
+        task = Task(n, params, str(self.run_dir.trial_dir(n)) if self.run_dir is not None else None)
+        # journaled before the task goes out (a crash after the send must not lose the trial);
         # the dispatch time is measured at the send and kept in memory and in the table
-        self._journal({"event": "start", "trial": n, "params": params, "group": group, "ranks": ranks, "time": now})
-        task = {"trial": n, "params": params,
-                "trial_dir": str(self.run_dir.trial_dir(n)) if self.run_dir is not None else None}
+        event = start_event(task, group, self.transport.group_ranks(group), time.time())
+        self._journal(event)
+        apply_event(self.trials, event)
         self.transport.send_task(group, task)
         # the coordinator's own work: a searcher's deliberate wait for a fresher model (bounded by
         # the searcher) is not what sending ahead should make up for
-        self._hand_out_s.append(max(0.0, self._clock() - t0 - waited))
+        self.send_ahead.hand_outs.append(max(0.0, self._clock() - t0 - waited))
         log.debug("trial %d -> group %d: %s", n, group, params)
         return n
-
-    # Sending ahead: when many groups finish together, the last of them waits for the coordinator
-    # to serve all the others (about a millisecond each: record the result, journal it, choose the
-    # next trial, send it). So the coordinator sends a group its next trial shortly before the
-    # running one is expected to end (the median trial length so far, from hand-out to result),
-    # when it would otherwise be idle: the group finds it in its mailbox and starts at once. Only
-    # where it pays: when serving every busy group at once would take more than AHEAD_WORTH of a
-    # trial, and never more than AHEAD_SHARE of a trial early (a trial sent ahead does not know
-    # the results that arrive meanwhile).
-    AHEAD_SHARE = 0.25
-    AHEAD_WORTH = 0.01
-    AHEAD_MIN_LEAD_S = 0.02
-    AHEAD_MIN_TRIAL_S = 0.05
-
-    def _lead(self, busy: int) -> float | None:
-        """How long before a group's trial is expected to end its next one is sent; None: not at all."""
-        if not self._durations or not self._hand_out_s or not self._costs:
-            return None
-        fresh = getattr(self.searcher, "prefers_fresh", None)
-        if fresh is not None and fresh() and not self._always_ahead:
-            return None  # it waits for a model with the group's own result, which a trial sent ahead cannot know
-        typical = statistics.median(self._durations)
-        per_result = statistics.median(self._hand_out_s) + statistics.median(self._costs)
-        burst = busy * per_result  # serving every busy group at once
-        if typical < self.AHEAD_MIN_TRIAL_S or (burst <= self.AHEAD_WORTH * typical and not self._always_ahead):
-            return None
-        return min(self.AHEAD_SHARE * typical, max(self.AHEAD_MIN_LEAD_S, 2 * burst))
 
     def _failure_limit(self) -> str | None:
         """The reason to stop once `search.max_failures` trials failed, naming the commonest error."""
@@ -389,24 +458,11 @@ class Coordinator:
     def _record(self, n: int, result: TrialResult) -> None:
         rec = self.trials[n]
         was_finished = rec.status.is_finished()
-        try:
-            rec.status = TrialStatus(result.status)
-        except ValueError:
-            rec.status = TrialStatus.FAILED
-        rec.objective = result.objective if rec.status == TrialStatus.COMPLETED else None
-        rec.metrics = dict(result.metrics or {})
-        rec.epochs = result.epochs
-        rec.error = result.error
         if result.detail and self.run_dir is not None:
             self.run_dir.write_error(n, result.detail)
-        rec.start = result.start or rec.start
-        rec.end = result.end or time.time()
-        rec.wait_s = result.wait_s
-        rec.resumed_s = result.resumed_s
-        self._journal({"event": "finish", "trial": n, "status": rec.status.value, "objective": rec.objective,
-                       "metrics": rec.metrics, "epochs": rec.epochs, "error": rec.error, "start": rec.start,
-                       "end": rec.end, "wait_s": rec.wait_s, "dispatch_s": rec.dispatch_s,
-                       "resumed_s": rec.resumed_s})
+        event = finish_event(result, rec, time.time())
+        self._journal(event)
+        apply_event(self.trials, event)
         self.searcher.tell(n, rec.params, self.loss(rec))
         self._table_dirty = True
         if not was_finished:
@@ -415,11 +471,10 @@ class Coordinator:
         best = self.best()
         if self.loss(rec) is not None and (best is None or (self.loss(rec), n) < (self.loss(best), best.trial)):
             self._best = best = rec
-        n_done = self._finished
-        what = f"objective={rec.objective:.6g}" if rec.objective is not None else (rec.error or "").splitlines()[0]
+        what = f"objective={rec.objective:.6g}" if rec.objective is not None else _first_line(rec.error)
         best_txt = f"best {best.objective:.6g} (trial {best.trial})" if best else "no completed trial yet"
         log.info("trial %d %s %s [group %s, %.2f s] %d/%d, %s", n, rec.status.value, what, rec.group,
-                 rec.duration_s or 0.0, n_done, self.cfg.search.trials, best_txt)
+                 rec.duration_s or 0.0, self._finished, self.cfg.search.trials, best_txt)
 
 
 def commonest_error(trials: list[TrialRecord]) -> str:
@@ -432,9 +487,13 @@ def commonest_error(trials: list[TrialRecord]) -> str:
     return f"the most common error ({count} of {len(trials)}): {common}"
 
 
-def _reported_duration(payload: dict[str, Any]) -> float | None:
+def _first_line(text: str | None) -> str:
+    return text.splitlines()[0] if text else "(no error text)"
+
+
+def _reported_duration(result: TrialResult) -> float | None:
     """A trial's length as its group measured it (start to result), or None."""
-    start, end = payload.get("start"), payload.get("end")
+    start, end = result.start, result.end
     if isinstance(start, (int, float)) and isinstance(end, (int, float)) and math.isfinite(end - start) \
             and end >= start:
         return float(end - start)
@@ -445,11 +504,11 @@ def dispatch_stats(seconds: list[float]) -> str:
     """One line about the hand-outs: those sent after a result (the group waited) and those sent ahead."""
     if not seconds:
         return "no trial dispatched"
-    ms = sorted(s * 1000 for s in seconds if s >= 0)
+    ms = [s * 1000 for s in seconds if s >= 0]
     ahead = len(seconds) - len(ms)
     head = f"{len(seconds)} trials dispatched" + (f" ({ahead} sent ahead, before the group finished)" if ahead else "")
     if not ms:
         return head
-    p99 = ms[min(len(ms) - 1, int(round(0.99 * (len(ms) - 1))))]
+    p99 = statistics.quantiles(ms, n=100, method="inclusive")[98] if len(ms) > 1 else ms[0]
     return f"{head}, {statistics.mean(ms):.2f} ms mean, {statistics.median(ms):.2f} ms p50, " \
            f"{p99:.2f} ms p99 coordinator time per dispatch" + (" after a result" if ahead else "")

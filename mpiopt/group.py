@@ -2,36 +2,32 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
+from . import _env
 from ._errors import GroupPeerFailed
-from .objective import Outcome, TrialRunner
-from .trial import TrialResult, TrialStatus
+from .objective import TrialRunner
+from .trial import Task, TrialResult, TrialStatus
 
 log = logging.getLogger(__name__)
 
 
-def merge(outcomes: list[dict[str, Any]]) -> Outcome:
-    """The trial's outcome from every rank's: rank 0's, unless a rank failed.
+def merge(results: list[TrialResult]) -> TrialResult:
+    """The trial's result from every rank's: rank 0's, unless a rank failed.
 
     The first rank with a failure of its own (not a "peer failed" echo) names the error.
     """
-    lead = Outcome(**outcomes[0])
-    bad = [(r, o) for r, o in enumerate(outcomes) if o["status"] != TrialStatus.COMPLETED.value]
-    if not bad:
+    lead = results[0]
+    bad = [(r, o) for r, o in enumerate(results) if o.status != TrialStatus.COMPLETED]
+    if not bad or len(results) == 1:
         return lead
-    own = [(r, o) for r, o in bad if not (o.get("error") or "").startswith(GroupPeerFailed.__name__)]
+    own = [(r, o) for r, o in bad if not (o.error or "").startswith(GroupPeerFailed.__name__)]
     r, o = (own or bad)[0]
-    if len(outcomes) == 1:
-        return lead
-    details = "\n".join(f"== group rank {k} ==\n{b['detail']}" for k, b in (own or bad) if b.get("detail"))
-    return Outcome(status=o["status"], metrics=lead.metrics, epochs=lead.epochs,
-                   error=f"group rank {r}: {o.get('error')}", detail=details or None, misuse=bool(o.get("misuse")),
-                   resumed_s=lead.resumed_s)
+    details = "\n".join(f"== group rank {k} ==\n{b.detail}" for k, b in (own or bad) if b.detail)
+    return TrialResult(status=o.status, metrics=lead.metrics, epochs=lead.epochs,
+                       error=f"group rank {r}: {o.error}", detail=details or None, misuse=o.misuse,
+                       resumed_s=lead.resumed_s)
 
 
 class Progress:
@@ -58,28 +54,15 @@ class Progress:
         log.info("trial %d, epoch %d of %d: %s%s", self.trial, epoch, self.epochs, now, best)
 
 
-def run_task(runner: TrialRunner, task: dict[str, Any], comm=None) -> tuple[Outcome, float, float]:
-    """Run one task on this rank; the outcome and its start and end times."""
-    from . import _env
-
+def run_task(runner: TrialRunner, task: Task, comm=None) -> tuple[TrialResult, float, float]:
+    """Run one task on this rank; what this rank made of it, and its start and end times."""
     start = time.time()
-    trial_dir = Path(task["trial_dir"]) if task.get("trial_dir") else None
+    trial_dir = Path(task.trial_dir) if task.trial_dir else None
     o = runner.cfg.objective
-    epochs = int(runner.cfg.trial_training(task["params"])["epochs"])
-    progress = Progress(task["trial"], epochs, o.metric, o.direction, _env.get("MPIOPT_PROGRESS_S"))
-    outcome = runner.run(task["params"], comm, trial=task["trial"], trial_dir=trial_dir, on_epoch=progress)
-    return outcome, start, time.time()
-
-
-def result_of(task: dict[str, Any], outcome: Outcome, start: float, end: float,
-              wait: float | None = None) -> dict[str, Any]:
-    out = TrialResult(trial=task["trial"], status=outcome.status, objective=outcome.objective,
-                      metrics=outcome.metrics, epochs=outcome.epochs, error=outcome.error,
-                      detail=outcome.detail, resumed_s=outcome.resumed_s, start=start, end=end,
-                      wait_s=wait).to_dict()
-    if outcome.misuse:
-        out["misuse"] = True
-    return out
+    epochs = int(runner.cfg.trial_training(task.params)["epochs"])
+    progress = Progress(task.trial, epochs, o.metric, o.direction, _env.get("MPIOPT_PROGRESS_S"))
+    result = runner.run(task.params, comm, trial=task.trial, trial_dir=trial_dir, on_epoch=progress)
+    return result, start, time.time()
 
 
 def serve(channel, runner_factory) -> int:
@@ -94,19 +77,17 @@ def serve(channel, runner_factory) -> int:
         wait = time.perf_counter() - sent if sent is not None else None
         if task is None:
             return done
-        if os.environ.get("MPIOPT_INJECT_FAULT") == f"serve:{task['trial']}":  # fault-injection tests only
-            raise RuntimeError(f"fault injected outside trial code at trial {task['trial']}")
         if runner is None:
             runner = runner_factory()
         comm = GroupComm(channel.comm)
         try:
-            outcome, start, end = run_task(runner, task, comm)
-            if outcome.status != TrialStatus.COMPLETED.value and comm.failed_peer is None:
+            mine, start, _ = run_task(runner, task, comm)
+            if mine.status != TrialStatus.COMPLETED and comm.failed_peer is None:
                 comm.notify_failure()
         finally:
             comm.close()
-        outcomes = channel.gather_outcomes(asdict(outcome))
-        if outcomes is not None:
-            channel.send_result(result_of(task, merge(outcomes), start, time.time(), wait))
+        every_rank = channel.gather_results(mine)
+        if every_rank is not None:
+            channel.send_result(merge(every_rank).reported(task.trial, start, time.time(), wait))
         sent = time.perf_counter()
         done += 1

@@ -17,13 +17,14 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 import yaml
 
 from ._errors import ConfigError
 from ._files import atomic_write
-from .trial import TrialRecord, TrialStatus, clean
+from .trial import TrialRecord, TrialStatus, apply_event, clean
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ LOCK = ".lock"
 LOG = "search.log"  # the coordinator's log lines, appended across resumes
 ERROR_TEXT = "error.txt"  # in trials/<id>/: a failed trial's whole error text
 TRAIN_INFO = "train.yaml"  # beside `mpiopt train`'s weights: the configuration and values it trained
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the journal's first record says so; journals without one (version 1) read the same
 MIN_FREE_BYTES = 16 * 2**20  # room for a journal, a table and a few checkpoints, checked at start
 
 
@@ -46,7 +47,7 @@ def iso(t: float | None) -> str:
 
 # -- replay ------------------------------------------------------------------------------------
 def read_journal(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """The journal's events, and a warning for each line that could not be read.
+    """The journal's trial events, and a warning for each line that could not be read.
 
     A torn last line (a crash mid-write) and corrupt lines are skipped; the rest is kept.
     """
@@ -67,41 +68,38 @@ def read_journal(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             problems.append(f"{path}: line {i}: skipped a {kind}")
             continue
         events.append(event)
+    if events and events[0].get("event") == "journal":  # the format header: checked, not a trial's event
+        check_version(path, events.pop(0))
     return events, problems
 
 
+def header() -> dict[str, Any]:
+    """A journal's first record: its format version, so that an older mpiopt refuses it in one line."""
+    from . import __version__
+
+    return {"event": "journal", "version": FORMAT_VERSION, "mpiopt": __version__}
+
+
+def check_version(path: Path, first: dict[str, Any]) -> None:
+    version = first.get("version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ConfigError(f"journal format version {version} is newer than this mpiopt reads ({FORMAT_VERSION}); "
+                          f"upgrade mpiopt to read it (written by mpiopt {first.get('mpiopt', '?')})", source=str(path))
+
+
+def _first_record(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.readline().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def replay(events: Iterable[dict[str, Any]]) -> dict[int, TrialRecord]:
-    """Rebuild the trials from journal events; later events of a trial override earlier ones."""
+    """Rebuild the trials from journal events, through the function the live search applies them with."""
     trials: dict[int, TrialRecord] = {}
     for e in events:
-        kind = e.get("event")
-        try:
-            n = int(e["trial"]) if "trial" in e else None
-        except (TypeError, ValueError):
-            continue
-        if kind == "start" and n is not None:
-            old = trials.get(n)
-            if old is not None and old.status.is_finished():
-                continue  # never let a stray start undo a finished trial
-            trials[n] = TrialRecord(trial=n, params=dict(e.get("params") or {}), start=e.get("time"),
-                                    group=e.get("group"), ranks=e.get("ranks"), dispatch_s=e.get("dispatch_s"))
-        elif kind == "finish" and n is not None:
-            rec = trials.get(n)
-            if rec is None:
-                rec = trials[n] = TrialRecord(trial=n, params=dict(e.get("params") or {}))
-            try:
-                rec.status = TrialStatus(e.get("status"))
-            except ValueError:
-                rec.status = TrialStatus.FAILED
-            rec.objective = e.get("objective")
-            rec.metrics = dict(e.get("metrics") or {})
-            rec.epochs = e.get("epochs")
-            rec.error = e.get("error")
-            rec.start = e.get("start", rec.start)
-            rec.end = e.get("end")
-            rec.wait_s = e.get("wait_s")
-            rec.resumed_s = e.get("resumed_s")
-            rec.dispatch_s = e.get("dispatch_s", rec.dispatch_s)
+        apply_event(trials, e)
     return dict(sorted(trials.items()))
 
 
@@ -143,7 +141,8 @@ def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool) 
     return row
 
 
-def result_rows(trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = False) -> tuple[list[str], list[dict]]:
+def result_rows(trials: Iterable[TrialRecord], param_names: list[str], *,
+                live: bool = False) -> tuple[list[str], list[dict]]:
     """The results table's columns and rows (SPEC §5).
 
     Trials still marked running are `running` while their search is `live`, else `interrupted`.
@@ -196,6 +195,7 @@ class RunDir:
         self._sync_cv = threading.Condition()
         self._sync_due = False
         self._sync_error: OSError | None = None
+        self._needs_header = False  # a new journal: its first append writes the format header first
         self._made: list[Path] = []  # the folders `open` created, deepest first
 
     def holds_search(self) -> bool:
@@ -218,6 +218,9 @@ class RunDir:
         if is_live(self.path):
             raise ConfigError("another search is running in this directory", source=where)
         if resume:
+            first = _first_record(self.journal_path)
+            if isinstance(first, dict) and first.get("event") == "journal":
+                check_version(self.journal_path, first)
             self._check_same_search(config_text)
 
     def open(self, *, resume: bool, config_text: str) -> None:
@@ -242,6 +245,7 @@ class RunDir:
             self._mend_torn_tail()
         atomic_write(self.path / CONFIG, config_text.encode("utf-8"))
         self._journal = open(self.journal_path, "ab")
+        self._needs_header = not self.holds_search()
 
     def _acquire_lock(self) -> None:
         lock_path = self.path / LOCK
@@ -297,8 +301,10 @@ class RunDir:
         process at once); fsynced before this returns unless `sync=False`, in which case `sync()`
         must follow (the coordinator syncs once a loop, before it waits for the next result)."""
         assert self._journal is not None, "RunDir.open() first"
-        line = json.dumps(clean(event), separators=(",", ":"), allow_nan=False).encode("utf-8") + b"\n"
-        self._journal.write(line)
+        if self._needs_header:  # with the first event: a journal that holds no trial stays empty
+            self._needs_header = False
+            self._journal.write(_line(header()))
+        self._journal.write(_line(event))
         self._journal.flush()
         if sync:
             os.fsync(self._journal.fileno())
@@ -406,6 +412,10 @@ class RunDir:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def _line(event: dict[str, Any]) -> bytes:
+    return json.dumps(clean(event), separators=(",", ":"), allow_nan=False).encode("utf-8") + b"\n"
 
 
 def is_live(path: str | os.PathLike) -> bool:

@@ -5,6 +5,7 @@ communicator when it takes `comm`. A `model` objective is trained by `mpiopt.lea
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import re
@@ -12,32 +13,17 @@ import signal
 import threading
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ._errors import TrialFailed, TrialTimeout
 from .config import Config, import_callable
-from .trial import TrialStatus
+from .trial import TrialResult, TrialStatus
 
 _HEADLINE_CHARS = 300
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Keras colours its messages
 # TensorFlow wraps an op's message in a graph traceback: these lines never name the problem
 _WRAPPING = re.compile(r'^(File "|Traceback|Detected at node|Graph execution error:?$|in user code:|\[\[|\[Op:)')
-
-
-@dataclass
-class Outcome:
-    """What one rank makes of a trial (the group's rank 0 holds the figure of merit)."""
-
-    status: str = TrialStatus.COMPLETED.value
-    objective: float | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    epochs: int | None = None
-    error: str | None = None  # one line: the exception's type and the line that names the problem
-    detail: str | None = None  # the full text and traceback, kept in the trial's folder (error.txt)
-    resumed_s: float | None = None  # training time of earlier attempts, carried by the checkpoint resumed from
-    misuse: bool = False  # the objective broke its contract (wrong return type): the search stops, exit 2
 
 
 def headline(exc: BaseException) -> str:
@@ -63,7 +49,8 @@ def headline(exc: BaseException) -> str:
     meaningful = [ln for ln in lines if not _WRAPPING.match(ln)]
     if not meaningful:
         return ""
-    from_tensorflow = "OpError" in {c.__name__ for c in type(exc).__mro__} or type(exc).__module__.startswith("tensorflow")
+    from_tensorflow = ("OpError" in {c.__name__ for c in type(exc).__mro__}
+                       or type(exc).__module__.startswith("tensorflow"))
     line = meaningful[-1] if from_tensorflow else meaningful[0]
     line = re.sub(r"\s*(\[\[\{\{node .*|\[Op:.*|Label values:.*)$", "", line)
     return line if len(line) <= _HEADLINE_CHARS else line[:_HEADLINE_CHARS - 3] + "..."
@@ -79,7 +66,7 @@ def error_detail(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
-def judge(value: Any, direction: str, metric: str) -> Outcome:
+def judge(value: Any, direction: str, metric: str) -> TrialResult:
     """Turn what a function returned into an outcome: completed, diverged or failed."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         metrics = {metric: float(value)}
@@ -89,22 +76,23 @@ def judge(value: Any, direction: str, metric: str) -> Outcome:
             if isinstance(v, numbers.Real) and not isinstance(v, bool):
                 metrics[str(k)] = float(v)
         if metric not in value:
-            return Outcome(status=TrialStatus.FAILED.value, metrics=metrics, misuse=True,
-                           error=f"the objective returned a dict without {metric!r} (it has: {', '.join(map(str, value))})")
+            return TrialResult(status=TrialStatus.FAILED, metrics=metrics, misuse=True,
+                               error=f"the objective returned a dict without {metric!r} "
+                                     f"(it has: {', '.join(map(str, value))})")
         if metric not in metrics:
-            return Outcome(status=TrialStatus.FAILED.value, metrics=metrics, misuse=True,
-                           error=f"the objective returned {metric}={value[metric]!r}, expected a number")
+            return TrialResult(status=TrialStatus.FAILED, metrics=metrics, misuse=True,
+                               error=f"the objective returned {metric}={value[metric]!r}, expected a number")
     else:
-        return Outcome(status=TrialStatus.FAILED.value, misuse=True,
-                       error=f"the objective returned {type(value).__name__} {value!r:.60}, "
+        return TrialResult(status=TrialStatus.FAILED, misuse=True,
+                           error=f"the objective returned {type(value).__name__} {value!r:.60}, "
                              "expected a float or a dict of metrics")
     v = metrics[metric]
     if not math.isfinite(v):
-        return Outcome(status=TrialStatus.DIVERGED.value, metrics=metrics, error=f"{metric} is {v}")
-    return Outcome(objective=v, metrics=metrics)
+        return TrialResult(status=TrialStatus.DIVERGED, metrics=metrics, error=f"{metric} is {v}")
+    return TrialResult(objective=v, metrics=metrics)
 
 
-def judge_history(history: list[dict[str, float]], direction: str, metric: str, stopped: str | None) -> Outcome:
+def judge_history(history: list[dict[str, float]], direction: str, metric: str, stopped: str | None) -> TrialResult:
     """The figure of merit of a training run: the best epoch's value of the chosen metric.
 
     The metrics reported are those of that epoch (the weights kept are the best ones too).
@@ -112,23 +100,23 @@ def judge_history(history: list[dict[str, float]], direction: str, metric: str, 
     epochs = len(history)
     if stopped == "diverged":
         last = history[-1] if history else {}
-        return Outcome(status=TrialStatus.DIVERGED.value, epochs=epochs,
-                       metrics={k: v for k, v in last.items() if k != "epoch"},
-                       error="training diverged: a NaN or infinite loss or metric")
+        return TrialResult(status=TrialStatus.DIVERGED, epochs=epochs,
+                           metrics={k: v for k, v in last.items() if k != "epoch"},
+                           error="training diverged: a NaN or infinite loss or metric")
     if not history:
         status = TrialStatus.TIMEOUT if stopped == "timeout" else TrialStatus.FAILED
-        return Outcome(status=status.value, epochs=0, error="no epoch finished")
+        return TrialResult(status=status, epochs=0, error="no epoch finished")
     if metric not in history[0]:
         have = ", ".join(k for k in history[0] if k != "epoch")
-        return Outcome(status=TrialStatus.FAILED.value, epochs=epochs,
-                       error=f"the figure of merit {metric!r} is not among the metrics training reports ({have})")
+        return TrialResult(status=TrialStatus.FAILED, epochs=epochs,
+                           error=f"the figure of merit {metric!r} is not among the metrics training reports ({have})")
     pick = min if direction == "minimize" else max
     best = pick(history, key=lambda row: row[metric])
     metrics = {k: v for k, v in best.items() if k != "epoch"}
     if stopped == "timeout":
-        return Outcome(status=TrialStatus.TIMEOUT.value, epochs=epochs, metrics=metrics,
-                       error=f"stopped by training.time_limit after {epochs} epochs")
-    return Outcome(objective=best[metric], metrics=metrics, epochs=epochs)
+        return TrialResult(status=TrialStatus.TIMEOUT, epochs=epochs, metrics=metrics,
+                           error=f"stopped by training.time_limit after {epochs} epochs")
+    return TrialResult(objective=best[metric], metrics=metrics, epochs=epochs)
 
 
 @contextmanager
@@ -167,7 +155,7 @@ class TrialRunner:
                            if isinstance(o.data, str) else None)
 
     def run(self, params: dict[str, Any], comm, *, trial: int = 0, trial_dir: Path | None = None,
-            on_epoch=None) -> Outcome:
+            on_epoch=None) -> TrialResult:
         """Run one trial on this rank of the group `comm` (None: alone). Exceptions become outcomes."""
         o = self.cfg.objective
         training = self.cfg.trial_training(params)
@@ -180,15 +168,15 @@ class TrialRunner:
                     elif rank == 0:
                         value = self.fn(dict(params))
                     else:
-                        return Outcome()
-                    return judge(value, o.direction, o.metric) if rank == 0 else Outcome()
+                        return TrialResult()
+                    return judge(value, o.direction, o.metric) if rank == 0 else TrialResult()
                 return self._train(params, training, comm, trial, trial_dir, on_epoch)
         except TrialTimeout as exc:
-            return Outcome(status=TrialStatus.TIMEOUT.value, error=str(exc))
+            return TrialResult(status=TrialStatus.TIMEOUT, error=str(exc))
         except Exception as exc:  # user code: any exception fails the trial, never the search
-            return Outcome(status=TrialStatus.FAILED.value, error=error_text(exc), detail=error_detail(exc))
+            return TrialResult(status=TrialStatus.FAILED, error=error_text(exc), detail=error_detail(exc))
 
-    def _train(self, params, training, comm, trial, trial_dir, on_epoch) -> Outcome:
+    def _train(self, params, training, comm, trial, trial_dir, on_epoch) -> TrialResult:
         from . import learn
         from ._log import quiet_tensorflow
 
@@ -202,11 +190,10 @@ class TrialRunner:
                         resume=self.resume_checkpoints)
         outcome = learn.train(comm, job)
         if outcome is None:
-            return Outcome()
+            return TrialResult()
         self.last_training = outcome
         judged = judge_history(outcome.history, o.direction, o.metric, outcome.stopped)
-        judged.resumed_s = outcome.resumed_s
-        return judged
+        return dataclasses.replace(judged, resumed_s=outcome.resumed_s)
 
 
 
@@ -381,20 +368,11 @@ def _first_batches(source, n: int) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
     return batch, val
 
 
-def _leaves(struct, where: str = ""):
-    if isinstance(struct, dict):
-        for k, v in struct.items():
-            yield from _leaves(v, f"{where}[{k!r}]")
-    elif isinstance(struct, (list, tuple)):
-        for i, v in enumerate(struct):
-            yield from _leaves(v, f"{where}[{i}]")
-    else:
-        yield where, struct
-
-
 def _h5_scan(files: list[Path], features, labels, n: int) -> tuple[Any, Any]:
     """Check every file's sample counts and per-sample shapes (metadata only); read the first `n` samples."""
     import h5py
+
+    from .learn._data import leaves
 
     from .learn._data import _check_lengths, concat, h5_datasets, take
 
@@ -409,7 +387,7 @@ def _h5_scan(files: list[Path], features, labels, n: int) -> tuple[Any, Any]:
                 if nx != ny:
                     raise TrialFailed(f"{f}: features have {nx} samples but labels have {ny}")
                 for what, struct in (("features", x), ("labels", y)):
-                    for where, ds in _leaves(struct):
+                    for where, ds in leaves(struct):
                         key, shape = what + where, tuple(ds.shape[1:])
                         f0, shape0 = first.setdefault(key, (f, shape))
                         if shape != shape0:
@@ -556,7 +534,7 @@ def _extremes(a, ignore, block: int = 1 << 22):
     import numpy as np
 
     dtype = np.dtype(a.dtype)
-    if not (np.issubdtype(dtype, np.number) or dtype == bool) or np.issubdtype(dtype, np.complexfloating):
+    if not (np.issubdtype(dtype, np.number) or dtype == np.bool_) or np.issubdtype(dtype, np.complexfloating):
         return False
     if not a.shape:
         return None

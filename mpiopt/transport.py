@@ -2,28 +2,46 @@
 
 Messages between the coordinator and the groups are small JSON documents carried as raw bytes
 (never pickled state). Waiting is done on MPI requests with a short exponential back-off (at most
-`MAX_BACKOFF` seconds, the way `mpi4py.futures` waits), so an idle rank costs no CPU: MPICH's own
+`MPIOPT_MAX_BACKOFF` seconds, the way `mpi4py.futures` waits), so an idle rank costs no CPU: MPICH's own
 blocking calls spin a core at 100%, which starves the training ranks on a shared node.
 
-The coordinator sees groups through a small interface (`send_task`, `recv_result`, `shutdown`);
-`InProcessTransport` implements it without MPI for a one-process search and for the tests.
+The coordinator sees groups through its `Transport` protocol: `MPITransport` here, and
+`InProcessTransport`, which implements it without MPI for a one-process search and for the tests.
+Tasks and results travel as `Task` and `TrialResult` JSON.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pickle
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from . import _env
 from ._errors import GroupPeerFailed
+from .trial import Task, TrialResult
 
 TAG_TASK, TAG_RESULT, TAG_STOP, TAG_OUTCOME, TAG_FAIL, TAG_USER = 11, 12, 13, 14, 15, 16
-MAX_BACKOFF = _env.get("MPIOPT_MAX_BACKOFF")
-SPIN = _env.get("MPIOPT_SPIN")
-COLLECTIVE_SPIN = _env.get("MPIOPT_COLLECTIVE_SPIN")
+
+
+@dataclass
+class WaitSettings:
+    """How a waiting rank waits: it spins for `spin` seconds (`collective_spin` in a collective of
+    its group), then sleeps 10 µs, 20 µs ... up to `max_backoff` between tests of its request."""
+
+    max_backoff: float
+    spin: float
+    collective_spin: float
+
+
+@functools.cache
+def waits() -> WaitSettings:
+    """The settings of this process: MPIOPT_MAX_BACKOFF, MPIOPT_SPIN and MPIOPT_COLLECTIVE_SPIN,
+    read when first needed; `configure_waits` turns the spins off on an oversubscribed node."""
+    return WaitSettings(_env.get("MPIOPT_MAX_BACKOFF"), _env.get("MPIOPT_SPIN"), _env.get("MPIOPT_COLLECTIVE_SPIN"))
 
 
 def _mpi():
@@ -46,18 +64,20 @@ def decode(data: bytes | bytearray) -> Any:
 
 
 class Backoff:
-    """Between tests of a request: spin for SPIN seconds, then sleep 10 µs, 20 µs ... up to MAX_BACKOFF.
+    """Between tests of a request: spin a while, then sleep 10 µs, 20 µs ... up to a maximum (`waits()`).
 
     The short spin keeps a reply that is on its way (a master's weights, a rendezvous send that
     needs the peer's progress) from paying a sleep's wake-up latency; the sleeps keep a long wait
     from burning a core.
     """
 
-    def __init__(self, maximum: float = MAX_BACKOFF, spin: float | None = None) -> None:
+    def __init__(self, maximum: float | None = None, spin: float | None = None) -> None:
+        settings = waits()
+        spin = settings.spin if spin is None else spin
         self.delay = 1e-5
-        self.maximum = maximum
-        self.spin_until = time.perf_counter() + (SPIN if spin is None else spin)
-        self.spinning = (SPIN if spin is None else spin) > 0
+        self.maximum = settings.max_backoff if maximum is None else maximum
+        self.spin_until = time.perf_counter() + spin
+        self.spinning = spin > 0
 
     def sleep(self) -> None:
         if self.spinning and time.perf_counter() < self.spin_until:
@@ -150,7 +170,6 @@ def configure_waits(comm) -> str:
     With more ranks on a node than cores, a spinning rank takes the core a computing rank needs;
     there mpiopt only sleeps between tests. MPIOPT_SPIN / MPIOPT_COLLECTIVE_SPIN override this.
     """
-    global SPIN, COLLECTIVE_SPIN
     ranks_here = ranks_on_this_node(comm)
     try:
         cores = len(os.sched_getaffinity(0))
@@ -158,9 +177,9 @@ def configure_waits(comm) -> str:
         cores = os.cpu_count() or 1
     if ranks_here > cores:
         if not _env.is_set("MPIOPT_SPIN"):
-            SPIN = 0.0
+            waits().spin = 0.0
         if not _env.is_set("MPIOPT_COLLECTIVE_SPIN"):
-            COLLECTIVE_SPIN = 0.0
+            waits().collective_spin = 0.0
         return f"{ranks_here} ranks on {cores} cores: waiting ranks sleep"
     return f"{ranks_here} ranks on {cores} cores"
 
@@ -286,8 +305,8 @@ class MPITransport:
     def group_ranks(self, group: int) -> int:
         return len(self.plan.groups[group])
 
-    def send_task(self, group: int, task: dict[str, Any]) -> None:
-        self._isend(encode(task), self.plan.groups[group][0], TAG_TASK)
+    def send_task(self, group: int, task: Task) -> None:
+        self._isend(encode(task.to_json()), self.plan.groups[group][0], TAG_TASK)
 
     def _isend(self, data: bytes, dest: int, tag: int) -> None:
         MPI = _mpi()
@@ -303,13 +322,13 @@ class MPITransport:
             gone = set(done)
             self._sends = [s for i, s in enumerate(self._sends) if i not in gone]
 
-    def recv_result(self, timeout: float | None = None) -> tuple[int, dict[str, Any]] | None:
+    def recv_result(self, timeout: float | None = None) -> tuple[int, TrialResult] | None:
         """Wait until any group reports (the first to arrive is served first), or None after `timeout` s."""
         got = recv_bytes(self.comm, _mpi().ANY_SOURCE, TAG_RESULT, timeout=timeout)
         if got is None:
             return None
         data, source = got
-        return self._leaders[source], decode(data)
+        return self._leaders[source], TrialResult.from_json(decode(data))
 
     def has_result(self) -> bool:
         """Whether a group's result is already waiting to be received."""
@@ -334,11 +353,13 @@ class InProcessTransport:
     one-process search alternates between coordinating and training.
     """
 
-    def __init__(self, run_task: Callable[[int, dict], dict], n_groups: int = 1, ranks: int = 1) -> None:
+    queues_tasks = False  # a task runs only when the coordinator waits for a result
+
+    def __init__(self, run_task: Callable[[int, Task], TrialResult], n_groups: int = 1, ranks: int = 1) -> None:
         self.run_task = run_task
         self._n = n_groups
         self._ranks = ranks
-        self._queue: list[tuple[int, dict]] = []
+        self._queue: list[tuple[int, Task]] = []
 
     @property
     def n_groups(self) -> int:
@@ -347,12 +368,15 @@ class InProcessTransport:
     def group_ranks(self, group: int) -> int:
         return self._ranks
 
-    def send_task(self, group: int, task: dict[str, Any]) -> None:
+    def send_task(self, group: int, task: Task) -> None:
         self._queue.append((group, task))
 
-    def recv_result(self, timeout: float | None = None) -> tuple[int, dict[str, Any]]:
+    def recv_result(self, timeout: float | None = None) -> tuple[int, TrialResult]:
         group, task = self._queue.pop(0)  # runs now: a trial here is bounded by its own time limit
         return group, self.run_task(group, task)
+
+    def has_result(self) -> bool:
+        return False  # nothing is ever waiting: tasks run when their result is asked for
 
     def shutdown(self) -> None:
         self._queue.clear()
@@ -367,7 +391,7 @@ class GroupChannel:
         self.comm = group_comm
         self.rank = group_comm.Get_rank()
 
-    def next_task(self) -> dict[str, Any] | None:
+    def next_task(self) -> Task | None:
         """The next task, on every rank of the group; None when the search is over."""
         data: bytes | None = None
         if self.rank == 0:
@@ -384,21 +408,21 @@ class GroupChannel:
                         break
                 backoff.sleep()
         data = bcast_bytes(self.comm, data)
-        return decode(data) if data else None
+        return Task.from_json(decode(data)) if data else None
 
-    def gather_outcomes(self, outcome: dict[str, Any]) -> list[dict[str, Any]] | None:
-        """Every rank's outcome of a trial, on the leader (in rank order); None elsewhere."""
+    def gather_results(self, result: TrialResult) -> list[TrialResult] | None:
+        """Every rank's result of a trial, on the leader (in rank order); None elsewhere."""
         if self.rank != 0:
-            send_bytes(self.comm, encode(outcome), 0, TAG_OUTCOME)
+            send_bytes(self.comm, encode(result.to_json()), 0, TAG_OUTCOME)
             return None
-        out = [outcome]
+        out = [result]
         for r in range(1, self.comm.Get_size()):
             data, _ = recv_bytes(self.comm, r, TAG_OUTCOME)
-            out.append(decode(data))
+            out.append(TrialResult.from_json(decode(data)))
         return out
 
-    def send_result(self, result: dict[str, Any]) -> None:
-        send_bytes(self.world, encode(result), 0, TAG_RESULT)
+    def send_result(self, result: TrialResult) -> None:
+        send_bytes(self.world, encode(result.to_json()), 0, TAG_RESULT)
 
 
 class GroupComm:
@@ -538,7 +562,7 @@ class GroupComm:
         # every rank of a synchronous step arrives within moments of the others, and each round of
         # the reduction needs every rank's progress: spin (up to COLLECTIVE_SPIN) rather than sleep
         self._wait(self._comm.Iallreduce(self._MPI.IN_PLACE, [buf, self._MPI.FLOAT], op=self._MPI.SUM),
-                   spin=COLLECTIVE_SPIN)
+                   spin=waits().collective_spin)
 
     # Python objects travel pickled here: they are the user's own in-memory values between the
     # ranks of one job, never state read back from disk.
@@ -558,7 +582,7 @@ class GroupComm:
         displs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         buf = bytearray(int(sizes.sum()))
         self._wait(self._comm.Iallgatherv([data, MPI.BYTE], [buf, (sizes, displs), MPI.BYTE]))
-        return [pickle.loads(bytes(buf[d:d + s])) for d, s in zip(displs, sizes)]
+        return [pickle.loads(bytes(buf[d:d + s])) for d, s in zip(displs, sizes, strict=True)]
 
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
         out = self.allgather(obj)

@@ -1,8 +1,15 @@
-"""Trial states and the records that cross boundaries (coordinator, groups, journal, table)."""
+"""A trial's records: the task a group gets, the result it sends back, the journal's view of it.
+
+One shape end to end: a `TrialResult` is what a rank makes of a trial, what its group merges and
+reports, and (as JSON) the journal's `finish` event; a `Task` is the `start` event. `apply_event`
+turns an event into the `TrialRecord` the table shows, for the live search and for the replay of a
+journal alike, so the two can never disagree.
+"""
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -19,6 +26,14 @@ class TrialStatus(str, Enum):
     def is_finished(self) -> bool:
         return self not in (TrialStatus.RUNNING, TrialStatus.INTERRUPTED)
 
+    @classmethod
+    def parse(cls, value: Any) -> TrialStatus:
+        """A status read from a message or a journal; anything unknown counts as a failure."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.FAILED
+
 
 @dataclass(frozen=True)
 class Task:
@@ -28,34 +43,51 @@ class Task:
     params: dict[str, Any]
     trial_dir: str | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        return clean(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Task:
+        return cls(trial=int(d["trial"]), params=dict(d["params"]), trial_dir=d.get("trial_dir"))
+
 
 @dataclass(frozen=True)
 class TrialResult:
-    """What a group sends back."""
+    """A trial's result: what a rank made of it, then (with `trial` and its times) what its group
+    reports. `detail` travels to the coordinator for the trial's error.txt but is not journaled."""
 
-    trial: int
-    status: str
+    status: TrialStatus = TrialStatus.COMPLETED
     objective: float | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     epochs: int | None = None
-    error: str | None = None
-    detail: str | None = None  # the error's full text, for the trial's error.txt (not journaled)
-    resumed_s: float | None = None  # training time of earlier attempts, before the checkpoint it resumed from
-    start: float = 0.0
-    end: float = 0.0
+    error: str | None = None  # one line: the exception's type and the line that names the problem
+    detail: str | None = None  # the full text and traceback
+    resumed_s: float | None = None  # training time of earlier attempts, carried by the checkpoint resumed from
+    misuse: bool = False  # the objective broke its contract (wrong return type): the search stops, exit 2
+    trial: int | None = None
+    start: float | None = None  # when the group began and ended it (its clock, seconds since the epoch)
+    end: float | None = None
     wait_s: float | None = None  # how long the group waited for this task after its previous result
 
-    def to_dict(self) -> dict[str, Any]:
-        return clean(asdict(self))
+    def reported(self, trial: int, start: float, end: float, wait_s: float | None) -> TrialResult:
+        """This result as the group reports it: the trial's number and when it ran."""
+        return dataclasses.replace(self, trial=trial, start=start, end=end, wait_s=wait_s)
+
+    def to_json(self) -> dict[str, Any]:
+        return clean({**dataclasses.asdict(self), "status": self.status.value})
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TrialResult":
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+    def from_json(cls, d: dict[str, Any]) -> TrialResult:
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in d.items() if k in names}
+        values["status"] = TrialStatus.parse(d.get("status"))
+        values["metrics"] = dict(values.get("metrics") or {})
+        return cls(**values)
 
 
 @dataclass
 class TrialRecord:
-    """One trial as the journal knows it."""
+    """One trial as the journal and the results table know it."""
 
     trial: int
     params: dict[str, Any]
@@ -80,8 +112,65 @@ class TrialRecord:
         return self.end - self.start + (self.resumed_s or 0.0)
 
 
+# -- journal events ------------------------------------------------------------------------------
+def start_event(task: Task, group: int, ranks: int, now: float) -> dict[str, Any]:
+    """The journal's record of a trial handed out (written before the task is sent)."""
+    return clean({"event": "start", "trial": task.trial, "params": task.params, "group": group, "ranks": ranks,
+                  "time": now})
+
+
+def finish_event(result: TrialResult, rec: TrialRecord, now: float) -> dict[str, Any]:
+    """The journal's record of a trial's result: a figure of merit only for a completed trial, and
+    the hand-out's times where the group did not report its own."""
+    status = result.status
+    return clean({"event": "finish", "trial": rec.trial, "status": status.value,
+                  "objective": result.objective if status == TrialStatus.COMPLETED else None,
+                  "metrics": result.metrics, "epochs": result.epochs, "error": result.error,
+                  "start": result.start or rec.start, "end": result.end or now, "wait_s": result.wait_s,
+                  "dispatch_s": rec.dispatch_s, "resumed_s": result.resumed_s})
+
+
+def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialRecord | None:
+    """Bring `trials` up to date with one journal event; the record it changed, or None.
+
+    A later event of a trial overrides an earlier one, except that a stray `start` never undoes a
+    finished trial. Events of other kinds (the format header) and malformed ones change nothing.
+    """
+    try:
+        n = int(event["trial"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    kind = event.get("event")
+    if kind == "start":
+        old = trials.get(n)
+        if old is not None and old.status.is_finished():
+            return None
+        rec = trials[n] = TrialRecord(trial=n, params=dict(event.get("params") or {}), start=event.get("time"),
+                                      group=event.get("group"), ranks=event.get("ranks"),
+                                      dispatch_s=event.get("dispatch_s"))
+        return rec
+    if kind != "finish":
+        return None
+    rec = trials.get(n)
+    if rec is None:
+        rec = trials[n] = TrialRecord(trial=n, params=dict(event.get("params") or {}))
+    rec.status = TrialStatus.parse(event.get("status"))
+    rec.objective = event.get("objective")
+    rec.metrics = dict(event.get("metrics") or {})
+    rec.epochs = event.get("epochs")
+    rec.error = event.get("error")
+    rec.start = event.get("start", rec.start)
+    rec.end = event.get("end")
+    rec.wait_s = event.get("wait_s")
+    rec.resumed_s = event.get("resumed_s")
+    rec.dispatch_s = event.get("dispatch_s", rec.dispatch_s)
+    return rec
+
+
 def clean(value: Any) -> Any:
     """JSON-safe copy: non-finite floats become None, numpy scalars become Python numbers."""
+    if isinstance(value, Enum):
+        return value.value
     if isinstance(value, dict):
         return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

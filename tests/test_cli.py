@@ -88,6 +88,7 @@ def test_bad_inputs_exit_2_with_one_line(write_yaml, tmp_path):
     ("MPIOPT_THREADS", "0", "expected a whole number >= 1"),
     ("MPIOPT_SEND_AHEAD", "yes", "expected one of 0, 1, always"),
     ("MPIOPT_LOG_LEVEL", "loud", "expected one of DEBUG"),
+    ("MPIOPT_TF_LOGS", "yes", "expected one of 0, 1, got 'yes'"),
 ])
 def test_a_bad_tuning_variable_is_one_line_and_exit_2(write_yaml, tmp_path, var, value, expected):
     one_error_line(run_cli(["check", write_yaml(SPACE)], cwd=tmp_path, env={var: value}),
@@ -110,6 +111,51 @@ def test_tuning_variables_read_empty_as_unset_and_log_levels_in_any_case(monkeyp
     monkeypatch.setenv("MPIOPT_COLLECTIVE_SPIN", "inf")
     with pytest.raises(ConfigError, match="MPIOPT_COLLECTIVE_SPIN"):
         _env.check()
+
+
+def test_the_launcher_rank_and_size_are_read_before_mpi_starts(monkeypatch):
+    from mpiopt import _env
+
+    for name in _env.RANK_VARIABLES + _env.SIZE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert (_env.launcher_rank(), _env.launcher_size()) == (0, 1)
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    monkeypatch.setenv("PMI_RANK", "")  # empty: passed over, as one that is not a number
+    monkeypatch.setenv("PMI_SIZE", "x")
+    assert (_env.launcher_rank(), _env.launcher_size()) == (3, 4)
+    monkeypatch.setenv("PMI_RANK", "2")
+    assert _env.launcher_rank() == 2
+
+
+def test_every_command_declares_the_options_main_reads():
+    from mpiopt.cli import build_parser
+    from mpiopt.launch import _without_np
+
+    for argv in (["search", "s.yaml"], ["check", "s.yaml"], ["train", "s.yaml"], ["results", "d"]):
+        args = build_parser().parse_args(argv)
+        assert {"trials", "seed", "np", "top", "trace"} <= set(vars(args)), argv
+    assert build_parser().parse_args(["results", "d"]).top == 10
+    assert build_parser().parse_args(["search", "s.yaml", "--np", "3"]).np == 3
+    argv = ["search", "s.yaml", "--np", "3", "--np=4", "--seed", "1"]
+    assert _without_np(argv) == ["search", "s.yaml", "--seed", "1"]
+
+
+def test_results_records_are_json_ready():
+    import numpy as np
+    import pandas as pd
+
+    from mpiopt._results_view import records
+
+    df = pd.DataFrame({"start": pd.to_datetime(["2024-01-02T03:04:05Z", None], utc=True),
+                       "epochs": pd.array([3, None], dtype="Int64"), "objective": [np.float64(0.5), float("nan")],
+                       "n": np.array([1, 2], dtype=np.int32), "status": ["completed", "failed"]})
+    rows = records(df)
+    assert rows == [
+        {"start": "2024-01-02T03:04:05+00:00", "epochs": 3, "objective": 0.5, "n": 1, "status": "completed"},
+        {"start": None, "epochs": None, "objective": None, "n": 2, "status": "failed"}]
+    json.dumps(rows, allow_nan=False)
+    assert all(type(v) in (str, int, float, type(None)) for row in rows for v in row.values())
 
 
 def test_check_prints_the_plan(write_yaml, tmp_path):

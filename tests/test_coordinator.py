@@ -1,6 +1,7 @@
 """The coordinator's logic, in-process, with a fake transport that simulates groups of different speeds."""
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import time
@@ -8,10 +9,11 @@ import time
 import pytest
 
 from mpiopt.config import load_config
+from mpiopt._send_ahead import SendAhead
 from mpiopt.coordinator import Coordinator
 from mpiopt.journal import RunDir
 from mpiopt.search import make_searcher
-from mpiopt.trial import TrialRecord, TrialStatus
+from mpiopt.trial import TrialRecord, TrialResult, TrialStatus
 
 
 def branin(p):
@@ -22,6 +24,8 @@ def branin(p):
 
 class SimTransport:
     """Groups with fixed trial durations on a simulated clock; results arrive in finishing order."""
+
+    queues_tasks = False
 
     def __init__(self, durations, fn=branin):
         self.durations = durations
@@ -40,8 +44,8 @@ class SimTransport:
 
     def send_task(self, group, task):
         assert not any(g == group for _, _, g, _ in self.heap), "a busy group got a second task"
-        self.log.append(("send", group, task["trial"]))
-        heapq.heappush(self.heap, (self.clock + self.durations[group], task["trial"], group, task))
+        self.log.append(("send", group, task.trial))
+        heapq.heappush(self.heap, (self.clock + self.durations[group], task.trial, group, task))
 
     def recv_result(self, timeout=None):
         if math.isinf(self.heap[0][0]):  # only stuck groups are left: nothing arrives in time
@@ -51,14 +55,17 @@ class SimTransport:
         self.clock, n, group, task = heapq.heappop(self.heap)
         self.log.append(("recv", group, n))
         try:
-            value = self.fn(task["params"])
+            value = self.fn(task.params)
         except Exception as exc:
-            return group, {"trial": n, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                           "start": 1.0, "end": 2.0}
+            return group, TrialResult(trial=n, status=TrialStatus.FAILED, error=f"{type(exc).__name__}: {exc}",
+                                      start=1.0, end=2.0)
         if isinstance(value, float) and not math.isfinite(value):
-            return group, {"trial": n, "status": "diverged", "metrics": {"objective": None}, "start": 1.0, "end": 2.0}
-        return group, {"trial": n, "status": "completed", "objective": value, "metrics": {"objective": value},
-                       "start": 1.0, "end": 2.0}
+            return group, TrialResult(trial=n, status=TrialStatus.DIVERGED, metrics={"objective": None}, start=1.0,
+                                      end=2.0)
+        return group, TrialResult(trial=n, objective=value, metrics={"objective": value}, start=1.0, end=2.0)
+
+    def has_result(self):
+        return False
 
     def shutdown(self):
         self.stopped = True
@@ -231,10 +238,10 @@ def test_latencies_are_recorded_and_the_first_wave_is_counted_apart(cfg, tmp_pat
 
     class Waiting(SimTransport):  # groups that report how long they waited for each trial
         def recv_result(self, timeout=None):
-            group, payload = super().recv_result(timeout)
-            payload["wait_s"] = None if sum(1 for k, g, _ in self.log if k == "send" and g == group) == 1 else 0.004
-            payload["start"], payload["end"] = self.clock - self.durations[group], self.clock
-            return group, payload
+            group, result = super().recv_result(timeout)
+            first = sum(1 for k, g, _ in self.log if k == "send" and g == group) == 1
+            return group, dataclasses.replace(result, wait_s=None if first else 0.004,
+                                              start=self.clock - self.durations[group], end=self.clock)
 
     rd = RunDir(tmp_path / "run")
     rd.open(resume=False, config_text="name: t\n")
@@ -283,11 +290,11 @@ class MailboxSim:
         self.count[group] += 1
         self.busy[group] = True
         self.seq += 1
-        self.log.append(("run", group, task["trial"], self.clock))
+        self.log.append(("run", group, task.trial, self.clock))
         heapq.heappush(self.heap, (self.clock + d, self.seq, group, task, self.clock))
 
     def send_task(self, group, task):
-        self.log.append(("send", group, task["trial"], self.clock))
+        self.log.append(("send", group, task.trial, self.clock))
         if self.busy[group]:
             assert not self.mailbox[group], "a group got a second task ahead"
             self.mailbox[group].append(task)
@@ -306,26 +313,27 @@ class MailboxSim:
         end, _, group, task, start = heapq.heappop(self.heap)
         self.clock = max(self.clock, end)
         self.busy[group] = False
-        self.log.append(("recv", group, task["trial"], self.clock))
+        self.log.append(("recv", group, task.trial, self.clock))
         if self.mailbox[group]:
             self._start(group, self.mailbox[group].pop(0))
-        y = branin(task["params"])
-        return group, {"trial": task["trial"], "status": "completed", "objective": y, "metrics": {"objective": y},
-                       "start": 1e9 + start, "end": 1e9 + end, "wait_s": 0.0}
+        y = branin(task.params)
+        return group, TrialResult(trial=task.trial, objective=y, metrics={"objective": y}, start=1e9 + start,
+                                  end=1e9 + end, wait_s=0.0)
 
     def shutdown(self):
         self.stopped = True
 
 
-def run_sim(c, sim, monkeypatch, worth=-1.0):
-    monkeypatch.setattr(Coordinator, "AHEAD_WORTH", worth)  # send ahead whatever the coordinator's speed
-    co = Coordinator(c, make_searcher(c.space, c.search), sim, clock=lambda: sim.clock)
+def run_sim(c, sim, worth=-1.0):
+    """The search on `sim`; by default sending ahead whatever the coordinator's speed."""
+    co = Coordinator(c, make_searcher(c.space, c.search), sim, clock=lambda: sim.clock,
+                     send_ahead=SendAhead(worth=worth))
     return co.run()
 
 
-def test_groups_get_their_next_trial_before_they_finish(cfg, monkeypatch):
+def test_groups_get_their_next_trial_before_they_finish(cfg):
     sim = MailboxSim(3, lambda g, k: 1.0 + 0.005 * g)
-    s = run_sim(cfg("{initial_points: 5, trials: 30, seed: 0}"), sim, monkeypatch)
+    s = run_sim(cfg("{initial_points: 5, trials: 30, seed: 0}"), sim)
     assert sorted(s.trials) == list(range(30)) and all(t.status == TrialStatus.COMPLETED for t in s.trials.values())
     sends = [e for e in sim.log if e[0] == "send"]
     assert len(sends) == 30 and sim.stopped
@@ -334,28 +342,28 @@ def test_groups_get_their_next_trial_before_they_finish(cfg, monkeypatch):
     assert s.sent_ahead >= 24
     ahead = [t for t in s.trials.values() if t.dispatch_s is not None and t.dispatch_s < 0]
     assert len(ahead) == s.sent_ahead
-    assert all(-t.dispatch_s <= Coordinator.AHEAD_SHARE * 1.2 + 1e-9 for t in ahead)
+    assert all(-t.dispatch_s <= SendAhead().share * 1.2 + 1e-9 for t in ahead)
     runs = {(g, n): clock for kind, g, n, clock in sim.log if kind == "run"}
     recvs = {g: [] for g in range(3)}
-    for kind, g, n, clock in sim.log:
+    for kind, g, _, clock in sim.log:
         if kind == "recv":
             recvs[g].append(clock)
     for t in ahead:  # it ran as soon as the group's previous trial ended
         assert runs[(t.group, t.trial)] in recvs[t.group]
 
 
-def test_sending_ahead_only_where_it_pays(cfg, monkeypatch):
+def test_sending_ahead_only_where_it_pays(cfg):
     # a coordinator that serves every group in far less than 1% of a trial sends nothing ahead: one
     # group searching alone must see each result before choosing the next point
     sim = MailboxSim(1, lambda g, k: 1.0)
-    s = run_sim(cfg("{initial_points: 3, trials: 8, seed: 0}"), sim, monkeypatch, worth=Coordinator.AHEAD_WORTH)
+    s = run_sim(cfg("{initial_points: 3, trials: 8, seed: 0}"), sim, worth=SendAhead().worth)
     assert s.sent_ahead == 0 and len(s.trials) == 8
     sim = MailboxSim(2, lambda g, k: 0.01)  # trials of 10 ms: not sent ahead either
-    s = run_sim(cfg("{initial_points: 3, trials: 12, seed: 0}"), sim, monkeypatch)
+    s = run_sim(cfg("{initial_points: 3, trials: 12, seed: 0}"), sim)
     assert s.sent_ahead == 0 and len(s.trials) == 12
 
 
-def test_a_searchers_deliberate_wait_does_not_count_as_the_coordinators_work(cfg, monkeypatch):
+def test_a_searchers_deliberate_wait_does_not_count_as_the_coordinators_work(cfg):
     """With long trials a hand-out may wait on purpose for a model that knows the latest result
     (bounded by the searcher); sending ahead, which exists to hide the coordinator's own work,
     must not start because of it: a trial sent ahead would not know that result either."""
@@ -405,20 +413,20 @@ def test_a_searcher_that_waits_for_fresh_models_gets_a_whole_burst_of_results_fi
         assert "rsrsrs" in kinds
 
 
-def test_nothing_is_sent_ahead_to_a_searcher_that_waits_for_fresh_models(cfg, monkeypatch):
+def test_nothing_is_sent_ahead_to_a_searcher_that_waits_for_fresh_models(cfg):
     # a trial sent ahead cannot know the result its group is about to report, which is what such a
     # searcher waits for (the two rules' ranges of trial lengths do not overlap with the defaults)
-    monkeypatch.setattr(Coordinator, "AHEAD_WORTH", -1.0)  # sending ahead would pay whatever the speed
     c = cfg("{initial_points: 3, trials: 12, seed: 0}")
     for fresh in (True, False):
         sim = MailboxSim(3, lambda g, k: 1.0 + 0.01 * g)
         searcher = make_searcher(c.space, c.search)
-        searcher.prefers_fresh = lambda: fresh
-        s = Coordinator(c, searcher, sim, clock=lambda: sim.clock).run()
+        searcher.prefers_fresh = lambda fresh=fresh: fresh
+        # sending ahead would pay whatever the speed
+        s = Coordinator(c, searcher, sim, clock=lambda sim=sim: sim.clock, send_ahead=SendAhead(worth=-1.0)).run()
         assert len(s.trials) == 12 and (s.sent_ahead == 0) == fresh
 
 
-def test_a_trial_held_by_a_lost_group_runs_elsewhere_once(cfg, write_yaml, monkeypatch):
+def test_a_trial_held_by_a_lost_group_runs_elsewhere_once(cfg, write_yaml):
     c = load_config(write_yaml("""
         objective: {function: objectives.py:branin}
         parameters: {x: {type: real, low: -5.0, high: 10.0}, y: {type: real, low: 0.0, high: 15.0}}
@@ -427,18 +435,18 @@ def test_a_trial_held_by_a_lost_group_runs_elsewhere_once(cfg, write_yaml, monke
     """))
     # group 1's third trial never ends: it holds the trial sent ahead to it, which must run elsewhere
     sim = MailboxSim(2, lambda g, k: math.inf if (g, k) == (1, 2) else 1.0)
-    s = run_sim(c, sim, monkeypatch)
+    s = run_sim(c, sim)
     assert s.retired == [1]
     assert sorted(s.trials) == list(range(12))
     timeouts = [t for t in s.trials.values() if t.status == TrialStatus.TIMEOUT]
     assert len(timeouts) == 1 and timeouts[0].group == 1
     held = [n for kind, g, n, _ in sim.log if kind == "send" and g == 1][-1]
-    assert held != timeouts[0].trial and sim.mailbox[1] and sim.mailbox[1][0]["trial"] == held
+    assert held != timeouts[0].trial and sim.mailbox[1] and sim.mailbox[1][0].trial == held
     assert s.trials[held].status == TrialStatus.COMPLETED and s.trials[held].group == 0
     assert sum(t.status == TrialStatus.COMPLETED for t in s.trials.values()) == 11
 
 
-def test_a_late_group_runs_the_trial_it_held_and_that_result_is_ignored(cfg, write_yaml, monkeypatch):
+def test_a_late_group_runs_the_trial_it_held_and_that_result_is_ignored(cfg, write_yaml):
     c = load_config(write_yaml("""
         objective: {function: objectives.py:branin}
         parameters: {x: {type: real, low: -5.0, high: 10.0}, y: {type: real, low: 0.0, high: 15.0}}
@@ -447,7 +455,7 @@ def test_a_late_group_runs_the_trial_it_held_and_that_result_is_ignored(cfg, wri
     """))
     # group 1's second trial takes 3 s (retired at 2 s); it comes back, runs the trial it held, then works again
     sim = MailboxSim(2, lambda g, k: 3.0 if (g, k) == (1, 1) else 1.0)
-    s = run_sim(c, sim, monkeypatch)
+    s = run_sim(c, sim)
     assert s.retired == [] and s.stopped is None
     assert sorted(s.trials) == list(range(16))
     recv = [(g, n) for kind, g, n, _ in sim.log if kind == "recv"]
@@ -459,10 +467,10 @@ def test_a_late_group_runs_the_trial_it_held_and_that_result_is_ignored(cfg, wri
     assert len(late) > 3  # group 1 got new trials after it came back
 
 
-def test_a_target_reached_with_trials_sent_ahead_runs_them_and_records_them(cfg, monkeypatch):
+def test_a_target_reached_with_trials_sent_ahead_runs_them_and_records_them(cfg):
     sim = MailboxSim(4, lambda g, k: 1.0 + 0.002 * g)
     c = cfg("{initial_points: 5, trials: 60, seed: 0, target: 5.0}")
-    s = run_sim(c, sim, monkeypatch)
+    s = run_sim(c, sim)
     assert s.target_reached and len(s.trials) < 60 and s.sent_ahead > 0
     # every trial sent (ahead or not) ran and was recorded; nothing was left in a mailbox
     sent = [n for kind, _, n, _ in sim.log if kind == "send"]
@@ -470,7 +478,7 @@ def test_a_target_reached_with_trials_sent_ahead_runs_them_and_records_them(cfg,
     assert all(t.status == TrialStatus.COMPLETED for t in s.trials.values())
 
 
-def test_trials_sent_ahead_when_the_search_dies_run_again_on_resume(cfg, tmp_path, monkeypatch):
+def test_trials_sent_ahead_when_the_search_dies_run_again_on_resume(cfg, tmp_path):
     from mpiopt.journal import read_journal, replay
 
     class Killed(Exception):
@@ -486,10 +494,10 @@ def test_trials_sent_ahead_when_the_search_dies_run_again_on_resume(cfg, tmp_pat
     rd = RunDir(tmp_path / "run")
     rd.open(resume=False, config_text="name: t\n")
     sim = Dying(3, lambda g, k: 1.0 + 0.002 * g)
-    monkeypatch.setattr(Coordinator, "AHEAD_WORTH", -1.0)
     with pytest.raises(Killed):
-        Coordinator(c, make_searcher(c.space, c.search), sim, rd, clock=lambda: sim.clock).run()
-    held = {box[0]["trial"]: box[0]["params"] for box in sim.mailbox if box}
+        Coordinator(c, make_searcher(c.space, c.search), sim, rd, clock=lambda: sim.clock,
+                    send_ahead=SendAhead(worth=-1.0)).run()
+    held = {box[0].trial: box[0].params for box in sim.mailbox if box}
     assert held
     rd.close()
     events, _ = read_journal(tmp_path / "run" / "trials.jsonl")

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -90,13 +91,13 @@ def test_repeated_kills_lose_and_duplicate_nothing(write_yaml, tmp_path):
 
 def test_an_error_outside_trial_code_on_a_group_rank_ends_the_job(write_yaml, tmp_path):
     path = write_yaml(SPACE.replace("trials: 60", "trials: 12"))
-    env = {**os.environ, "MPIOPT_TEST_SLEEP": "0.1", "MPIOPT_INJECT_FAULT": "serve:5"}
-    p = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, "-m", "mpiopt", "search", str(path)], cwd=tmp_path,
-                       env=env, capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "MPIOPT_TEST_SLEEP": "0.1"}
+    faulty = Path(__file__).with_name("faulty_mpiopt.py")
+    p = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, str(faulty), "5", "search", str(path)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode != 0
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("mpiopt: internal error on world rank")]
     assert len(line) == 1 and "fault injected outside trial code at trial 5" in line[0], p.stderr
-    env.pop("MPIOPT_INJECT_FAULT")
     p = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, "-m", "mpiopt", "search", str(path), "--resume"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr

@@ -41,7 +41,8 @@ def test_objective_breaking_its_contract_stops_with_exit_2(write_yaml, tmp_path,
 
 
 def test_wrong_signature_is_a_config_error(write_yaml):
-    with pytest.raises(ConfigError, match=r"objective.function: .*takes_three must take \(params\) or \(params, comm\)"):
+    with pytest.raises(ConfigError,
+                       match=r"objective.function: .*takes_three must take \(params\) or \(params, comm\)"):
         load_config(write_yaml(FUNCTION.format(fn="takes_three")))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 
@@ -207,3 +208,89 @@ def test_abandoning_a_refused_open_leaves_the_running_search_alone(tmp_path):
     fresh.open(resume=False, config_text=CONFIG)
     fresh.abandon()
     assert not (tmp_path / "fresh").exists()  # what it made, it takes away
+
+
+def test_a_new_journal_starts_with_its_format_version_and_a_newer_one_is_refused(tmp_path):
+    from mpiopt.journal import FORMAT_VERSION
+
+    rd = RunDir(tmp_path / "run")
+    rd.open(resume=False, config_text=CONFIG)
+    assert not rd.holds_search()  # no trial yet: the journal stays empty (a failed start leaves nothing)
+    rd.append(start(0, 0.1))
+    rd.append(finish(0))
+    rd.close()
+    path = tmp_path / "run" / "trials.jsonl"
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0]) == {"event": "journal", "version": FORMAT_VERSION, "mpiopt": mpiopt_version()}
+    events, problems = read_journal(path)
+    assert problems == [] and [e["event"] for e in events] == ["start", "finish"]  # the header is not a trial's
+
+    lines[0] = json.dumps({"event": "journal", "version": FORMAT_VERSION + 1, "mpiopt": "9.0"})
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match=f"journal format version {FORMAT_VERSION + 1} is newer than this mpiopt "
+                                          f"reads \\({FORMAT_VERSION}\\); upgrade mpiopt"):
+        read_journal(path)
+    with pytest.raises(ConfigError, match="is newer than this mpiopt reads"):  # before MPI starts, on every rank
+        RunDir(tmp_path / "run").check(resume=True, config_text=CONFIG)
+
+
+def mpiopt_version():
+    import mpiopt
+
+    return mpiopt.__version__
+
+
+def test_a_journal_written_before_format_versions_loads_and_resumes(tmp_path):
+    """tests/fixtures/journal_v1: a search killed by SIGKILL at its 8th trial, written by mpiopt
+    before journals carried a version (no header); it must load as it is and resume."""
+    import shutil
+    from pathlib import Path
+
+    import mpiopt
+
+    here = Path(__file__).resolve().parent
+    shutil.copytree(here / "fixtures" / "journal_v1", tmp_path, dirs_exist_ok=True)
+    shutil.copy(here / "spaces" / "slow_branin.py", tmp_path)
+    journal = tmp_path / "run" / "trials.jsonl"
+    first_line = journal.read_text().splitlines()[0]
+    before = mpiopt.load_results(tmp_path / "run")
+    assert list(before.trial) == list(range(8))
+    assert list(before.status) == ["completed"] * 7 + ["interrupted"]
+    p = subprocess.run([sys.executable, "-m", "mpiopt", "search", "space.yaml", "--out", "run", "--resume"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "MPIOPT_TEST_SLEEP": "0"})
+    assert p.returncode == 0, p.stderr
+    after = mpiopt.load_results(tmp_path / "run")
+    assert list(after.trial) == list(range(10)) and set(after.status) == {"completed"}
+    for col in ("objective", "params_x", "params_layers", "params_act"):
+        assert list(after[col][:7]) == list(before[col][:7])
+    assert after.params_x[7] == before.params_x[7]  # the interrupted trial ran again with its own values
+    assert journal.read_text().splitlines()[0] == first_line  # appended to, never rewritten
+
+
+def test_the_live_search_and_the_replay_of_its_journal_agree(tmp_path, write_yaml):
+    """The coordinator and `replay` bring a trial up to date through the same function."""
+    from test_coordinator import SimTransport, branin
+
+    from mpiopt.config import load_config
+    from mpiopt.coordinator import Coordinator
+    from mpiopt.search import make_searcher
+
+    def moody(p):
+        if p["x"] < 0:
+            raise RuntimeError("negative x")
+        return float("nan") if p["x"] < 3 else branin(p)
+
+    cfg = load_config(write_yaml("""
+        objective: {function: objectives.py:branin}
+        parameters: {x: {type: real, low: -5.0, high: 10.0}, y: {type: real, low: 0.0, high: 15.0}}
+        search: {initial_points: 5, trials: 16, seed: 2}
+    """))
+    rd = RunDir(tmp_path / "run")
+    rd.open(resume=False, config_text=CONFIG)
+    live = Coordinator(cfg, make_searcher(cfg.space, cfg.search), SimTransport([1.0, 1.7, 0.4], fn=moody), rd).run()
+    rd.close()
+    replayed, problems = RunDir(tmp_path / "run").load()
+    assert problems == [] and {t.status for t in replayed.values()} == {TrialStatus.COMPLETED, TrialStatus.FAILED,
+                                                                        TrialStatus.DIVERGED}
+    assert replayed == live.trials

@@ -8,6 +8,7 @@ import pytest
 from mpiopt.config import load_config
 from mpiopt.group import merge
 from mpiopt.objective import TrialRunner, error_text, judge, judge_history
+from mpiopt.trial import TrialResult, TrialStatus
 
 
 def test_judge_values():
@@ -69,10 +70,9 @@ def test_time_limit_interrupts_a_sleeping_function(runner, monkeypatch):
 
 
 def test_merge_names_the_rank_that_failed():
-    ok = {"status": "completed", "objective": 1.0, "metrics": {"objective": 1.0}, "epochs": None, "error": None}
-    own = {"status": "failed", "objective": None, "metrics": {}, "epochs": None, "error": "RuntimeError: rank 1 broke"}
-    echo = {"status": "failed", "objective": None, "metrics": {}, "epochs": None,
-            "error": "GroupPeerFailed: rank 1 of the group failed this trial"}
+    ok = TrialResult(objective=1.0, metrics={"objective": 1.0})
+    own = TrialResult(status=TrialStatus.FAILED, error="RuntimeError: rank 1 broke")
+    echo = TrialResult(status=TrialStatus.FAILED, error="GroupPeerFailed: rank 1 of the group failed this trial")
     assert merge([ok, ok]).status == "completed"
     m = merge([echo, own, ok])
     assert m.status == "failed" and m.error.startswith("group rank 1: RuntimeError: rank 1 broke")
@@ -103,9 +103,9 @@ def test_the_error_column_shows_the_line_that_names_the_problem():
 
 
 def test_merge_keeps_every_failing_ranks_whole_text():
-    ok = {"status": "completed", "objective": 1.0, "metrics": {}, "epochs": None, "error": None}
-    bad = {"status": "failed", "objective": None, "metrics": {}, "epochs": None, "error": "KeyError: 'x'",
-           "detail": "Traceback (most recent call last):\nKeyError: 'x'\n"}
+    ok = TrialResult(objective=1.0)
+    bad = TrialResult(status=TrialStatus.FAILED, error="KeyError: 'x'",
+                      detail="Traceback (most recent call last):\nKeyError: 'x'\n")
     m = merge([ok, bad])
     assert m.error == "group rank 1: KeyError: 'x'"
     assert m.detail == "== group rank 1 ==\nTraceback (most recent call last):\nKeyError: 'x'\n"

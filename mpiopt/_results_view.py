@@ -1,0 +1,82 @@
+"""How `mpiopt results` shows the trials of a run: the table, JSON records, YAML, the timeline.
+
+pandas and numpy are imported where a table is at hand already, so that `mpiopt` starts quickly.
+"""
+from __future__ import annotations
+
+import datetime
+import math
+from typing import Any
+
+ERROR_WIDTH = 70  # characters of the error column in the table view (the whole line: --format csv)
+
+
+def table(top) -> str:
+    """The trials of `top` as a text table: parameters without their `params_` prefix, errors cut."""
+    cols = ["trial", "status", "objective"] + [c for c in top.columns if c.startswith("params_")] + \
+        ["epochs", "duration_s", "group"]
+    view = top[[c for c in cols if c in top.columns]].rename(columns=lambda c: c.removeprefix("params_"))
+    if "error" in top and top["error"].notna().any():
+        errors = top["error"].fillna("").astype(str)
+        view = view.assign(error=errors.map(lambda e: e if len(e) <= ERROR_WIDTH else e[:ERROR_WIDTH - 3] + "..."))
+    return view.to_string(index=False, justify="left")
+
+
+def records(df) -> list[dict[str, Any]]:
+    """Rows as JSON-ready dicts: floats exact (pandas' to_json keeps 15 digits), times ISO 8601,
+    missing values null."""
+    return [{k: _json_value(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
+
+
+def _json_value(v: Any) -> Any:
+    import numpy as np
+    import pandas as pd
+
+    if v is pd.NaT:  # checked first: NaT is a datetime too
+        return None
+    if isinstance(v, (datetime.date, datetime.time)):
+        return v.isoformat()
+    if isinstance(v, np.generic):
+        v = v.item()
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return None
+    try:
+        if v != v:  # a NaN of another type
+            return None
+    except TypeError:  # pandas' NA has no truth value
+        return None
+    return v
+
+
+def as_yaml(value) -> str:
+    import yaml
+
+    return yaml.safe_dump(value, sort_keys=False, allow_unicode=True)
+
+
+def best_yaml(run_dir: str, top, direction: str, metric: str) -> str:
+    """The best trial as YAML: its parameters and the training settings it ran with."""
+    from .analysis import run_config, trial_params
+
+    number = int(top.iloc[0]["trial"])
+    params, _ = trial_params(run_dir, number)
+    cfg = run_config(run_dir)
+    head = f"# the best trial of {run_dir}: {direction} {metric} = {float(top.iloc[0]['objective']):.6g}\n"
+    return head + as_yaml({"trial": number, metric: float(top.iloc[0]["objective"]), "parameters": params,
+                           "training": cfg.trial_training(params)})
+
+
+def timeline_line(run_dir: str, summary: dict[str, Any]) -> str:
+    """One line over the groups of a search: utilization, and the dispatch figures it has."""
+    line = (f"{run_dir}: {summary['groups']} groups, {summary['trials']} trials, active "
+            f"{summary['active_s']:.1f} s; group utilization {summary['utilization']:.3f}")
+    if "dispatch_p50_ms" in summary:
+        line += f"; dispatch latency p50 {summary['dispatch_p50_ms']:.2f} ms, p99 {summary['dispatch_p99_ms']:.2f} ms"
+    if summary.get("sent_ahead"):
+        line += (f"; {summary['sent_ahead']} trials sent ahead (p50 {summary['ahead_p50_ms']:.1f} ms before the "
+                 f"group's previous result)")
+    if "first_wave_ms" in summary:
+        line += f"; every group's first trial out within {summary['first_wave_ms']:.2f} ms"
+    if "wait_p50_ms" in summary:
+        line += f"; group wait p50 {summary['wait_p50_ms']:.2f} ms, p99 {summary['wait_p99_ms']:.2f} ms"
+    return line

@@ -1,0 +1,198 @@
+"""Starting `search` and `train` on every rank: before MPI, MPI itself, and how a job ends.
+
+Before MPI starts, a rank knows its rank and the job's size only from the launcher's environment
+(`env_rank`, `env_size`): enough to print an error once, to relaunch under mpiexec for `--np`,
+and to set the thread counts before TensorFlow loads. `mpi_main` then starts MPI, gives each rank
+its device, and runs the command so that no rank is ever left waiting: an input error agreed by
+every rank is exit code 2, Ctrl-C or SIGTERM 130, and anything else aborts the whole job.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import _env
+from ._errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# A rank that ends the job pauses this long before MPI_Abort: mpiexec forwards its output through
+# pipes that the abort tears down, and the line saying why the job failed must reach the user.
+ABORT_GRACE_S = 1.0
+# The same after a search's closing lines, which search.log keeps as well.
+END_GRACE_S = 0.2
+
+
+# -- before MPI starts -------------------------------------------------------------------------
+def env_rank() -> int:
+    """This process's world rank, from the launcher's environment (0 without one)."""
+    return _env.launcher_rank()
+
+
+def env_size() -> int:
+    """The job's world size, from the launcher's environment (1 without one)."""
+    return _env.launcher_size()
+
+
+def say_error(message: str) -> None:
+    """One `mpiopt: error:` line on stderr, from rank 0 only."""
+    if env_rank() == 0:
+        print(f"mpiopt: error: {message}", file=sys.stderr, flush=True)
+
+
+def warn_once(message: str) -> None:
+    """A warning before MPI starts, when every rank says the same: printed by rank 0 only."""
+    if env_rank() == 0:
+        log.warning("%s", message)
+
+
+def relaunch(argv: list[str], n: int) -> int:
+    """`--np N`: run this same command under mpiexec with N ranks (replaces this process)."""
+    if env_size() > 1:
+        raise ConfigError("--np: already running under mpiexec; give the rank count to mpiexec only")
+    here = Path(sys.executable).parent / "mpiexec"
+    mpiexec = str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
+    if mpiexec is None:
+        raise ConfigError("--np: no mpiexec found (pip install mpich, or put an MPI's mpiexec on PATH)")
+    cmd = [mpiexec, "-n", str(n), sys.executable, "-m", "mpiopt", *_without_np(argv)]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(mpiexec, cmd)
+    return 1  # not reached
+
+
+def _without_np(argv: list[str]) -> list[str]:
+    """`argv` less `--np N` and `--np=N`."""
+    rest: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--np":
+            skip = True
+        elif not a.startswith("--np="):
+            rest.append(a)
+    return rest
+
+
+def prepare_threads() -> None:
+    """Set TensorFlow's and OpenMP's thread counts before TensorFlow loads; a value the user set wins.
+
+    Several ranks on a node get one intra-op and one inter-op thread each (MPIOPT_THREADS), or
+    they fight for the cores. These are writes to the environment, for TensorFlow to read."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # the CUDA probe on CPU nodes is noise
+    if env_size() > 1:
+        threads = str(_env.get("MPIOPT_THREADS"))
+        for var in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
+            os.environ.setdefault(var, threads)
+
+
+# -- under MPI ---------------------------------------------------------------------------------
+def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: bool) -> int:
+    """Start MPI and run `command(comm, placement)` on every rank; returns this rank's exit code.
+
+    `placement` is the device plan, on world rank 0 only. `coordinator`: world rank 0 coordinates
+    (a search) and gets no device when there are several ranks. A ConfigError that `command`
+    raises must be raised on every rank alike (see `agree_or_raise`)."""
+    from . import transport
+
+    try:
+        comm = transport.world()
+    except Exception as exc:  # no MPI library at all
+        say_error(f"cannot initialise MPI: {exc}")
+        return 1
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size > 1:
+        log.debug("waits: %s", transport.configure_waits(comm))
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        placement = place_devices(comm, cfg, coordinator=0 if coordinator and size > 1 else None)
+        return command(comm, placement)
+    except ConfigError as exc:  # raised on every rank alike (agreed before)
+        if rank == 0:
+            print(f"mpiopt: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        if rank == 0:
+            print("mpiopt: interrupted; the journal is intact: continue with --resume", file=sys.stderr, flush=True)
+        return 130
+    except Exception as exc:  # a bug, a full disk, a lost file: never leave the other ranks blocked
+        _internal_error(comm, exc)
+        return 1
+
+
+def _terminate(signum, frame):
+    """A batch system's SIGTERM: stop as cleanly as Ctrl-C."""
+    raise KeyboardInterrupt
+
+
+def _internal_error(comm, exc: Exception) -> None:
+    """Say where `exc` happened, on this rank's stderr; with several ranks, abort the job."""
+    log.debug("traceback of the internal error", exc_info=exc)
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" ({tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
+    print(f"mpiopt: internal error on world rank {comm.Get_rank()}{where}: {type(exc).__name__}: {exc}; stopping "
+          "the whole job (finished trials are in the journal: fix the cause, then --resume; "
+          "MPIOPT_LOG_LEVEL=DEBUG shows the traceback)", file=sys.stderr, flush=True)
+    if comm.Get_size() > 1:
+        abort_job(comm, 1, ABORT_GRACE_S)
+    else:
+        logging.shutdown()
+
+
+def abort_job(comm, code: int, grace_s: float) -> None:
+    """End every rank of the MPI job with `code`, once this rank's last lines had `grace_s` to
+    reach the console."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed console must not stop the abort
+            stream.flush()
+    time.sleep(grace_s)
+    comm.Abort(code)
+
+
+def place_devices(comm, cfg, *, coordinator: int | None) -> str | None:
+    """Give this rank its GPU before TensorFlow starts (SPEC §2, GPUs); the job's plan on rank 0.
+
+    The ranks of each node are dealt its GPUs; a bad device list or more ranks than places on a
+    node is a ConfigError on every rank. Returns, on world rank 0, one line per node."""
+    from . import devices, transport
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    plan, found, error = None, (), None
+    try:
+        found = devices.node_devices()
+    except ConfigError as exc:
+        error = exc
+    seen = transport.share_with_node(comm, found) if size > 1 else {rank: found}
+    first = next(iter(seen))
+    if error is None:
+        try:
+            plan = devices.plan_node(seen, cfg.training["ranks_per_gpu"], coordinator=coordinator,
+                                     node=f"the node of world rank {first}" if size > 1 else "this machine",
+                                     source=cfg.source or str(cfg.path))
+        except ConfigError as exc:
+            error = exc
+    agree_or_raise(comm, error)
+    devices.narrow(plan.assigned[rank], shared=plan.shares_devices(), devices=found)
+    lines = transport.gather_text(comm, plan.describe() if rank == first else None) if size > 1 \
+        else [plan.describe()]
+    return "; ".join(line for line in lines if line) if rank == 0 else None
+
+
+def agree_or_raise(comm, error: ConfigError | None) -> None:
+    """Raise, on every rank, the first error any rank had (lowest rank first); a collective."""
+    from .transport import agree
+
+    message = agree(comm, str(error) if error else None) if comm.Get_size() > 1 else (str(error) if error else None)
+    if message:
+        raise ConfigError(message)
