@@ -206,8 +206,10 @@ class Coordinator:
         """Give every free group its next trial, while the budget lasts."""
         while self._idle and not self._stopping and self._room():
             # a searcher that waits for a model with the latest results (long trials) serves a
-            # burst best once all of it is in: one model for every group of the burst
-            if self.searcher.prefers_fresh() and self.transport.has_result():
+            # burst best once all of it is in: one model for every group of the burst. The probe
+            # comes first on purpose: it also drives MPI's progress, so a result in flight is
+            # matched while this hand-out works and is found waiting after it.
+            if self.transport.has_result() and self.searcher.prefers_fresh():
                 break
             t_ready = self._clock()
             group = self._idle.popleft()
