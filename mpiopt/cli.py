@@ -290,9 +290,9 @@ def _make_link(cfg, comm, plan):
     runner = TrialRunner(cfg)
     returned: list[float] = []  # when the previous result went back to the coordinator
 
-    def run_here(group: int, task):
+    def run_here(group: int, task, send):
         wait = time.perf_counter() - returned[0] if returned else None
-        mine, start, end = run_task(runner, task, None)
+        mine, start, end = run_task(runner, task, None, send)
         result = mine.reported(task.trial, start, end, wait)
         returned[:] = [time.perf_counter()]
         return result
@@ -304,10 +304,26 @@ def _make_searcher(cfg, link):
     """Several groups: suggestions are computed ahead in a background thread, so that no group
     waits for a surrogate fit. One group: suggested on demand, so that a sequential search is
     exactly reproducible. MPIOPT_PREFETCH=0 asks on demand with any number of groups."""
-    from .search import make_searcher
+    from .search import RungModel, Searcher, make_searcher
 
     ahead = link.n_groups > 1 and _env.get("MPIOPT_PREFETCH") != "0"
-    return make_searcher(cfg.space, cfg.search, prefetch=link.n_groups if ahead else 0)
+
+    def make() -> Searcher:
+        return make_searcher(cfg.space, cfg.search, prefetch=link.n_groups if ahead else 0)
+
+    if cfg.search.scheduler not in ("asha", "hyperband"):
+        return make()
+    # BOHB's rule: the model is fitted on the highest rung with enough results to be ready
+    return RungModel(make, cfg.space, top=int(cfg.training["epochs"]), enough=cfg.search.initial_points,
+                     seed=cfg.search.seed)
+
+
+def _make_scheduler(cfg):
+    from .scheduler import make_scheduler
+
+    s = cfg.search
+    return make_scheduler(s.scheduler, epochs=int(cfg.training["epochs"]), min_epochs=s.min_epochs,
+                          reduction_factor=s.reduction_factor, pausable=cfg.objective.kind == "model")
 
 
 def _run_coordinator(cfg, searcher, link, run_dir, trials):
@@ -315,7 +331,8 @@ def _run_coordinator(cfg, searcher, link, run_dir, trials):
     directory closed. Returns the coordinator's summary."""
     from .coordinator import Coordinator
 
-    coordinator = Coordinator(cfg, searcher, link, run_dir, trials)
+    coordinator = Coordinator(cfg, searcher, link, run_dir, trials, scheduler=_make_scheduler(cfg),
+                              history=run_dir.events() if trials else ())
     try:
         return coordinator.run()
     finally:
@@ -435,9 +452,10 @@ def _as_parameter_value(name: str, value: Any, p) -> Any:
 
 def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     """Every rank of `mpiopt train`: one group of all ranks trains the job's values once."""
-    from .group import merge
+    from .group import Reporter, merge
     from .objective import TrialRunner
     from .transport import GroupComm
+    from .trial import Task
 
     cfg, out, params = job.cfg, job.out, job.params
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -457,10 +475,10 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     runner = TrialRunner(cfg, resume_checkpoints=False)
     t0 = time.time()
     group = GroupComm(comm) if size > 1 else None
-    on_epoch = (lambda e, row: log.info("epoch %d: %s", e, "  ".join(
-        f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"))) if rank == 0 else None
+    reporter = Reporter(Task(0, params), lambda e, row: log.info("epoch %d: %s", e, "  ".join(
+        f"{k}={v:.4g}" for k, v in row.items() if k != "epoch")), send=None) if rank == 0 else None
     try:
-        outcome = runner.run(params, group, trial_dir=out, on_epoch=on_epoch)
+        outcome = runner.run(params, group, trial_dir=out, reporter=reporter)
         if group is not None and outcome.status != TrialStatus.COMPLETED and group.failed_peer is None:
             group.notify_failure()  # the others stop waiting for this rank
     finally:

@@ -38,8 +38,12 @@ SEARCH_DEFAULTS: dict[str, Any] = {
     "target": None,
     "max_failures": None,  # stop the search once this many trials failed (a bug in the model, usually)
     "grace_period": 60.0,  # seconds past training.time_limit before a silent group is retired
+    "scheduler": "none",  # none | asha | hyperband | median: stop or pause unpromising trials early
+    "min_epochs": 1,  # the first rung (asha, hyperband); epochs before the median rule judges
+    "reduction_factor": 3,  # keep the best 1/reduction_factor at each rung (asha, hyperband)
 }
 ALGORITHMS = ("bayesian", "random")
+SCHEDULERS = ("none", "asha", "hyperband", "median")
 SURROGATES = ("GP", "RF", "ET", "GBRT")
 ACQUISITIONS = ("EI", "PI", "LCB", "gp_hedge")
 MODES = ("downpour", "easgd", "gem", "allreduce")
@@ -128,6 +132,7 @@ class Objective:
     loss: Any = None
     metrics: tuple = ()
     takes_comm: bool = False  # function(params, comm)
+    takes_trial: bool = False  # function(params, ..., trial): reports steps and may be stopped
     model_params: frozenset[str] | None = None  # what build_model accepts by name; None = **kwargs
 
 
@@ -142,6 +147,9 @@ class SearchSettings:
     target: float | None
     max_failures: int | None = None
     grace_period: float = 60.0
+    scheduler: str = "none"
+    min_epochs: int = 1
+    reduction_factor: int = 3
 
 
 @dataclass(frozen=True)
@@ -260,11 +268,20 @@ def parse_config(raw: Any, *, path: Path, source: str, resolve: bool = True) -> 
     objective = _parse_objective(raw["objective"], source)
     _check_searched_training_keys(space, source)
     _check_gem_optimizer(training, raw.get("training"), space, source)
+    _check_scheduler(search, training, source)
     cfg = Config(name=name, path=path, objective=objective, space=space, search=search, training=training, raw=raw,
                  source=source)
     if resolve:
         cfg = resolve_objective(cfg, source)
     return cfg
+
+
+def _check_scheduler(search: SearchSettings, training: dict[str, Any], source: str) -> None:
+    """A scheduler judges trials before their last epoch: it needs a first rung below it."""
+    if search.scheduler != "none" and search.min_epochs >= int(training["epochs"]):
+        raise ConfigError(f"{search.min_epochs} is not below training.epochs ({training['epochs']}): the "
+                          f"{search.scheduler} scheduler would never judge a trial before its end",
+                          source=source, field="search.min_epochs")
 
 
 def _check_searched_training_keys(space: Space, source: str) -> None:
@@ -371,6 +388,9 @@ def _parse_search(raw: Any, source: str) -> SearchSettings:
         target=_real(s["target"], source, "search.target", allow_none=True),
         max_failures=_int(s["max_failures"], source, "search.max_failures", minimum=1, allow_none=True),
         grace_period=_real(s["grace_period"], source, "search.grace_period", positive=True),
+        scheduler=_choice(s["scheduler"], SCHEDULERS, source, "search.scheduler", fold=True),
+        min_epochs=_int(s["min_epochs"], source, "search.min_epochs", minimum=1),
+        reduction_factor=_int(s["reduction_factor"], source, "search.reduction_factor", minimum=2),
     )
 
 
@@ -605,8 +625,17 @@ def takes_comm(fn: Callable) -> bool:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return False
-    params = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    params = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+              and p.name != "trial"]
     return "comm" in sig.parameters or len(params) >= 2
+
+
+def takes_trial(fn: Callable) -> bool:
+    """Whether a function objective reports its steps: it has a parameter named `trial`."""
+    try:
+        return "trial" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def resolve_objective(cfg: Config, source: str) -> Config:
@@ -620,12 +649,17 @@ def resolve_objective(cfg: Config, source: str) -> Config:
                         if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
             positional = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
             varargs = any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values())
-            if len(required) > 2 or (not positional and not varargs):
-                raise ConfigError(f"{o.function} must take (params) or (params, comm), but its signature is {sig}",
-                                  source=source, field="objective.function")
+            if len([p for p in required if p.name != "trial"]) > 2 or (not positional and not varargs):
+                raise ConfigError(f"{o.function} must take (params), (params, comm) or either with `trial`, but its "
+                                  f"signature is {sig}", source=source, field="objective.function")
         except (TypeError, ValueError):
             pass
-        return replace(cfg, objective=replace(o, takes_comm=takes_comm(fn)))
+        if cfg.search.scheduler != "none" and not takes_trial(fn):
+            raise ConfigError(f"{o.function} takes no `trial` argument, so it never reports a step and the "
+                              f"{cfg.search.scheduler} scheduler could never judge it (add `trial` and call "
+                              "trial.report(step, **metrics) and trial.should_stop())",
+                              source=source, field="search.scheduler")
+        return replace(cfg, objective=replace(o, takes_comm=takes_comm(fn), takes_trial=takes_trial(fn)))
     build = import_callable(o.model, cfg.base_dir, source=source, field="objective.model")
     if isinstance(o.data, str):
         import_callable(o.data, cfg.base_dir, source=source, field="objective.data")

@@ -12,13 +12,16 @@ import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from ._send_ahead import SendAhead
 from .config import Config
 from .journal import RunDir
+from .scheduler import Decision, Scheduler
 from .search import Searcher
-from .trial import Task, TrialRecord, TrialResult, TrialStatus, apply_event, finish_event, start_event
+from .trial import (Report, Task, TrialRecord, TrialResult, TrialStatus, apply_event, finish_event, report_event,
+                    start_event)
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +39,14 @@ class Transport(Protocol):
 
     def send_task(self, group: int, task: Task) -> None: ...
 
-    def recv_result(self, timeout: float | None = None) -> tuple[int, TrialResult] | None:
-        """The next result of any group, or None once `timeout` seconds passed without one."""
+    def recv_message(self, timeout: float | None = None) -> tuple[int, TrialResult | Report] | None:
+        """The next result or epoch report of any group, or None once `timeout` seconds passed without one."""
+
+    def send_decision(self, group: int, decision: str) -> None:
+        """The scheduler's word on a report that asked for one."""
+
+    def listen(self, on_report: Callable[[int, Report], str | None]) -> None:
+        """Where reports go that do not come through `recv_message` (groups in this process)."""
 
     def has_result(self) -> bool:
         """Whether a result is already waiting."""
@@ -87,7 +96,8 @@ class Coordinator:
 
     def __init__(self, cfg: Config, searcher: Searcher, transport: Transport, run_dir: RunDir | None = None,
                  trials: dict[int, TrialRecord] | None = None, clock=time.perf_counter,
-                 send_ahead: SendAhead | None = None) -> None:
+                 send_ahead: SendAhead | None = None, scheduler: Scheduler | None = None,
+                 history: Iterable[dict[str, Any]] = ()) -> None:
         self.cfg = cfg
         self._clock = clock  # every interval of the loop (a simulated one in tests)
         self.searcher = searcher
@@ -116,6 +126,12 @@ class Coordinator:
         self._next_trial = 0
         self._stopping = False
         self._can_send_ahead = False
+        self.scheduler = scheduler if scheduler is not None else Scheduler(epochs=int(cfg.training["epochs"]))
+        self._rungs = frozenset(self.scheduler.rung_epochs())
+        self._best_so_far: dict[int, float | None] = {}  # per trial: its best reported loss
+        self._paused = {n for n, t in self.trials.items() if t.status == TrialStatus.PAUSED}
+        self._replay_scheduler(history)
+        transport.listen(self.on_report)
 
     # -- helpers -----------------------------------------------------------------------------
     def loss(self, rec: TrialRecord) -> float | None:
@@ -165,12 +181,16 @@ class Coordinator:
                 self._catch_up()
             if self._n_running == 0:
                 self._note_if_no_group_is_left()
+                if not self.summary.retired:
+                    self._prune_paused()
                 break
-            got = self.transport.recv_result(timeout=self._wait_s(due_at))
+            got = self.transport.recv_message(timeout=self._wait_s(due_at))
             t_recv = self._clock()
             self.searcher.pause(True)  # results are coming in: the background thread steps aside
             if got is None:  # a group is past its trial's time limit and grace period, or one is due
                 self._retire_silent()
+            elif isinstance(got[1], Report):
+                self._answer(*got)
             else:
                 self._take_in(*got, t_recv)
         return self._end_search(t0)
@@ -178,7 +198,8 @@ class Coordinator:
     def _begin_search(self) -> None:
         """Tell the searcher what a resumed search finished, queue what it left unfinished."""
         self._finished_trials = {n for n, t in self.trials.items() if t.status.is_finished()}
-        self._rerun = deque(sorted(n for n in self.trials if n not in self._finished_trials))
+        self._pause_the_paused()
+        self._rerun = deque(sorted(n for n in self.trials if n not in self._finished_trials and n not in self._paused))
         for n in sorted(self._finished_trials):
             t = self.trials[n]
             self.searcher.tell(n, t.params, self.loss(t))
@@ -198,13 +219,23 @@ class Coordinator:
         # a burst (more results already waiting): the searcher hands out without polishing
         self.searcher.watch_backlog(self.transport.has_result)
 
+    def _pause_the_paused(self) -> None:
+        """A trial the scheduler paused whose group was cut off before it reported back: its
+        checkpoint at the rung was written before the report, so it waits for a promotion."""
+        for n in self.scheduler.paused():
+            rec = self.trials.get(n)
+            if rec is not None and rec.status == TrialStatus.RUNNING:
+                self._pause(n, TrialResult(status=TrialStatus.PAUSED, metrics=rec.metrics,
+                                           epochs=self.scheduler.rung(n), start=rec.start, end=time.time()))
+
     def _room(self) -> bool:
         """Whether the budget allows another trial beside the finished, running and sent-ahead ones."""
-        return len(self._finished_trials) + self._n_running + self._n_ahead < self.cfg.search.trials
+        return len(self._finished_trials) + self._n_running + self._n_ahead + len(self._paused) < self.cfg.search.trials
 
     def _hand_out_to_idle(self) -> None:
-        """Give every free group its next trial, while the budget lasts."""
-        while self._idle and not self._stopping and self._room():
+        """Give every free group its next trial (a promotion, or a new one while the budget lasts)."""
+        left: deque[int] = deque()  # free groups with nothing to run now (no promotion fits them)
+        while self._idle and not self._stopping:
             # a searcher that waits for a model with the latest results (long trials) serves a
             # burst best once all of it is in: one model for every group of the burst. The probe
             # comes first on purpose: it also drives MPI's progress, so a result in flight is
@@ -213,6 +244,9 @@ class Coordinator:
                 break
             t_ready = self._clock()
             group = self._idle.popleft()
+            if not self._room() and self._promotion_for(group) is None:
+                left.append(group)
+                continue
             n = self._hand_out(group)
             sent = self._clock()  # how long the group waited for the coordinator: from its result to the send
             state = self.groups[group]
@@ -221,6 +255,7 @@ class Coordinator:
             self.trials[n].dispatch_s = dispatch
             self._start_running(group, n, sent)
             self.summary.dispatch_s.append(dispatch)
+        self._idle.extendleft(reversed(left))
 
     def _send_ahead(self) -> float | None:
         """Send the next trial to every group whose running trial is about to end (a burst of
@@ -350,6 +385,9 @@ class Coordinator:
             return
         if n in self._finished_trials:  # never record a trial twice
             return
+        if result.status == TrialStatus.PAUSED:
+            self._pause(n, result)
+            return
         self._record(n, result)
         self._finished_trials.add(n)
         self.send_ahead.intakes.append(self._clock() - t_recv)
@@ -407,7 +445,12 @@ class Coordinator:
         """Choose the next trial (an interrupted one first), journal it and send it to `group`."""
         t0 = self._clock()
         waited = 0.0
-        if self._rerun:
+        promoted = self._promotion_for(group)
+        if promoted is not None:
+            n, params = promoted, self.trials[promoted].params
+            self.scheduler.promote(n)
+            self._paused.discard(n)
+        elif self._rerun:
             n = self._rerun.popleft()
             params = self.trials[n].params
             if n in self._orphans:  # still pending in the searcher: it was handed out before
@@ -419,10 +462,13 @@ class Coordinator:
             self._next_trial += 1
             params = self.searcher.ask(n)
             waited = self.searcher.ask_wait_s
-        task = Task(n, params, str(self.run_dir.trial_dir(n)) if self.run_dir is not None else None)
+            self.scheduler.start(n)
+        task = Task(n, params, str(self.run_dir.trial_dir(n)) if self.run_dir is not None else None,
+                    decide_at=tuple(self.scheduler.decision_epochs(n)))
         # journaled before the task goes out (a crash after the send must not lose the trial);
         # the dispatch time is measured at the send and kept in memory and in the table
-        event = start_event(task, group, self.transport.group_ranks(group), time.time())
+        event = start_event(task, group, self.transport.group_ranks(group), time.time(),
+                            promoted=promoted is not None)
         self._journal(event)
         apply_event(self.trials, event)
         self.transport.send_task(group, task)
@@ -431,6 +477,87 @@ class Coordinator:
         self.send_ahead.hand_outs.append(max(0.0, self._clock() - t0 - waited))
         log.debug("trial %d -> group %d: %s", n, group, params)
         return n
+
+    # -- the scheduler -------------------------------------------------------------------------
+    def on_report(self, group: int, report: Report) -> str | None:
+        """A running trial's epoch: journaled, judged by the scheduler, told to the searcher at a
+        rung; the decision (`continue`, `pause`, `stop`) when the group waits for one."""
+        self._journal(report_event(report, time.time()))
+        decision = self._judge(report.trial, report.epoch, report.metrics)
+        rec = self.trials.get(report.trial)
+        if rec is not None:
+            rec.rung = self.scheduler.rung(report.trial)
+            if report.epoch in self._rungs:
+                self.searcher.tell_rung(report.trial, rec.params, report.epoch, self._best_so_far[report.trial])
+        return decision.value if report.decide else None
+
+    def _answer(self, group: int, report: Report) -> None:
+        decision = self.on_report(group, report)
+        if decision is not None:
+            self.transport.send_decision(group, decision)
+
+    def _judge(self, n: int, epoch: int, metrics: dict[str, float]) -> Decision:
+        """The scheduler's decision on a trial's best figure of merit so far (as a loss)."""
+        value = metrics.get(self.cfg.objective.metric)
+        loss = self.sign * value if isinstance(value, (int, float)) and math.isfinite(value) else None
+        best = self._best_so_far.get(n)
+        if loss is not None and (best is None or loss < best):
+            best = loss
+        self._best_so_far[n] = best
+        return self.scheduler.report(n, epoch, best)
+
+    def _promotion_for(self, group: int) -> int | None:
+        """A paused trial the scheduler promotes now that this group can continue (one of the
+        same size: the checkpoint holds the master's state, the shards follow the group's size)."""
+        if not self._paused:
+            return None
+        ranks = self.transport.group_ranks(group)
+        for n in self.scheduler.promotable():
+            rec = self.trials[n]
+            if n in self._paused and (rec.ranks is None or rec.ranks == ranks):
+                return n
+        return None
+
+    def _pause(self, n: int, result: TrialResult) -> None:
+        """A trial stopped at a rung with its checkpoint: it waits for a promotion."""
+        rec = self.trials[n]
+        rec.rung = self.scheduler.rung(n)
+        event = finish_event(result, rec, time.time())
+        self._journal(event)
+        apply_event(self.trials, event)
+        self._paused.add(n)
+        self._table_dirty = True
+        log.info("trial %d paused at epoch %s [group %s]", n, rec.epochs, rec.group)
+
+    def _prune_paused(self) -> None:
+        """The search is over: a trial still paused will never be promoted, so it is pruned."""
+        for n in sorted(self._paused):
+            rec = self.trials[n]
+            self._record(n, TrialResult(status=TrialStatus.PRUNED, metrics=rec.metrics, epochs=rec.epochs,
+                                        start=rec.start, end=rec.end))
+            self._finished_trials.add(n)
+        self._paused.clear()
+
+    def _replay_scheduler(self, events: Iterable[dict[str, Any]]) -> None:
+        """Bring the scheduler (and a searcher that learns from rungs) to where the journal left
+        them, through the calls the live search made, in its order."""
+        for e in events:
+            kind, n = e.get("event"), e.get("trial")
+            if not isinstance(n, int):
+                continue
+            if kind == "start":
+                if e.get("promoted"):
+                    if n in self.scheduler.paused():
+                        self.scheduler.promote(n)
+                else:
+                    self.scheduler.start(n)
+            elif kind == "report" and isinstance(e.get("epoch"), int):
+                self._judge(n, e["epoch"], e.get("metrics") or {})
+                rec = self.trials.get(n)
+                if rec is not None and e["epoch"] in self._rungs:
+                    self.searcher.tell_rung(n, rec.params, e["epoch"], self._best_so_far[n])
+            elif kind == "finish" and e.get("status") != TrialStatus.PAUSED.value:
+                self.scheduler.finished(n)
 
     def _failure_limit(self) -> str | None:
         """The reason to stop once `search.max_failures` trials failed, naming the commonest error."""
@@ -462,9 +589,11 @@ class Coordinator:
         was_finished = rec.status.is_finished()
         if result.detail and self.run_dir is not None:
             self.run_dir.write_error(n, result.detail)
+        rec.rung = self.scheduler.rung(n)
         event = finish_event(result, rec, time.time())
         self._journal(event)
         apply_event(self.trials, event)
+        self.scheduler.finished(n)
         self.searcher.tell(n, rec.params, self.loss(rec))
         self._table_dirty = True
         if not was_finished:
@@ -473,7 +602,8 @@ class Coordinator:
         best = self.best()
         if self.loss(rec) is not None and (best is None or (self.loss(rec), n) < (self.loss(best), best.trial)):
             self._best = best = rec
-        what = f"objective={rec.objective:.6g}" if rec.objective is not None else _first_line(rec.error)
+        what = (f"objective={rec.objective:.6g}" if rec.objective is not None
+                else f"at epoch {rec.epochs}" if rec.status == TrialStatus.PRUNED else _first_line(rec.error))
         best_txt = f"best {best.objective:.6g} (trial {best.trial})" if best else "no completed trial yet"
         log.info("trial %d %s %s [group %s, %.2f s] %d/%d, %s", n, rec.status.value, what, rec.group,
                  rec.duration_s or 0.0, self._finished, self.cfg.search.trials, best_txt)

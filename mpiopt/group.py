@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import _env
 from ._errors import GroupPeerFailed
 from .objective import TrialRunner
-from .trial import Task, TrialResult, TrialStatus
+from .trial import Report, Task, TrialResult, TrialStatus
+
+# what a group reports without any rank having failed: the scheduler may stop or pause a trial
+SUCCESSFUL = (TrialStatus.COMPLETED, TrialStatus.PAUSED, TrialStatus.PRUNED)
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +23,7 @@ def merge(results: list[TrialResult]) -> TrialResult:
     The first rank with a failure of its own (not a "peer failed" echo) names the error.
     """
     lead = results[0]
-    bad = [(r, o) for r, o in enumerate(results) if o.status != TrialStatus.COMPLETED]
+    bad = [(r, o) for r, o in enumerate(results) if o.status not in SUCCESSFUL]
     if not bad or len(results) == 1:
         return lead
     own = [(r, o) for r, o in bad if not (o.error or "").startswith(GroupPeerFailed.__name__)]
@@ -54,14 +58,39 @@ class Progress:
         log.info("trial %d, epoch %d of %d: %s%s", self.trial, epoch, self.epochs, now, best)
 
 
-def run_task(runner: TrialRunner, task: Task, comm=None) -> tuple[TrialResult, float, float]:
-    """Run one task on this rank; what this rank made of it, and its start and end times."""
+class Reporter:
+    """A trial's epoch reports: logged now and then, sent to the coordinator (`send`, on the rank
+    that talks to it), and at the task's decision epochs answered by the scheduler.
+
+    Called after an epoch (or a function objective's step); returns why the trial stops there
+    ("paused", "pruned") or None to go on."""
+
+    STOPS = {"pause": "paused", "stop": "pruned"}
+
+    def __init__(self, task: Task, progress: Progress, send: Callable[[Report], str | None] | None) -> None:
+        self.task, self.progress, self.send = task, progress, send
+        self.decide_at = frozenset(task.decide_at)
+
+    def __call__(self, epoch: int, row: dict[str, float]) -> str | None:
+        self.progress(epoch, row)
+        if self.send is None:
+            return None
+        metrics = {k: float(v) for k, v in row.items() if k != "epoch"}
+        decision = self.send(Report(self.task.trial, epoch, metrics, decide=epoch in self.decide_at))
+        return self.STOPS.get(decision or "")
+
+
+def run_task(runner: TrialRunner, task: Task, comm=None,
+             send: Callable[[Report], str | None] | None = None) -> tuple[TrialResult, float, float]:
+    """Run one task on this rank; what this rank made of it, and its start and end times. `send`
+    takes the trial's epoch reports to the coordinator (the group's leader only)."""
     start = time.time()
     trial_dir = Path(task.trial_dir) if task.trial_dir else None
     o = runner.cfg.objective
     epochs = int(runner.cfg.trial_training(task.params)["epochs"])
     progress = Progress(task.trial, epochs, o.metric, o.direction, _env.get("MPIOPT_PROGRESS_S"))
-    result = runner.run(task.params, comm, trial=task.trial, trial_dir=trial_dir, on_epoch=progress)
+    reporter = Reporter(task, progress, send)
+    result = runner.run(task.params, comm, trial=task.trial, trial_dir=trial_dir, reporter=reporter)
     return result, start, time.time()
 
 
@@ -81,8 +110,9 @@ def serve(channel, runner_factory) -> int:
             runner = runner_factory()
         comm = GroupComm(channel.comm)
         try:
-            mine, start, _ = run_task(runner, task, comm)
-            if mine.status != TrialStatus.COMPLETED and comm.failed_peer is None:
+            send = channel.report if channel.rank == 0 else None
+            mine, start, _ = run_task(runner, task, comm, send)
+            if mine.status not in SUCCESSFUL and comm.failed_peer is None:
                 comm.notify_failure()
         finally:
             comm.close()

@@ -359,6 +359,12 @@ class RunDir:
         events, problems = read_journal(self.journal_path)
         return replay(events), problems
 
+    def events(self) -> list[dict[str, Any]]:
+        """Every readable event of the journal, in order (a resumed scheduler replays them)."""
+        if not self.journal_path.exists():
+            return []
+        return read_journal(self.journal_path)[0]
+
     def write_results(self, trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = True) -> None:
         """Rewrite results.csv. While the search is `live` the table is a view of the journal (the
         record of truth, fsynced), so it is replaced atomically but not fsynced; the final table is."""

@@ -113,6 +113,9 @@ def judge_history(history: list[dict[str, float]], direction: str, metric: str, 
     pick = min if direction == "minimize" else max
     best = pick(history, key=lambda row: row[metric])
     metrics = {k: v for k, v in best.items() if k != "epoch"}
+    if stopped in ("paused", "pruned"):  # the scheduler's word: judged on the epochs so far
+        return TrialResult(status=TrialStatus.PAUSED if stopped == "paused" else TrialStatus.PRUNED,
+                           epochs=epochs, metrics=metrics)
     if stopped == "timeout":
         return TrialResult(status=TrialStatus.TIMEOUT, epochs=epochs, metrics=metrics,
                            error=f"stopped by training.time_limit after {epochs} epochs")
@@ -138,6 +141,38 @@ def time_limit(seconds: float | None):
         signal.signal(signal.SIGALRM, old)
 
 
+class TrialContext:
+    """The `trial` a function objective may take: it reports its steps (epochs) and learns whether
+    the scheduler stops it.
+
+    With `comm` (the function runs on every rank of its group), every rank calls `report` at the
+    same steps: the decision reaches them all.
+    """
+
+    def __init__(self, number: int, reporter, comm=None) -> None:
+        self.number = number
+        self._reporter = reporter
+        self._comm = comm
+        self._rank = comm.Get_rank() if comm is not None else 0
+        self._stopped = False
+        self.steps = 0  # the last step reported
+        self.last: dict[str, float] = {}
+
+    def report(self, step: int, **metrics: float) -> None:
+        """The metrics after `step` (1, 2, ...), with the figure of merit among them."""
+        self.steps, self.last = int(step), {k: float(v) for k, v in metrics.items()}
+        reason = None
+        if self._reporter is not None and self._rank == 0:
+            reason = self._reporter(int(step), {"epoch": int(step), **self.last})
+        if self._comm is not None and self._reporter is not None and int(step) in self._reporter.decide_at:
+            reason = self._comm.bcast(reason, root=0)
+        self._stopped = self._stopped or reason is not None
+
+    def should_stop(self) -> bool:
+        """Whether the scheduler stopped this trial: return now (what is returned is ignored)."""
+        return self._stopped
+
+
 class TrialRunner:
     """Runs trials of one configuration on one rank; user callables are imported once."""
 
@@ -155,28 +190,40 @@ class TrialRunner:
                            if isinstance(o.data, str) else None)
 
     def run(self, params: dict[str, Any], comm, *, trial: int = 0, trial_dir: Path | None = None,
-            on_epoch=None) -> TrialResult:
-        """Run one trial on this rank of the group `comm` (None: alone). Exceptions become outcomes."""
+            reporter=None) -> TrialResult:
+        """Run one trial on this rank of the group `comm` (None: alone). Exceptions become outcomes.
+        `reporter` (a `group.Reporter`) takes each epoch's metrics and may stop the trial."""
         o = self.cfg.objective
         training = self.cfg.trial_training(params)
-        rank = comm.Get_rank() if comm is not None else 0
         try:
             with time_limit(training.get("time_limit") if o.kind == "function" else None):
                 if o.kind == "function":
-                    if o.takes_comm:
-                        value = self.fn(dict(params), comm)
-                    elif rank == 0:
-                        value = self.fn(dict(params))
-                    else:
-                        return TrialResult()
-                    return judge(value, o.direction, o.metric) if rank == 0 else TrialResult()
-                return self._train(params, training, comm, trial, trial_dir, on_epoch)
+                    return self._call(params, comm, trial, reporter)
+                return self._train(params, training, comm, trial, trial_dir, reporter)
         except TrialTimeout as exc:
             return TrialResult(status=TrialStatus.TIMEOUT, error=str(exc))
         except Exception as exc:  # user code: any exception fails the trial, never the search
             return TrialResult(status=TrialStatus.FAILED, error=error_text(exc), detail=error_detail(exc))
 
-    def _train(self, params, training, comm, trial, trial_dir, on_epoch) -> TrialResult:
+    def _call(self, params, comm, trial: int, reporter) -> TrialResult:
+        """A function objective's trial on this rank (only rank 0's result counts)."""
+        o = self.cfg.objective
+        rank = comm.Get_rank() if comm is not None else 0
+        if not o.takes_comm and rank != 0:
+            return TrialResult()
+        kwargs = {}
+        context = None
+        if o.takes_trial:
+            context = kwargs["trial"] = TrialContext(trial, reporter, comm if o.takes_comm else None)
+        value = self.fn(dict(params), comm, **kwargs) if o.takes_comm else self.fn(dict(params), **kwargs)
+        if rank != 0:
+            return TrialResult()
+        if context is not None and context.should_stop():
+            return TrialResult(status=TrialStatus.PRUNED, epochs=context.steps, metrics=context.last)
+        result = judge(value, o.direction, o.metric)
+        return dataclasses.replace(result, epochs=context.steps) if context is not None and context.steps else result
+
+    def _train(self, params, training, comm, trial, trial_dir, reporter) -> TrialResult:
         from . import learn
         from ._log import quiet_tensorflow
 
@@ -186,7 +233,8 @@ class TrialRunner:
         source = learn.load_source(o.data, self.cfg.base_dir, self.loader)
         job = learn.Job(build=self.build, model_kwargs=self.cfg.model_kwargs(params), source=source,
                         training=training, loss=o.loss, metrics=o.metrics,
-                        seed=self.cfg.search.seed * 100003 + trial, out_dir=trial_dir, on_epoch=on_epoch,
+                        seed=self.cfg.search.seed * 100003 + trial, out_dir=trial_dir, on_epoch=reporter,
+                        decide_at=reporter.decide_at if reporter is not None else frozenset(),
                         resume=self.resume_checkpoints)
         outcome = learn.train(comm, job)
         if outcome is None:

@@ -22,9 +22,10 @@ from collections.abc import Callable
 
 from . import _env
 from ._errors import GroupPeerFailed
-from .trial import Task, TrialResult
+from .trial import Report, Task, TrialResult
 
 TAG_TASK, TAG_RESULT, TAG_STOP, TAG_OUTCOME, TAG_FAIL, TAG_USER = 11, 12, 13, 14, 15, 16
+TAG_REPORT, TAG_DECISION = 17, 18  # a trial's epoch report to the coordinator, and the scheduler's word on it
 
 
 @dataclass
@@ -117,15 +118,16 @@ def probe(comm, source: int, tag: int, *, interrupt=None, timeout: float | None 
     return status
 
 
-def recv_bytes(comm, source: int, tag: int, *, interrupt=None, timeout: float | None = None):
-    """(bytes, source) of the next message, or None once `timeout` seconds passed."""
+def recv_bytes(comm, source: int, tag: int, *, interrupt=None, timeout: float | None = None, with_tag: bool = False):
+    """(bytes, source) of the next message (with its tag: (bytes, source, tag)), or None once
+    `timeout` seconds passed."""
     MPI = _mpi()
     status = probe(comm, source, tag, interrupt=interrupt, timeout=timeout)
     if status is None:
         return None
     buf = bytearray(status.Get_count(MPI.BYTE))
     comm.Recv([buf, MPI.BYTE], source=status.Get_source(), tag=status.Get_tag())
-    return buf, status.Get_source()
+    return (buf, status.Get_source(), status.Get_tag()) if with_tag else (buf, status.Get_source())
 
 
 def send_bytes(comm, data: bytes, dest: int, tag: int) -> None:
@@ -322,13 +324,24 @@ class MPITransport:
             gone = set(done)
             self._sends = [s for i, s in enumerate(self._sends) if i not in gone]
 
-    def recv_result(self, timeout: float | None = None) -> tuple[int, TrialResult] | None:
-        """Wait until any group reports (the first to arrive is served first), or None after `timeout` s."""
-        got = recv_bytes(self.comm, _mpi().ANY_SOURCE, TAG_RESULT, timeout=timeout)
+    def recv_message(self, timeout: float | None = None) -> tuple[int, TrialResult | Report] | None:
+        """Wait until any group sends a result or an epoch's report (the first to arrive is served
+        first), or None after `timeout` s."""
+        got = recv_bytes(self.comm, _mpi().ANY_SOURCE, _mpi().ANY_TAG, timeout=timeout, with_tag=True)
         if got is None:
             return None
-        data, source = got
-        return self._leaders[source], TrialResult.from_json(decode(data))
+        data, source, tag = got
+        message = decode(data)
+        if tag == TAG_REPORT:
+            return self._leaders[source], Report.from_json(message)
+        return self._leaders[source], TrialResult.from_json(message)
+
+    def send_decision(self, group: int, decision: str) -> None:
+        """The scheduler's word on a report that asked for one: `continue`, `pause` or `stop`."""
+        self._isend(decision.encode("ascii"), self.plan.groups[group][0], TAG_DECISION)
+
+    def listen(self, on_report) -> None:
+        """Reports come through `recv_message` here."""
 
     def has_result(self) -> bool:
         """Whether a group's result is already waiting to be received."""
@@ -355,8 +368,10 @@ class InProcessTransport:
 
     queues_tasks = False  # a task runs only when the coordinator waits for a result
 
-    def __init__(self, run_task: Callable[[int, Task], TrialResult], n_groups: int = 1, ranks: int = 1) -> None:
+    def __init__(self, run_task: Callable[[int, Task, Callable[[Report], str | None]], TrialResult],
+                 n_groups: int = 1, ranks: int = 1) -> None:
         self.run_task = run_task
+        self._on_report: Callable[[int, Report], str | None] | None = None
         self._n = n_groups
         self._ranks = ranks
         self._queue: list[tuple[int, Task]] = []
@@ -371,9 +386,20 @@ class InProcessTransport:
     def send_task(self, group: int, task: Task) -> None:
         self._queue.append((group, task))
 
-    def recv_result(self, timeout: float | None = None) -> tuple[int, TrialResult]:
+    def send_decision(self, group: int, decision: str) -> None:
+        raise AssertionError("in one process, a decision is what the report's call returns")
+
+    def listen(self, on_report: Callable[[int, Report], str | None]) -> None:
+        """The task's reports reach the coordinator through a call, made while it waits in `recv_message`."""
+        self._on_report = on_report
+
+    def recv_message(self, timeout: float | None = None) -> tuple[int, TrialResult]:
         group, task = self._queue.pop(0)  # runs now: a trial here is bounded by its own time limit
-        return group, self.run_task(group, task)
+
+        def send(report: Report) -> str | None:
+            return self._on_report(group, report) if self._on_report is not None else None
+
+        return group, self.run_task(group, task, send)
 
     def has_result(self) -> bool:
         return False  # nothing is ever waiting: tasks run when their result is asked for
@@ -423,6 +449,15 @@ class GroupChannel:
 
     def send_result(self, result: TrialResult) -> None:
         send_bytes(self.world, encode(result.to_json()), 0, TAG_RESULT)
+
+    def report(self, report: Report) -> str | None:
+        """Send an epoch's report (the leader only); with `report.decide`, wait for and return the
+        scheduler's decision."""
+        send_bytes(self.world, encode(report.to_json()), 0, TAG_REPORT)
+        if not report.decide:
+            return None
+        data, _ = recv_bytes(self.world, 0, TAG_DECISION)
+        return bytes(data).decode("ascii")
 
 
 class GroupComm:

@@ -20,11 +20,12 @@ class TrialStatus(str, Enum):
     FAILED = "failed"  # an exception in user code
     DIVERGED = "diverged"  # a NaN/inf figure of merit or loss
     TIMEOUT = "timeout"  # past training.time_limit
-    PRUNED = "pruned"
+    PRUNED = "pruned"  # stopped for good by the scheduler; `epochs` says how far it got
+    PAUSED = "paused"  # stopped at a rung with its checkpoint; the scheduler may promote it later
     INTERRUPTED = "interrupted"  # the search stopped while it ran; --resume runs it again
 
     def is_finished(self) -> bool:
-        return self not in (TrialStatus.RUNNING, TrialStatus.INTERRUPTED)
+        return self not in (TrialStatus.RUNNING, TrialStatus.INTERRUPTED, TrialStatus.PAUSED)
 
     @classmethod
     def parse(cls, value: Any) -> TrialStatus:
@@ -42,13 +43,34 @@ class Task:
     trial: int
     params: dict[str, Any]
     trial_dir: str | None = None
+    decide_at: tuple[int, ...] = ()  # epochs after which the group waits for the scheduler's decision
 
     def to_json(self) -> dict[str, Any]:
         return clean(dataclasses.asdict(self))
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Task:
-        return cls(trial=int(d["trial"]), params=dict(d["params"]), trial_dir=d.get("trial_dir"))
+        return cls(trial=int(d["trial"]), params=dict(d["params"]), trial_dir=d.get("trial_dir"),
+                   decide_at=tuple(int(e) for e in d.get("decide_at") or ()))
+
+
+@dataclass(frozen=True)
+class Report:
+    """A group's metrics after one epoch (or step) of a trial; with `decide`, the group waits for
+    the scheduler's word (`continue`, `pause` or `stop`) before it goes on."""
+
+    trial: int
+    epoch: int
+    metrics: dict[str, float]
+    decide: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return clean(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Report:
+        return cls(trial=int(d["trial"]), epoch=int(d["epoch"]), metrics=dict(d.get("metrics") or {}),
+                   decide=bool(d.get("decide")))
 
 
 @dataclass(frozen=True)
@@ -103,6 +125,7 @@ class TrialRecord:
     dispatch_s: float | None = None  # coordinator: from the group's previous result to this trial's hand-out
     wait_s: float | None = None  # group: from sending its previous result to receiving this trial
     resumed_s: float | None = None  # training time of earlier attempts (resumed from their checkpoint)
+    rung: int | None = None  # under a scheduler: the highest rung (epochs) at which it was judged
 
     @property
     def duration_s(self) -> float | None:
@@ -113,9 +136,19 @@ class TrialRecord:
 
 
 # -- journal events ------------------------------------------------------------------------------
-def start_event(task: Task, group: int, ranks: int, now: float) -> dict[str, Any]:
-    """The journal's record of a trial handed out (written before the task is sent)."""
-    return clean({"event": "start", "trial": task.trial, "params": task.params, "group": group, "ranks": ranks,
+def start_event(task: Task, group: int, ranks: int, now: float, promoted: bool = False) -> dict[str, Any]:
+    """The journal's record of a trial handed out (written before the task is sent); `promoted`:
+    a paused trial that goes on from its checkpoint."""
+    event = {"event": "start", "trial": task.trial, "params": task.params, "group": group, "ranks": ranks,
+             "time": now}
+    if promoted:
+        event["promoted"] = True
+    return clean(event)
+
+
+def report_event(report: Report, now: float) -> dict[str, Any]:
+    """The journal's record of one epoch's metrics of a running trial."""
+    return clean({"event": "report", "trial": report.trial, "epoch": report.epoch, "metrics": report.metrics,
                   "time": now})
 
 
@@ -127,7 +160,7 @@ def finish_event(result: TrialResult, rec: TrialRecord, now: float) -> dict[str,
                   "objective": result.objective if status == TrialStatus.COMPLETED else None,
                   "metrics": result.metrics, "epochs": result.epochs, "error": result.error,
                   "start": result.start or rec.start, "end": result.end or now, "wait_s": result.wait_s,
-                  "dispatch_s": rec.dispatch_s, "resumed_s": result.resumed_s})
+                  "dispatch_s": rec.dispatch_s, "resumed_s": result.resumed_s, "rung": rec.rung})
 
 
 def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialRecord | None:
@@ -147,7 +180,7 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
             return None
         rec = trials[n] = TrialRecord(trial=n, params=dict(event.get("params") or {}), start=event.get("time"),
                                       group=event.get("group"), ranks=event.get("ranks"),
-                                      dispatch_s=event.get("dispatch_s"))
+                                      dispatch_s=event.get("dispatch_s"), rung=old.rung if old else None)
         return rec
     if kind != "finish":
         return None
@@ -164,6 +197,7 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
     rec.wait_s = event.get("wait_s")
     rec.resumed_s = event.get("resumed_s")
     rec.dispatch_s = event.get("dispatch_s", rec.dispatch_s)
+    rec.rung = event.get("rung", rec.rung)
     return rec
 
 

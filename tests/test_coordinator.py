@@ -47,7 +47,7 @@ class SimTransport:
         self.log.append(("send", group, task.trial))
         heapq.heappush(self.heap, (self.clock + self.durations[group], task.trial, group, task))
 
-    def recv_result(self, timeout=None):
+    def recv_message(self, timeout=None):
         if math.isinf(self.heap[0][0]):  # only stuck groups are left: nothing arrives in time
             assert timeout is not None, "the coordinator would wait forever"
             time.sleep(timeout)
@@ -66,6 +66,12 @@ class SimTransport:
 
     def has_result(self):
         return False
+
+    def send_decision(self, group, decision):
+        raise AssertionError("no report asks for a decision here")
+
+    def listen(self, on_report):
+        pass
 
     def shutdown(self):
         self.stopped = True
@@ -237,8 +243,8 @@ def test_latencies_are_recorded_and_the_first_wave_is_counted_apart(cfg, tmp_pat
     from mpiopt.journal import RunDir
 
     class Waiting(SimTransport):  # groups that report how long they waited for each trial
-        def recv_result(self, timeout=None):
-            group, result = super().recv_result(timeout)
+        def recv_message(self, timeout=None):
+            group, result = super().recv_message(timeout)
             first = sum(1 for k, g, _ in self.log if k == "send" and g == group) == 1
             return group, dataclasses.replace(result, wait_s=None if first else 0.004,
                                               start=self.clock - self.durations[group], end=self.clock)
@@ -304,7 +310,7 @@ class MailboxSim:
     def has_result(self):
         return bool(self.heap) and self.heap[0][0] <= self.clock
 
-    def recv_result(self, timeout=None):
+    def recv_message(self, timeout=None):
         nxt = self.heap[0][0] if self.heap else math.inf
         if timeout is not None and nxt > self.clock + timeout:
             self.clock += timeout
@@ -319,6 +325,12 @@ class MailboxSim:
         y = branin(task.params)
         return group, TrialResult(trial=task.trial, objective=y, metrics={"objective": y}, start=1e9 + start,
                                   end=1e9 + end, wait_s=0.0)
+
+    def send_decision(self, group, decision):
+        raise AssertionError("no report asks for a decision here")
+
+    def listen(self, on_report):
+        pass
 
     def shutdown(self):
         self.stopped = True
@@ -485,10 +497,10 @@ def test_trials_sent_ahead_when_the_search_dies_run_again_on_resume(cfg, tmp_pat
         pass
 
     class Dying(MailboxSim):  # the job dies while some groups hold a trial sent ahead
-        def recv_result(self, timeout=None):
+        def recv_message(self, timeout=None):
             if sum(1 for k, *_ in self.log if k == "recv") >= 12 and any(self.mailbox):
                 raise Killed
-            return super().recv_result(timeout)
+            return super().recv_message(timeout)
 
     c = cfg("{initial_points: 5, trials: 30, seed: 0}")
     rd = RunDir(tmp_path / "run")

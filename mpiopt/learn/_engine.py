@@ -66,7 +66,10 @@ class Job:
     metrics: tuple = ()
     seed: int = 0
     out_dir: Path | None = None  # history.csv, best.weights.h5, checkpoints, trace.json
-    on_epoch: Callable[[int, dict], None] | None = None
+    # after an epoch is recorded and checkpointed, on the rank that writes: its report to the
+    # search, which answers None to go on, or why training stops ("paused", "pruned")
+    on_epoch: Callable[[int, dict], str | None] | None = None
+    decide_at: frozenset[int] = frozenset()  # epochs after which `on_epoch` waits for the scheduler's word
     resume: bool = True  # continue from a checkpoint in out_dir if there is one
 
 
@@ -173,8 +176,17 @@ class _Epochs:
             self.stopped = "target"
         if self.writer:
             self._write(row)
-            if self.job.on_epoch is not None:
-                self.job.on_epoch(epoch, row)
+
+    def report(self, epoch: int, comm=None) -> None:
+        """Report the epoch just recorded and checkpointed; at a decision epoch the scheduler's word
+        may stop training, and with `comm` (allreduce) every rank of the group learns it."""
+        reason = None
+        if self.writer and self.job.on_epoch is not None:
+            reason = self.job.on_epoch(epoch, self.history[-1])
+        if epoch in self.job.decide_at and comm is not None and comm.Get_size() > 1:
+            reason = comm.bcast(reason, root=0)
+        if reason and not self.stopped:
+            self.stopped = reason
 
     def _write(self, row: dict[str, float]) -> None:
         if self.job.out_dir is None:
@@ -200,7 +212,8 @@ class _Epochs:
     # -- checkpoints -----------------------------------------------------------------------
     def checkpoint(self, epoch: int, weights: np.ndarray, state: np.ndarray, opt, extra: dict | None = None) -> None:
         every = int(self.job.training.get("checkpoint_every", 1) or 0)
-        if not self.writer or self.job.out_dir is None or every <= 0 or epoch % every:
+        due = epoch in self.job.decide_at or (every > 0 and epoch % every == 0)  # a paused trial goes on from here
+        if not self.writer or self.job.out_dir is None or not due:
             return
         arrays = {"weights": weights, "state": state}
         meta: dict[str, Any] = {"epoch": epoch, "history": self.history, "stopped": self.stopped,
@@ -238,7 +251,7 @@ class _Epochs:
             return None
         arrays, meta = found
         self.history = list(meta.get("history", []))
-        self.stopped = meta.get("stopped")
+        self.stopped = meta.get("stopped") if meta.get("stopped") != "paused" else None  # promoted: it goes on
         self.resumed_s = float(meta.get("trained_s") or 0.0)
         if self.es and meta.get("early_stopping"):
             self.es.load(meta["early_stopping"])
@@ -265,6 +278,7 @@ class _Epochs:
         if self.writer and self.job.out_dir is not None and self.stopped != "diverged":
             self.job.out_dir.mkdir(parents=True, exist_ok=True)
             flat.model.save_weights(str(self.job.out_dir / "best.weights.h5"))
+        if self.writer and self.job.out_dir is not None and self.stopped not in ("diverged", "paused"):
             for name in (_checkpoint.NPZ, _checkpoint.META):  # done: the checkpoint has served
                 (self.job.out_dir / name).unlink(missing_ok=True)
 
@@ -402,6 +416,7 @@ class _AllreduceRank:
                 flat.set_state(state / self.size)
         self.epochs.add(row, self.weights, flat.get_state())
         self.epochs.checkpoint(epoch + 1, self.weights, flat.get_state(), self.opt)
+        self.epochs.report(epoch + 1, comm)
 
 
 def _raise_if_failed(flag: float, failure: Exception | None) -> None:
@@ -650,6 +665,7 @@ class _Master:
         row = {"epoch": e + 1, **train, **{f"val_{k}": v for k, v in result.items()}}
         self.epochs.add(row, snap, st)
         self.epochs.checkpoint(e + 1, snap, st, self.opt)
+        self.epochs.report(e + 1)
         return True
 
 

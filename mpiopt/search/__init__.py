@@ -7,10 +7,12 @@ from __future__ import annotations
 from ..space import Space
 from ._base import Searcher
 from ._bayesian import BayesianSearch
+from ._multifidelity import RungModel
 from ._prefetch import Prefetching, RoundPolicy
 from ._random import RandomSearch
 
-__all__ = ["Searcher", "RandomSearch", "BayesianSearch", "Prefetching", "RoundPolicy", "make_searcher"]
+__all__ = ["Searcher", "RandomSearch", "BayesianSearch", "Prefetching", "RoundPolicy", "RungModel",
+           "make_searcher"]
 
 
 def make_searcher(space: Space, settings, *, prefetch: int = 0) -> Searcher:

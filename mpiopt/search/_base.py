@@ -53,6 +53,10 @@ class Searcher(ABC):
         """Mark a trial as running without asking for it (a resumed search re-runs it)."""
         self.pending[trial] = dict(params)
 
+    def tell_rung(self, trial: int, params: dict[str, Any], epochs: int, loss: float | None) -> None:  # noqa: B027
+        """A trial's loss at a scheduler's rung (after `epochs` epochs), before its final word.
+        Ignored by default: only a searcher that learns from partial training (`RungModel`) uses it."""
+
     # -- optional hooks: defaults for a searcher without background work -----------------
     def prefers_fresh(self) -> bool:
         """Whether the next hand-out would wait for a model that includes the latest result.

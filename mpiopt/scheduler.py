@@ -1,0 +1,349 @@
+"""Early-stopping schedulers: `none`, `asha`, `hyperband` and `median`.
+
+Pure Python: no MPI, no TensorFlow. The coordinator drives a scheduler with `start`, `report`,
+`promote` and `finished`; every other method only reads. A scheduler's state is a pure function of
+the sequence of those four calls, so replaying a journal's calls in order rebuilds it exactly.
+
+Everything works on losses (lower is better). The loss given to `report` is the trial's best so far;
+`None` means not finite and ranks worse than any number.
+"""
+from __future__ import annotations
+
+import statistics
+from enum import Enum
+from fractions import Fraction
+
+__all__ = ["SCHEDULERS", "Asha", "Decision", "Hyperband", "MedianStopping", "Scheduler", "ladder", "make_scheduler"]
+
+MEDIAN_MIN_OTHERS = 5  # the median of fewer trials is too noisy to stop anyone on
+
+
+class Decision(str, Enum):
+    CONTINUE = "continue"
+    PAUSE = "pause"  # stop at this rung and keep the checkpoint; the trial may be promoted later
+    STOP = "stop"  # stopped for good: the trial becomes `pruned`
+
+
+def _rank_key(loss: float | None, trial: int) -> tuple[bool, float, int]:
+    """Best first; a non-finite loss after every number; ties go to the lower trial number."""
+    return (loss is None, 0.0 if loss is None else loss, trial)
+
+
+def _as_inf(loss: float | None) -> float:
+    return float("inf") if loss is None else loss
+
+
+def _check_min_epochs(name: str, epochs: int, min_epochs: int) -> None:
+    if not 1 <= min_epochs < epochs:
+        raise ValueError(f"`1 <= min_epochs < epochs` must hold for scheduler {name!r}, "
+                         f"but got (min_epochs={min_epochs}, epochs={epochs}).")
+
+
+def _check_ladder(name: str, epochs: int, min_epochs: int, reduction_factor: int) -> None:
+    _check_min_epochs(name, epochs, min_epochs)
+    if reduction_factor < 2:
+        raise ValueError(f"`reduction_factor >= 2` must hold for scheduler {name!r}, "
+                         f"but got (reduction_factor={reduction_factor}).")
+
+
+def ladder(epochs: int, min_epochs: int, reduction_factor: int) -> list[int]:
+    """ASHA's rung epochs: min_epochs * reduction_factor**k while below `epochs`, then `epochs`."""
+    rungs = []
+    rung = min_epochs
+    while rung < epochs:
+        rungs.append(rung)
+        rung *= reduction_factor
+    return rungs + [epochs]
+
+
+class Scheduler:
+    """Base class and scheduler `none`: never stops anything. Subclasses override."""
+
+    name = "none"
+
+    def __init__(self, *, epochs: int, min_epochs: int = 1, reduction_factor: int = 3, pausable: bool = True):
+        self.epochs = epochs
+        self.min_epochs = min_epochs
+        self.reduction_factor = reduction_factor
+        self.pausable = pausable
+
+    def start(self, trial: int) -> None:
+        """A new trial begins."""
+
+    def decision_epochs(self, trial: int) -> list[int]:
+        """Epochs (1-based) after which the trial's group waits for a decision."""
+        return []
+
+    def report(self, trial: int, epoch: int, loss: float | None) -> Decision:
+        """Records the trial's best loss so far after `epoch` and decides whether it goes on."""
+        return Decision.CONTINUE
+
+    def promotable(self) -> list[int]:
+        """Paused trials that may continue now, in the order they should."""
+        return []
+
+    def promote(self, trial: int) -> None:
+        """A group continues this paused trial, on to its next rung."""
+        raise ValueError(f"only a paused trial can be promoted, but trial {trial} is not paused.")
+
+    def finished(self, trial: int) -> None:
+        """The trial ended for good: it is never promotable again."""
+
+    def paused(self) -> list[int]:
+        """Trials currently paused, ascending."""
+        return []
+
+    def rung(self, trial: int) -> int | None:
+        """The highest rung epoch at which the trial has a recorded value."""
+        return None
+
+    def rung_epochs(self) -> list[int]:
+        """Every rung epoch in use, ascending."""
+        return []
+
+    def rung_results(self, epochs: int) -> dict[int, float | None]:
+        """Trial -> loss recorded at that rung epoch."""
+        return {}
+
+
+class _Rung:
+    """The losses recorded at one rung epoch of a bracket, and the trials promoted from it."""
+
+    def __init__(self, epoch: int):
+        self.epoch = epoch
+        self.results: dict[int, float | None] = {}
+        self.promoted: set[int] = set()
+
+    def leaders(self, reduction_factor: int) -> list[int]:
+        """The best floor(n / reduction_factor) trials; a non-finite loss never leads."""
+        ranked = sorted(self.results, key=lambda t: _rank_key(self.results[t], t))
+        return [t for t in ranked[:len(ranked) // reduction_factor] if self.results[t] is not None]
+
+    def candidates(self, reduction_factor: int) -> list[int]:
+        """ASHA's get_job rule: the leaders not yet promoted from this rung."""
+        return [t for t in self.leaders(reduction_factor) if t not in self.promoted]
+
+
+class _Bracket:
+    """One ASHA ladder: its rungs, and the trials paused at them."""
+
+    def __init__(self, rung_epochs: list[int], reduction_factor: int, pausable: bool):
+        self.rungs = {epoch: _Rung(epoch) for epoch in rung_epochs}
+        self.top = rung_epochs[-1]
+        self.reduction_factor = reduction_factor
+        self.pausable = pausable
+        self.paused: dict[int, int] = {}  # trial -> the rung epoch it waits at
+
+    def decision_epochs(self) -> list[int]:
+        return [epoch for epoch in self.rungs if epoch < self.top]
+
+    def record(self, trial: int, epoch: int, loss: float | None) -> _Rung | None:
+        """Records the loss if `epoch` is a rung; that rung, or None."""
+        rung = self.rungs.get(epoch)
+        if rung is not None:
+            # A trial re-run after a crash re-trains an epoch: its first value stands.
+            rung.results.setdefault(trial, loss)
+        return rung
+
+    def report(self, trial: int, epoch: int, loss: float | None) -> Decision:
+        rung = self.record(trial, epoch, loss)
+        if rung is None:
+            return Decision.CONTINUE
+        if epoch == self.top:
+            self.paused.pop(trial, None)
+            return Decision.CONTINUE
+        # A trial already promoted from this rung keeps its promotion when it reports it again.
+        if trial in rung.promoted or trial in rung.leaders(self.reduction_factor):
+            rung.promoted.add(trial)
+            self.paused.pop(trial, None)
+            return Decision.CONTINUE
+        if not self.pausable:
+            return Decision.STOP
+        self.paused[trial] = epoch
+        return Decision.PAUSE
+
+    def promotable(self) -> list[tuple[int, float | None, int]]:
+        """(rung epoch, loss, trial) of each paused trial that ASHA's get_job rule would pick."""
+        return [(rung.epoch, rung.results[trial], trial)
+                for rung in self.rungs.values()
+                for trial in rung.candidates(self.reduction_factor)
+                if self.paused.get(trial) == rung.epoch]
+
+    def promote(self, trial: int) -> None:
+        epoch = self.paused.pop(trial)
+        self.rungs[epoch].promoted.add(trial)
+
+    def rung(self, trial: int) -> int | None:
+        reached = [epoch for epoch, rung in self.rungs.items() if trial in rung.results]
+        return max(reached, default=None)
+
+
+class _Laddered(Scheduler):
+    """Brackets of ASHA rungs; each trial belongs to one bracket, chosen at `start`."""
+
+    def __init__(self, *, epochs: int, min_epochs: int = 1, reduction_factor: int = 3, pausable: bool = True):
+        _check_ladder(self.name, epochs, min_epochs, reduction_factor)
+        super().__init__(epochs=epochs, min_epochs=min_epochs, reduction_factor=reduction_factor,
+                         pausable=pausable)
+        rungs = ladder(epochs, min_epochs, reduction_factor)
+        self._brackets = [_Bracket(b, reduction_factor, pausable) for b in self._bracket_rungs(rungs)]
+        self._bracket_of: dict[int, int] = {}
+        self._finished: set[int] = set()
+
+    def _bracket_rungs(self, rungs: list[int]) -> list[list[int]]:
+        """The rung epochs of each bracket, given ASHA's whole ladder."""
+        raise NotImplementedError
+
+    def _choose_bracket(self) -> int:
+        """The bracket of the next new trial."""
+        raise NotImplementedError
+
+    def _bracket(self, trial: int) -> _Bracket:
+        return self._brackets[self._bracket_of[trial]]
+
+    def start(self, trial: int) -> None:
+        # A trial started again (re-run after a crash) keeps its bracket.
+        if trial not in self._bracket_of:
+            self._bracket_of[trial] = self._choose_bracket()
+
+    def decision_epochs(self, trial: int) -> list[int]:
+        if trial not in self._bracket_of:
+            raise ValueError(f"trial {trial} was never started.")
+        return self._bracket(trial).decision_epochs()
+
+    def report(self, trial: int, epoch: int, loss: float | None) -> Decision:
+        self.start(trial)
+        bracket = self._bracket(trial)
+        # A late report of a finished trial still counts in its rung, but cannot take a promotion.
+        if trial in self._finished:
+            bracket.record(trial, epoch, loss)
+            return Decision.STOP
+        decision = bracket.report(trial, epoch, loss)
+        if decision is Decision.STOP:
+            self.finished(trial)
+        return decision
+
+    def promotable(self) -> list[int]:
+        found = [entry for bracket in self._brackets for entry in bracket.promotable()]
+        found.sort(key=lambda e: (-e[0], _rank_key(e[1], e[2])))
+        return [trial for _, _, trial in found]
+
+    def promote(self, trial: int) -> None:
+        if trial not in self.paused():
+            super().promote(trial)
+        self._bracket(trial).promote(trial)
+
+    def finished(self, trial: int) -> None:
+        self._finished.add(trial)
+        if trial in self._bracket_of:
+            self._bracket(trial).paused.pop(trial, None)
+
+    def paused(self) -> list[int]:
+        return sorted(trial for bracket in self._brackets for trial in bracket.paused)
+
+    def rung(self, trial: int) -> int | None:
+        if trial not in self._bracket_of:
+            return None
+        return self._bracket(trial).rung(trial)
+
+    def rung_epochs(self) -> list[int]:
+        return sorted({epoch for bracket in self._brackets for epoch in bracket.rungs})
+
+    def rung_results(self, epochs: int) -> dict[int, float | None]:
+        merged: dict[int, float | None] = {}
+        for bracket in self._brackets:
+            if epochs in bracket.rungs:
+                merged.update(bracket.rungs[epochs].results)
+        return merged
+
+
+class Asha(_Laddered):
+    """Asynchronous successive halving: one bracket, rungs from `min_epochs` up to `epochs`."""
+
+    name = "asha"
+
+    def _bracket_rungs(self, rungs: list[int]) -> list[list[int]]:
+        return [rungs]
+
+    def _choose_bracket(self) -> int:
+        return 0
+
+    def decision_epochs(self, trial: int) -> list[int]:
+        # Every trial is in the one bracket, started or not.
+        return self._brackets[0].decision_epochs()
+
+
+class Hyperband(_Laddered):
+    """Several ASHA brackets: bracket s starts at ASHA's rung s; the last one never stops anything."""
+
+    name = "hyperband"
+
+    def _bracket_rungs(self, rungs: list[int]) -> list[list[int]]:
+        return [rungs[s:] for s in range(len(rungs))]
+
+    def _weights(self) -> list[Fraction]:
+        """Hyperband's share of trials per bracket: rf**(s_max - s) / (s_max - s + 1)."""
+        s_max = len(self._brackets) - 1
+        return [Fraction(self.reduction_factor ** (s_max - s), s_max - s + 1) for s in range(s_max + 1)]
+
+    def _choose_bracket(self) -> int:
+        # The bracket furthest below its share; exact fractions so that ties go to the lower s.
+        counts = [0] * len(self._brackets)
+        for s in self._bracket_of.values():
+            counts[s] += 1
+        lag = [(counts[s] + 1) / w for s, w in enumerate(self._weights())]
+        return lag.index(min(lag))
+
+    def bracket(self, trial: int) -> int | None:
+        """The bracket the trial was assigned to at `start`; None if it never started."""
+        return self._bracket_of.get(trial)
+
+
+class MedianStopping(Scheduler):
+    """Stops a trial whose best loss so far is worse than the median of the others' at that epoch."""
+
+    name = "median"
+
+    def __init__(self, *, epochs: int, min_epochs: int = 1, reduction_factor: int = 3, pausable: bool = True):
+        _check_min_epochs(self.name, epochs, min_epochs)
+        super().__init__(epochs=epochs, min_epochs=min_epochs, reduction_factor=reduction_factor,
+                         pausable=pausable)
+        self._values: dict[int, dict[int, float | None]] = {}  # epoch -> trial -> loss
+        self._last: dict[int, int] = {}  # trial -> the highest epoch it reported
+
+    def decision_epochs(self, trial: int) -> list[int]:
+        return list(range(self.min_epochs, self.epochs))
+
+    def report(self, trial: int, epoch: int, loss: float | None) -> Decision:
+        at_epoch = self._values.setdefault(epoch, {})
+        # A trial re-run after a crash re-trains an epoch: its first value stands.
+        at_epoch.setdefault(trial, loss)
+        self._last[trial] = max(epoch, self._last.get(trial, epoch))
+        if not self.min_epochs <= epoch < self.epochs:
+            return Decision.CONTINUE
+        return Decision.STOP if self._below_median(trial, at_epoch) else Decision.CONTINUE
+
+    def _below_median(self, trial: int, at_epoch: dict[int, float | None]) -> bool:
+        others = [_as_inf(loss) for t, loss in at_epoch.items() if t != trial]
+        if len(others) < MEDIAN_MIN_OTHERS:
+            return False
+        loss = at_epoch[trial]
+        # A non-finite loss is worse than anything, even than a median that is itself non-finite.
+        return loss is None or loss > statistics.median(others)
+
+    def rung(self, trial: int) -> int | None:
+        return self._last.get(trial)
+
+    def rung_results(self, epochs: int) -> dict[int, float | None]:
+        return dict(self._values.get(epochs, {}))
+
+
+SCHEDULERS: dict[str, type[Scheduler]] = {cls.name: cls for cls in (Scheduler, Asha, Hyperband, MedianStopping)}
+
+
+def make_scheduler(name: str, *, epochs: int, min_epochs: int, reduction_factor: int, pausable: bool) -> Scheduler:
+    """The scheduler called `name`; ValueError for an unknown name or settings it cannot use."""
+    if name not in SCHEDULERS:
+        raise ValueError(f"scheduler must be one of {', '.join(sorted(SCHEDULERS))}, but got {name!r}.")
+    return SCHEDULERS[name](epochs=epochs, min_epochs=min_epochs, reduction_factor=reduction_factor,
+                            pausable=pausable)

@@ -1,0 +1,218 @@
+"""Learning from partial training: the model is fitted on one rung of an early-stopping scheduler.
+
+Schedulers such as ASHA and Hyperband judge trials at *rungs*, epoch counts such as 1, 3, 9, 27,
+and stop or pause most of them there. `RungModel` collects every result per rung and fits its
+inner searcher on one rung only, with BOHB's rule (Falkner, Klein and Hutter, "BOHB: Robust and
+efficient hyperparameter optimization at scale", ICML 2018): the highest rung with at least
+`enough` results. Losses after different numbers of epochs are not comparable, so one model never
+mixes rungs; a higher rung is more faithful to the full training, so the model moves up as soon
+as a higher rung has enough results, and never back down.
+
+The inner searcher on rung r sees each trial once, as its outcome at r:
+
+* its loss at r, when it arrives;
+* a failure (None), when the trial ended without a loss at r: the point is never proposed again;
+* nothing yet: the trial is pending there (running, or paused by the scheduler), a fantasy that
+  keeps parallel groups apart.
+
+A completed trial (its final word a finite loss) stands at every rung it did not report with its
+final loss: its training ended on its own (early stopping) before that rung, so more epochs would
+not have changed it. At the top rung (`top`, the training epochs) that is stored as its result;
+below, it is what lets such a trial leave the inner searcher's pending points.
+
+On a switch the old inner searcher is closed and a new one (`make_inner()`) is told the outcomes
+at the new rung, trial by trial, exactly as if it had been the model all along.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ..space import Space
+from ._base import Searcher
+
+Params = dict[str, Any]
+Result = tuple[Params, float | None]
+
+
+def _finite(loss: float | None) -> float | None:
+    """The loss, or None for a trial without one (None, NaN or inf: never a good value)."""
+    return loss if loss is not None and math.isfinite(loss) else None
+
+
+class RungModel(Searcher):
+    """Fits the inner searcher on one rung's results: the highest rung with at least `enough` results (BOHB's rule).
+
+    Before any result the model has no rung (`model_rung` is None); the first result fixes it at
+    its own rung, which with a scheduler is the lowest one (every trial reaches it first). From
+    there it only moves up, to the highest rung with `enough` finite results.
+
+    Args:
+        make_inner: builds a fresh inner searcher (at the start and on each switch of rung).
+        space: the search space.
+        top: the training epochs: a completed trial counts as a result at this rung.
+        enough: the results a higher rung needs before the model moves there.
+        seed: kept as `self.seed`; the inner searchers' seeds are `make_inner`'s business.
+
+    Attributes:
+        results: epochs -> trial -> (params, loss), as reported (the first report of a
+            (trial, epochs) wins), plus completed trials at `top`.
+        model_rung: the rung the inner searcher is fitted on now (None before any result).
+        switches: how many times the model moved up.
+        observed, pending: the wrapper's own: the final words told via `tell`, and the trials
+            asked or added and not finally told.
+    """
+
+    def __init__(self, make_inner: Callable[[], Searcher], space: Space, *, top: int, enough: int,
+                 seed: int = 0) -> None:
+        if top < 1 or enough < 1:
+            raise ValueError(f"RungModel needs top >= 1 and enough >= 1, not top={top}, enough={enough}")
+        super().__init__(space, seed=seed)
+        self.make_inner = make_inner
+        self.top = top
+        self.enough = enough
+        self.results: dict[int, dict[int, Result]] = {}
+        self.model_rung: int | None = None
+        self.switches = 0
+        self.inner = make_inner()
+        self._told_inner: set[int] = set()  # trials the current inner searcher has as observations
+        # the coordinator calls these hooks once or now and then: a new inner searcher gets them again
+        self._backlog: Callable[[], bool] | None = None
+        self._busy: bool | None = None
+        self._closed = False
+
+    # -- the interface -------------------------------------------------------------------
+    def ask(self, trial: int) -> Params:
+        params = self.inner.ask(trial)
+        self.ask_wait_s = self.inner.ask_wait_s
+        self.pending[trial] = params
+        return params
+
+    def add_pending(self, trial: int, params: Params) -> None:
+        super().add_pending(trial, params)
+        self.inner.add_pending(trial, params)
+
+    def tell_rung(self, trial: int, params: Params, epochs: int, loss: float | None) -> None:
+        """A result of `trial` at the rung of `epochs` epochs (None, NaN or inf: it has no loss there)."""
+        at_rung = self.results.setdefault(epochs, {})
+        if trial in at_rung:  # the first report wins: a repeat is the scheduler's echo, not news
+            return
+        at_rung[trial] = (dict(params), _finite(loss))
+        self._after_result(trial)
+
+    def tell(self, trial: int, params: Params, loss: float | None) -> None:
+        """The trial's final word: a completed trial (finite loss) counts as a result at `top`
+        unless it has one there; one that did not complete reaches the model as a failure when it
+        has no loss at the model's rung."""
+        super().tell(trial, params, loss)
+        final = self.observed[trial][1]
+        if final is not None:
+            self.results.setdefault(self.top, {}).setdefault(trial, (dict(params), final))
+        self._after_result(trial)
+
+    def rung_results(self, rung: int) -> dict[int, Result]:
+        """The outcomes at `rung` that the model there is told, in trial order: the reports at
+        `rung`, and for a completed trial without one, its final loss (see the module's docs)."""
+        reported = self.results.get(rung, {})
+        merged = {t: r for t, r in self.observed.items() if r[1] is not None and t not in reported}
+        merged.update(reported)
+        return dict(sorted(merged.items()))
+
+    # -- optional hooks: the current inner searcher's ------------------------------------------
+    def prefers_fresh(self) -> bool:
+        return self.inner.prefers_fresh()
+
+    def watch_backlog(self, results_waiting: Callable[[], bool]) -> None:
+        self._backlog = results_waiting
+        self.inner.watch_backlog(results_waiting)
+
+    def pause(self, busy: bool) -> None:
+        self._busy = busy
+        self.inner.pause(busy)
+
+    def report(self) -> str:
+        if self.model_rung is None:
+            rung = "model on no rung yet"
+        else:
+            moves = f"{self.switches} switch" + ("" if self.switches == 1 else "es")
+            rung = f"model on rung {self.model_rung} ({self._count(self.model_rung)} results, {moves})"
+        inner = self.inner.report()
+        return f"{rung}; {inner}" if inner else rung
+
+    def close(self) -> None:
+        self._closed = True
+        self.inner.close()
+
+    def _suggest(self) -> Params:  # required by Searcher; ask() is overridden and never calls it
+        return self.inner._suggest()
+
+    # -- a result arrives ----------------------------------------------------------------------
+    def _after_result(self, trial: int) -> None:
+        """Tell the model the trial's news, then move the model up if a higher rung has enough results."""
+        if self.model_rung is None and self.results:
+            # the first result: its rung is the lowest with any result, and the inner searcher
+            # has only failures and pending trials so far, which need no rebuild
+            self.model_rung = min(self.results)
+        self._tell_inner(trial)
+        rung = self._rung_due()
+        if rung is not None and not self._closed:  # a closed searcher starts no new inner one (no threads)
+            self._switch_to(rung)
+
+    def _tell_inner(self, trial: int) -> None:
+        """The trial's outcome at the model's rung, if it has one now and the model has not seen one."""
+        if trial in self._told_inner:
+            return
+        outcome = self._outcome(trial, self.rung_results(self.model_rung) if self.model_rung is not None else {})
+        if outcome is not None:
+            self.inner.tell(trial, *outcome)
+            self._told_inner.add(trial)
+
+    def _outcome(self, trial: int, at_rung: dict[int, Result]) -> Result | None:
+        """The trial's result at the rung, a failure (it ended without one), or None: still pending."""
+        if trial in at_rung:
+            return at_rung[trial]
+        if trial in self.observed and self.observed[trial][1] is None:
+            return self.observed[trial][0], None
+        return None
+
+    def _count(self, rung: int) -> int:
+        """Finite results at `rung`: a failure tells the model nothing about a good region."""
+        return sum(loss is not None for _, loss in self.rung_results(rung).values())
+
+    def _rung_due(self) -> int | None:
+        """The highest rung above the model's with `enough` results, if any."""
+        if self.model_rung is None:
+            return None
+        higher = [r for r in self.results if r > self.model_rung and self._count(r) >= self.enough]
+        return max(higher, default=None)
+
+    # -- a switch of rung ----------------------------------------------------------------------
+    def _switch_to(self, rung: int) -> None:
+        self.inner.close()  # the old model's background work, if any, must stop before it is dropped
+        self.model_rung = rung
+        self.switches += 1
+        self.inner = self._build(rung)
+
+    def _build(self, rung: int) -> Searcher:
+        """A new inner searcher that has seen every trial's outcome at `rung`, in trial order:
+        results, then failures, then the trials still pending there."""
+        inner = self.make_inner()
+        if self._backlog is not None:
+            inner.watch_backlog(self._backlog)
+        if self._busy is not None:
+            inner.pause(self._busy)
+        at_rung = self.rung_results(rung)
+        self._told_inner = set()
+        for trial, (params, loss) in at_rung.items():
+            inner.tell(trial, params, loss)
+            self._told_inner.add(trial)
+        for trial in sorted(self.observed):
+            outcome = self._outcome(trial, at_rung)
+            if trial not in self._told_inner and outcome is not None:
+                inner.tell(trial, *outcome)
+                self._told_inner.add(trial)
+        for trial in sorted(self.pending):
+            if trial not in self._told_inner:
+                inner.add_pending(trial, self.pending[trial])
+        return inner
