@@ -2,12 +2,19 @@
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["load_results", "load_model", "best_params", "__version__"]
+__all__ = ["load_results", "load_history", "load_model", "best_params", "__version__"]
 
 
 def load_results(path):
     """The results table of a run directory as a pandas DataFrame (see `mpiopt.analysis`)."""
     from .analysis import load_results as _load
+
+    return _load(path)
+
+
+def load_history(path):
+    """Every trial's per-epoch reports as a pandas DataFrame: trial, epoch, one column a metric."""
+    from .analysis import load_history as _load
 
     return _load(path)
 

@@ -14,7 +14,7 @@ ERROR_WIDTH = 70  # characters of the error column in the table view (the whole 
 def table(top) -> str:
     """The trials of `top` as a text table: parameters without their `params_` prefix, errors cut."""
     cols = ["trial", "status", "objective"] + [c for c in top.columns if c.startswith("params_")] + \
-        ["epochs", "duration_s", "group"]
+        ["epochs", "rung", "duration_s", "group"]
     view = top[[c for c in cols if c in top.columns]].rename(columns=lambda c: c.removeprefix("params_"))
     if "error" in top and top["error"].notna().any():
         errors = top["error"].fillna("").astype(str)

@@ -59,10 +59,31 @@ def load_results(path: str | os.PathLike):
     for col in ("objective", "duration_s"):
         if col in df:
             df[col] = pd.to_numeric(df[col], errors="coerce")
-    for col in ("epochs", "group", "ranks"):
+    for col in ("epochs", "rung", "group", "ranks"):
         if col in df:
             df[col] = df[col].astype("Int64")
     return df
+
+
+def load_history(path: str | os.PathLike):
+    """Every trial's per-epoch reports (SPEC §5): a DataFrame, one row a trial and epoch, with
+    `trial`, `epoch` and one column a metric. An epoch reported twice (a trial re-run from its
+    checkpoint after a crash) keeps its last report."""
+    import pandas as pd
+
+    p = Path(path)
+    journal = p / JOURNAL
+    if not p.is_dir() or not journal.exists():
+        raise ConfigError(f"holds no search journal ({JOURNAL})", source=str(path))
+    events, problems = read_journal(journal)
+    for msg in problems:
+        log.warning(msg)
+    rows: dict[tuple[int, int], dict] = {}
+    for e in events:
+        if e.get("event") == "report" and isinstance(e.get("trial"), int) and isinstance(e.get("epoch"), int):
+            rows[(e["trial"], e["epoch"])] = {"trial": e["trial"], "epoch": e["epoch"], **(e.get("metrics") or {})}
+    df = pd.DataFrame([rows[k] for k in sorted(rows)])
+    return df if len(df) else pd.DataFrame(columns=["trial", "epoch"])
 
 
 def best_trials(df, direction: str, top: int | None = None):

@@ -114,7 +114,9 @@ def _columns(trials: list[TrialRecord], param_names: list[str]) -> tuple[list[st
     metric_names.sort(key=lambda k: (k.startswith("val_"), k))
     extra = sorted({k for t in trials for k in t.params if k not in param_names})
     names = list(param_names) + extra
-    columns = ["trial", "status", "objective", *(f"params_{n}" for n in names), *metric_names, "epochs", "start", "end",
+    rung = ["rung"] if any(t.rung is not None for t in trials) else []  # only where a scheduler judged trials
+    columns = ["trial", "status", "objective", *(f"params_{n}" for n in names), *metric_names, "epochs", *rung,
+               "start", "end",
                "duration_s", "group", "ranks", "dispatch_ms", "wait_ms", "error"]
     return columns, names, metric_names
 
@@ -130,6 +132,7 @@ def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool) 
     for m in metric_names:
         row[m] = t.metrics.get(m)
     row["epochs"] = t.epochs
+    row["rung"] = t.rung
     row["start"] = iso(t.start)
     row["end"] = iso(t.end) if status.is_finished() else ""
     row["duration_s"] = round(t.duration_s, 3) if t.duration_s is not None else None

@@ -1,0 +1,211 @@
+"""Searches under a scheduler, in one process: pause and promote, pruning, a kill and --resume.
+
+`CurveGroups` stands in for groups that train: each trial reports one epoch after another (a
+learning curve that falls towards the trial's Branin value), waits for the scheduler at its
+decision epochs, and goes on from the epoch it paused at when it is promoted, as a checkpoint
+would let it.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from test_coordinator import branin
+
+from mpiopt.config import load_config
+from mpiopt.coordinator import Coordinator
+from mpiopt.journal import RunDir
+from mpiopt.scheduler import make_scheduler
+from mpiopt.search import RungModel, make_searcher
+from mpiopt.trial import Report, TrialResult, TrialStatus
+
+EPOCHS = 9
+CONFIG = "name: t\n"
+
+
+class Killed(Exception):
+    """The job is killed (kill -9): the coordinator dies mid-search."""
+
+
+class CurveGroups:
+    """Groups in this process whose trials report a learning curve epoch by epoch."""
+
+    queues_tasks = False
+
+    def __init__(self, n_groups: int, kill_after: int | None = None, done_epochs: dict[int, int] | None = None):
+        self.n = n_groups
+        self.queue = []
+        self.on_report = None
+        self.kill_after = kill_after  # reports until the kill
+        self.reports = 0
+        self.done = dict(done_epochs or {})  # trial -> epochs trained (its checkpoint)
+
+    @property
+    def n_groups(self):
+        return self.n
+
+    def group_ranks(self, group):
+        return 1
+
+    def send_task(self, group, task):
+        self.queue.append((group, task))
+
+    def has_result(self):
+        return False
+
+    def listen(self, on_report):
+        self.on_report = on_report
+
+    def send_decision(self, group, decision):
+        raise AssertionError("decisions come back from the report's call in one process")
+
+    def recv_message(self, timeout=None):
+        group, task = self.queue.pop(0)
+        final = branin(task.params)
+        for epoch in range(self.done.get(task.trial, 0) + 1, EPOCHS + 1):
+            self.reports += 1
+            if self.kill_after is not None and self.reports > self.kill_after:
+                raise Killed
+            value = final + 30.0 / epoch
+            self.done[task.trial] = epoch
+            decision = self.on_report(group, Report(task.trial, epoch, {"objective": value},
+                                                    decide=epoch in task.decide_at))
+            if decision == "pause":
+                return group, TrialResult(trial=task.trial, status=TrialStatus.PAUSED, epochs=epoch,
+                                          metrics={"objective": value}, start=1.0, end=2.0)
+            if decision == "stop":
+                return group, TrialResult(trial=task.trial, status=TrialStatus.PRUNED, epochs=epoch,
+                                          metrics={"objective": value}, start=1.0, end=2.0)
+        return group, TrialResult(trial=task.trial, objective=value, metrics={"objective": value}, epochs=EPOCHS,
+                                  start=1.0, end=2.0)
+
+    def shutdown(self):
+        pass
+
+
+@pytest.fixture
+def cfg(write_yaml):
+    return load_config(write_yaml(f"""
+        objective: {{function: objectives.py:branin}}
+        parameters: {{x: {{type: real, low: -5.0, high: 10.0}}, y: {{type: real, low: 0.0, high: 15.0}}}}
+        search: {{initial_points: 4, trials: 24, seed: 1}}
+        training: {{epochs: {EPOCHS}}}
+    """))
+
+
+def scheduler(name="asha"):
+    return make_scheduler(name, epochs=EPOCHS, min_epochs=1, reduction_factor=3, pausable=True)
+
+
+def searcher(cfg):
+    return RungModel(lambda: make_searcher(cfg.space, cfg.search), cfg.space, top=EPOCHS, enough=4)
+
+
+def run(cfg, path, groups, *, resume=False, name="asha", sched=None):
+    rd = RunDir(path)
+    rd.open(resume=resume, config_text=CONFIG)
+    trials, _ = rd.load()
+    coordinator = Coordinator(cfg, searcher(cfg), groups, rd, trials, scheduler=sched or scheduler(name),
+                              history=rd.events() if trials else ())
+    try:
+        return coordinator, coordinator.run()
+    finally:
+        rd.close()
+
+
+def journal(path):
+    return [json.loads(line) for line in (path / "trials.jsonl").read_text().splitlines()]
+
+
+def test_asha_pauses_promotes_and_prunes_within_the_budget(cfg, tmp_path):
+    coordinator, summary = run(cfg, tmp_path / "run", CurveGroups(3))
+    statuses = [t.status for t in summary.trials.values()]
+    assert len(statuses) == 24 and set(statuses) == {TrialStatus.COMPLETED, TrialStatus.PRUNED}
+    events = journal(tmp_path / "run")
+    assert any(e.get("status") == "paused" for e in events) and any(e.get("promoted") for e in events)
+    for t in summary.trials.values():
+        if t.status == TrialStatus.COMPLETED:
+            assert t.epochs == EPOCHS and t.rung == EPOCHS
+        else:  # stopped at a rung below the top, and judged there
+            assert t.rung in (1, 3) and t.epochs == t.rung
+    # each epoch of each trial was trained once: promoted trials went on from their rung
+    reported = [(e["trial"], e["epoch"]) for e in events if e["event"] == "report"]
+    assert len(reported) == len(set(reported))
+    assert "rung 3" in coordinator.searcher.report() or "rung 9" in coordinator.searcher.report()
+
+
+def test_a_killed_scheduled_search_replays_and_resumes_without_losing_or_repeating(cfg, tmp_path):
+    path = tmp_path / "run"
+    groups = CurveGroups(3, kill_after=70)
+    live = scheduler()
+    with pytest.raises(Killed):
+        run(cfg, path, groups, sched=live)
+    before = journal(path)
+    assert live.paused(), "the kill came while trials were paused"
+    # replaying the journal gives the scheduler the state the live search had when it was killed
+    rd = RunDir(path)
+    rd.open(resume=True, config_text=CONFIG)
+    trials, _ = rd.load()
+    rd.close()
+    again = scheduler()
+    Coordinator(cfg, searcher(cfg), CurveGroups(3), None, trials, scheduler=again, history=before)
+    assert again.paused() == live.paused() and again.promotable() == live.promotable()
+    for n in trials:
+        assert again.rung(n) == live.rung(n)
+    for e in (1, 3, 9):
+        assert again.rung_results(e) == live.rung_results(e)
+
+    _, summary = run(cfg, path, CurveGroups(3, done_epochs=groups.done), resume=True)
+    assert len(summary.trials) == 24 and all(t.status.is_finished() for t in summary.trials.values())
+    events = journal(path)
+    reported = [(e["trial"], e["epoch"]) for e in events if e["event"] == "report"]
+    # at most the epoch cut off by the kill is reported twice (re-trained from the checkpoint)
+    assert len(reported) - len(set(reported)) <= 3
+    promotions = [(e["trial"], e.get("group")) for e in events if e.get("promoted")]
+    by_trial = {}
+    for n, _ in promotions:
+        by_trial[n] = by_trial.get(n, 0) + 1
+    assert max(by_trial.values()) <= 2  # rungs 1 and 3 below the top: never promoted twice from one
+
+
+def test_the_median_rule_prunes_trials_worse_than_the_median(cfg, tmp_path):
+    _, summary = run(cfg, tmp_path / "run", CurveGroups(2), name="median")
+    pruned = [t for t in summary.trials.values() if t.status == TrialStatus.PRUNED]
+    assert pruned and all(t.epochs < EPOCHS for t in pruned)
+    assert not any(e.get("status") == "paused" for e in journal(tmp_path / "run"))
+    assert all(math.isfinite(t.objective) for t in summary.trials.values() if t.status == TrialStatus.COMPLETED)
+
+
+def test_load_history_and_the_rung_column(cfg, tmp_path):
+    import mpiopt
+
+    run(cfg, tmp_path / "run", CurveGroups(2))
+    rd = RunDir(tmp_path / "run")
+    rd.write_results(rd.load()[0].values(), ["x", "y"], live=False)
+    history = mpiopt.load_history(tmp_path / "run")
+    assert list(history.columns[:2]) == ["trial", "epoch"] and "objective" in history
+    assert history.groupby("trial").epoch.max().max() == EPOCHS
+    df = mpiopt.load_results(tmp_path / "run")
+    assert set(df.status) == {"completed", "pruned"} and df.rung.notna().all()
+
+
+@pytest.mark.parametrize("search, training, message", [
+    ("scheduler: asha, min_epochs: 9", "epochs: 9", r"search\.min_epochs: 9 is not below training\.epochs \(9\)"),
+    ("scheduler: hyperband, reduction_factor: 1", "epochs: 9", r"search\.reduction_factor: expected an integer >= 2"),
+    ("scheduler: asha", "epochs: 9, group_size: 2, mode: downpour",
+     r"search\.scheduler: the asha scheduler pauses trials at rungs.*allreduce mode only"),
+    ("scheduler: median", "epochs: 9", r"search\.scheduler: objectives\.py:branin takes no `trial` argument"),
+    ("scheduler: fifo", "epochs: 9", r"search\.scheduler"),
+])
+def test_bad_scheduler_settings_are_one_line_errors(write_yaml, search, training, message):
+    from mpiopt._errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(write_yaml(f"""
+            objective: {{function: objectives.py:branin}}
+            parameters: {{x: {{type: real, low: -5.0, high: 10.0}}, y: {{type: real, low: 0.0, high: 15.0}}}}
+            search: {{{search}}}
+            training: {{{training}}}
+        """))
+    assert "\n" not in str(info.value)
