@@ -657,8 +657,8 @@ def resolve_objective(cfg: Config, source: str) -> Config:
             positional = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
             varargs = any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values())
             if len([p for p in required if p.name != "trial"]) > 2 or (not positional and not varargs):
-                raise ConfigError(f"{o.function} must take (params), (params, comm) or either with `trial`, but its "
-                                  f"signature is {sig}", source=source, field="objective.function")
+                raise ConfigError(f"{o.function} must take (params) or (params, comm), and `trial` if it reports "
+                                  f"steps, but its signature is {sig}", source=source, field="objective.function")
         except (TypeError, ValueError):
             pass
         if cfg.search.scheduler != "none" and not takes_trial(fn):

@@ -166,7 +166,8 @@ def results_csv(trials: Iterable[TrialRecord], param_names: list[str], *, live: 
         cache.clear()
         cache["columns"] = columns
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    # a row also carries `rung`, a column only where a scheduler judged trials
+    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
     w.writeheader()
     out = [buf.getvalue()]
     for t in trials:
