@@ -71,15 +71,8 @@ def load_history(path: str | os.PathLike):
     checkpoint after a crash) keeps its last report."""
     import pandas as pd
 
-    p = Path(path)
-    journal = p / JOURNAL
-    if not p.is_dir() or not journal.exists():
-        raise ConfigError(f"holds no search journal ({JOURNAL})", source=str(path))
-    events, problems = read_journal(journal)
-    for msg in problems:
-        log.warning(msg)
     rows: dict[tuple[int, int], dict] = {}
-    for e in events:
+    for e in _events(Path(path)):
         if e.get("event") == "report" and isinstance(e.get("trial"), int) and isinstance(e.get("epoch"), int):
             rows[(e["trial"], e["epoch"])] = {"trial": e["trial"], "epoch": e["epoch"], **(e.get("metrics") or {})}
     df = pd.DataFrame([rows[k] for k in sorted(rows)])
@@ -152,15 +145,20 @@ def timeline(df):
     return per, summary
 
 
-def _trials(path: Path) -> dict:
-    """The trial records of a run directory, from its journal."""
+def _events(path: Path) -> list[dict]:
+    """The events of a run directory's journal (what cannot be read is logged)."""
     journal = path / JOURNAL
     if not journal.exists():
         raise ConfigError(f"holds no search (no {JOURNAL})", source=str(path))
     events, problems = read_journal(journal)
     for msg in problems:
         log.warning(msg)
-    return replay(events)
+    return events
+
+
+def _trials(path: Path) -> dict:
+    """The trial records of a run directory, from its journal."""
+    return replay(_events(path))
 
 
 def best_trial(path: str | os.PathLike) -> int:

@@ -185,10 +185,10 @@ def _search(args, job: _Job, comm, placement: str | None = None) -> int:
 
     cfg, rank, size = job.cfg, comm.Get_rank(), comm.Get_size()
     plan = transport.plan_groups(size, cfg.training["group_size"])
-    run_dir, trials, error = None, {}, None
+    run_dir, events, error = None, [], None
     if rank == 0:
         set_rank_tag("[coordinator]" if size > 1 else "")
-        run_dir, trials, error = _open_run_dir(cfg, job.out, args.resume)
+        run_dir, events, error = _open_run_dir(cfg, job.out, args.resume)
     else:
         # a group rank loads the objective now, while the coordinator checks and opens the run
         # directory, so that every group is ready when the first trials go out
@@ -201,7 +201,7 @@ def _search(args, job: _Job, comm, placement: str | None = None) -> int:
     agree_or_raise(comm, error)
 
     if rank == 0:
-        return _coordinate(cfg, plan, comm, run_dir, trials, placement)
+        return _coordinate(cfg, plan, comm, run_dir, events, placement)
     from .group import serve
 
     g = plan.group_of(rank)
@@ -211,20 +211,20 @@ def _search(args, job: _Job, comm, placement: str | None = None) -> int:
     return 0
 
 
-def _open_run_dir(cfg, out: Path, resume: bool) -> tuple[Any, dict, ConfigError | None]:
-    """The coordinator's start: (run directory, trials of its journal, the refusal if any).
+def _open_run_dir(cfg, out: Path, resume: bool) -> tuple[Any, list[dict], ConfigError | None]:
+    """The coordinator's start: (run directory, events of its journal, the refusal if any).
 
     The directory is claimed before the preflight starts TensorFlow, so that a refusal is quick;
     after a refusal it is left as it was found."""
     from .journal import RunDir
     from .objective import preflight
 
-    run_dir, trials = None, {}
+    run_dir, events = None, []
     try:
         run_dir = RunDir(out)
         run_dir.open(resume=resume, config_text=_config_text(cfg))
         preflight(cfg)
-        trials, problems = run_dir.load()
+        events, problems = run_dir.events()
         for msg in problems:
             log.warning(msg)
     except ConfigError as exc:
@@ -232,27 +232,27 @@ def _open_run_dir(cfg, out: Path, resume: bool) -> tuple[Any, dict, ConfigError 
             run_dir.close()
         elif run_dir is not None:
             run_dir.abandon()
-        return run_dir, trials, exc
-    return run_dir, trials, None
+        return run_dir, events, exc
+    return run_dir, events, None
 
 
-def _coordinate(cfg, plan, comm, run_dir, trials, placement: str | None = None) -> int:
+def _coordinate(cfg, plan, comm, run_dir, events, placement: str | None = None) -> int:
     """The coordinator's part of a search, its lines also kept in the run's search.log."""
     from .journal import LOG
 
     logfile = log_to_file(run_dir.path / LOG)
     try:
-        return _run_search(cfg, plan, comm, run_dir, trials, placement)
+        return _run_search(cfg, plan, comm, run_dir, events, placement)
     finally:
         stop_logging_to(logfile)
 
 
-def _run_search(cfg, plan, comm, run_dir, trials, placement: str | None) -> int:
+def _run_search(cfg, plan, comm, run_dir, events, placement: str | None) -> int:
     _announce(cfg, plan, run_dir, placement)
     link = _make_link(cfg, comm, plan)
     searcher = _make_searcher(cfg, link)
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    summary = _run_coordinator(cfg, searcher, link, run_dir, trials)
+    summary = _run_coordinator(cfg, searcher, link, run_dir, events)
     code = _finish(cfg, summary, searcher, run_dir, cpu0, wall0)
     if summary.retired:
         # their ranks are stuck in user code and would keep the job from ending: the journal and
@@ -326,13 +326,14 @@ def _make_scheduler(cfg):
                           reduction_factor=s.reduction_factor, pausable=cfg.objective.kind == "model")
 
 
-def _run_coordinator(cfg, searcher, link, run_dir, trials):
-    """Run the search to its end; whatever happens, the results table is written and the run
-    directory closed. Returns the coordinator's summary."""
+def _run_coordinator(cfg, searcher, link, run_dir, events):
+    """Run the search (resumed from the journal's `events`) to its end; whatever happens, the
+    results table is written and the run directory closed. Returns the coordinator's summary."""
     from .coordinator import Coordinator
+    from .journal import replay
 
-    coordinator = Coordinator(cfg, searcher, link, run_dir, trials, scheduler=_make_scheduler(cfg),
-                              history=run_dir.events() if trials else ())
+    coordinator = Coordinator(cfg, searcher, link, run_dir, replay(events), scheduler=_make_scheduler(cfg),
+                              history=events)
     try:
         return coordinator.run()
     finally:

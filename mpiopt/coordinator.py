@@ -483,12 +483,7 @@ class Coordinator:
         """A running trial's epoch: journaled, judged by the scheduler, told to the searcher at a
         rung; the decision (`continue`, `pause`, `stop`) when the group waits for one."""
         self._journal(report_event(report, time.time()))
-        decision = self._judge(report.trial, report.epoch, report.metrics)
-        rec = self.trials.get(report.trial)
-        if rec is not None:
-            rec.rung = self.scheduler.rung(report.trial)
-            if report.epoch in self._rungs:
-                self.searcher.tell_rung(report.trial, rec.params, report.epoch, self._best_so_far[report.trial])
+        decision = self._take_report(report.trial, report.epoch, report.metrics)
         return decision.value if report.decide else None
 
     def _answer(self, group: int, report: Report) -> None:
@@ -496,15 +491,22 @@ class Coordinator:
         if decision is not None:
             self.transport.send_decision(group, decision)
 
-    def _judge(self, n: int, epoch: int, metrics: dict[str, float]) -> Decision:
-        """The scheduler's decision on a trial's best figure of merit so far (as a loss)."""
+    def _take_report(self, n: int, epoch: int, metrics: dict[str, float]) -> Decision:
+        """The scheduler's decision on a trial's best figure of merit so far (as a loss), which a
+        searcher that learns from rungs is told at a rung; live and in the replay of a journal."""
         value = metrics.get(self.cfg.objective.metric)
         loss = self.sign * value if isinstance(value, (int, float)) and math.isfinite(value) else None
         best = self._best_so_far.get(n)
         if loss is not None and (best is None or loss < best):
             best = loss
         self._best_so_far[n] = best
-        return self.scheduler.report(n, epoch, best)
+        decision = self.scheduler.report(n, epoch, best)
+        rec = self.trials.get(n)
+        if rec is not None:
+            rec.rung = self.scheduler.rung(n)
+            if epoch in self._rungs:
+                self.searcher.tell_rung(n, rec.params, epoch, best)
+        return decision
 
     def _promotion_for(self, group: int) -> int | None:
         """A paused trial the scheduler promotes now that this group can continue (one of the
@@ -552,10 +554,7 @@ class Coordinator:
                 else:
                     self.scheduler.start(n)
             elif kind == "report" and isinstance(e.get("epoch"), int):
-                self._judge(n, e["epoch"], e.get("metrics") or {})
-                rec = self.trials.get(n)
-                if rec is not None and e["epoch"] in self._rungs:
-                    self.searcher.tell_rung(n, rec.params, e["epoch"], self._best_so_far[n])
+                self._take_report(n, e["epoch"], e.get("metrics") or {})
             elif kind == "finish" and e.get("status") != TrialStatus.PAUSED.value:
                 self.scheduler.finished(n)
 

@@ -358,16 +358,14 @@ class RunDir:
             raise exc
 
     def load(self) -> tuple[dict[int, TrialRecord], list[str]]:
-        if not self.journal_path.exists():
-            return {}, []
-        events, problems = read_journal(self.journal_path)
+        events, problems = self.events()
         return replay(events), problems
 
-    def events(self) -> list[dict[str, Any]]:
-        """Every readable event of the journal, in order (a resumed scheduler replays them)."""
+    def events(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """Every readable event of the journal, in order, and what could not be read."""
         if not self.journal_path.exists():
-            return []
-        return read_journal(self.journal_path)[0]
+            return [], []
+        return read_journal(self.journal_path)
 
     def write_results(self, trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = True) -> None:
         """Rewrite results.csv. While the search is `live` the table is a view of the journal (the

@@ -107,7 +107,7 @@ def run(cfg, path, groups, *, resume=False, name="asha", sched=None):
     rd.open(resume=resume, config_text=CONFIG)
     trials, _ = rd.load()
     coordinator = Coordinator(cfg, searcher(cfg), groups, rd, trials, scheduler=sched or scheduler(name),
-                              history=rd.events() if trials else ())
+                              history=rd.events()[0])
     try:
         return coordinator, coordinator.run()
     finally:
