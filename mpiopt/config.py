@@ -278,13 +278,6 @@ def parse_config(raw: Any, *, path: Path, source: str, resolve: bool = True) -> 
 
 def _check_scheduler(search: SearchSettings, training: dict[str, Any], source: str) -> None:
     """A scheduler judges trials before their last epoch: it needs a first rung below it."""
-    pausing = search.scheduler in ("asha", "hyperband")
-    if pausing and int(training["group_size"]) > 1 and training["mode"] != "allreduce":
-        # the workers of a master run ahead of its validation, so they would train past a rung
-        raise ConfigError(f"the {search.scheduler} scheduler pauses trials at rungs, which a group of "
-                          f"{training['group_size']} ranks supports in allreduce mode only so far (training.mode "
-                          f"is {training['mode']}); use mode allreduce, group_size 1, or scheduler median",
-                          source=source, field="search.scheduler")
     if search.scheduler != "none" and search.min_epochs >= int(training["epochs"]):
         raise ConfigError(f"{search.min_epochs} is not below training.epochs ({training['epochs']}): the "
                           f"{search.scheduler} scheduler would never judge a trial before its end",

@@ -685,5 +685,11 @@ class GroupComm:
         self._check()
         self._wait(self._comm.Isend([data, self._MPI.BYTE], dest=dest, tag=tag))
 
+    def recv_bytes(self, source: int, tag: int) -> bytes:
+        """The next byte message from `source` with `tag`, waited for without spinning."""
+        self._check()
+        data, _ = recv_bytes(self._comm, source, tag, interrupt=self._check)
+        return bytes(data)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._comm, name)

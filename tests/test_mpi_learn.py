@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -39,7 +40,6 @@ def test_every_mode_learns_mnist1d(tmp_path, mode):
     best = max(float(r["val_accuracy"]) for r in rows)
     assert best > 0.3, (mode, best)  # 10 classes: chance is 0.1
     assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(rows[0])
-    import json
 
     trace = json.load(open(tmp_path / "out" / "trace.json"))["traceEvents"]
     spans = {(e["tid"], e["name"]) for e in trace if e["ph"] == "X"}
@@ -109,3 +109,25 @@ def test_a_trial_failing_mid_training_leaves_its_group_ready(tmp_path, mode):
     assert list(df.status) == ["failed"] * 4, (df.status.tolist(), df.error.tolist(), p.stderr[-3000:])
     assert all("InvalidArgumentError: assertion failed: [bomb went off]" in e for e in df.error), df.error.tolist()
     assert p.returncode == 1 and "no trial completed (4 did not)" in p.stderr, p.stderr
+
+
+def test_asha_pauses_master_worker_groups_at_their_rungs(tmp_path):
+    # groups of a master and a worker: the worker waits at each rung for the scheduler's word, so a
+    # paused trial's checkpoint is its rung and a promoted one goes on from there, never re-trained
+    (tmp_path / "s.yaml").write_text(SPACE.replace("trials: 2", "trials: 6").replace(
+        "search: {", "search: {scheduler: asha, min_epochs: 1, reduction_factor: 2, ").replace(
+        "group_size: 3, epochs: 6, batch_size: 32", "group_size: 2, mode: downpour, epochs: 4, batch_size: 64"))
+    p = run_cli(["search", "s.yaml"], cwd=tmp_path, np=5, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = tmp_path / "runs" / "mn"
+    df = mpiopt.load_results(run).set_index("trial")
+    assert set(df.status) == {"completed", "pruned"}, df.status.tolist()
+    assert set(df.epochs[df.status == "pruned"]) <= {1, 2} and set(df.epochs[df.status == "completed"]) == {4}
+    promoted = [e["trial"] for e in map(json.loads, open(run / "trials.jsonl")) if e.get("promoted")]
+    assert promoted, "no paused trial was promoted"
+    assert "resuming training from its checkpoint at epoch" in p.stderr
+    history = mpiopt.load_history(run)
+    for trial, rows in history.groupby("trial"):
+        assert rows.epoch.tolist() == list(range(1, int(df.epochs[trial]) + 1)), (trial, rows.epoch.tolist())
+        on_disk = [int(r["epoch"]) for r in csv.DictReader(open(run / "trials" / str(trial) / "history.csv"))]
+        assert on_disk == rows.epoch.tolist(), (trial, on_disk)

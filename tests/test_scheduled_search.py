@@ -193,8 +193,6 @@ def test_load_history_and_the_rung_column(cfg, tmp_path):
 @pytest.mark.parametrize("search, training, message", [
     ("scheduler: asha, min_epochs: 9", "epochs: 9", r"search\.min_epochs: 9 is not below training\.epochs \(9\)"),
     ("scheduler: hyperband, reduction_factor: 1", "epochs: 9", r"search\.reduction_factor: expected an integer >= 2"),
-    ("scheduler: asha", "epochs: 9, group_size: 2, mode: downpour",
-     r"search\.scheduler: the asha scheduler pauses trials at rungs.*allreduce mode only"),
     ("scheduler: median", "epochs: 9", r"search\.scheduler: objectives\.py:branin takes no `trial` argument"),
     ("scheduler: fifo", "epochs: 9", r"search\.scheduler"),
 ])

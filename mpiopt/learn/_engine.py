@@ -35,7 +35,7 @@ from .optimizers import OPTIMIZERS, make_master_optimizer, momentum_of
 
 log = logging.getLogger("mpiopt.learn")
 
-TAG_UPDATE, TAG_WEIGHTS, TAG_REPORT = 101, 102, 103
+TAG_UPDATE, TAG_WEIGHTS, TAG_REPORT, TAG_DECISION = 101, 102, 103, 104
 HEADER = 2  # an update buffer ends with [loss, samples]
 _KERAS_OPTIMIZERS = {"SGD": "sgd", "RMSprop": "rmsprop", "Adadelta": "adadelta", "Adam": "adam", "AdamW": "adamw",
                      "Adagrad": "adagrad", "Adamax": "adamax", "Nadam": "nadam"}
@@ -549,6 +549,7 @@ class _Master:
         self.validator.start()
         self.reports: dict[int, list[dict]] = {}  # per epoch, the workers' reports so far
         self.pending_validation = 0
+        self.held: list[int] = []  # workers waiting at a decision epoch for the scheduler's word
         self.finished = 0  # workers done
         self.applied_samples = 0
 
@@ -572,6 +573,8 @@ class _Master:
         while True:
             if not self.epochs.stopped and self.deadline.passed():
                 self.epochs.stopped = "timeout"
+            if self.epochs.stopped and self.held:
+                self._release_held()  # stopping anyway: the held workers need not wait for their epoch's row
             busy = self._take_update()
             busy |= self._take_report()
             busy |= self._take_validation()
@@ -638,7 +641,22 @@ class _Master:
                 self._stop(report["reason"])
         elif report["kind"] == "epoch":
             self._collect_epoch_report(report)
+            if report["held"]:
+                self._hold(source)
         return True
+
+    def _hold(self, worker: int) -> None:
+        """A worker waits at a decision epoch; a stopping master answers it at once."""
+        self.held.append(worker)
+        if self.epochs.stopped:
+            self._release_held()
+
+    def _release_held(self) -> None:
+        """Tell the held workers whether training goes on past their decision epoch."""
+        word = b"stop" if self.epochs.stopped else b"go"
+        for worker in self.held:
+            self.comm.send_bytes(word, worker, TAG_DECISION)
+        self.held.clear()
 
     def _collect_epoch_report(self, report: dict) -> None:
         """Once every worker reported an epoch, have the centre validated as it is now."""
@@ -666,6 +684,8 @@ class _Master:
         self.epochs.add(row, snap, st)
         self.epochs.checkpoint(e + 1, snap, st, self.opt)
         self.epochs.report(e + 1)
+        if e + 1 in self.job.decide_at:
+            self._release_held()
         return True
 
 
@@ -794,10 +814,17 @@ class _Worker:
         _gather_timing(self.comm, self.tracer, self.job, _master_worker_labels(self.size))
 
     def _report_epoch(self, epoch: int, mine: int) -> None:
-        """This worker's metrics and batch-norm state of the epoch, for the master's row of it."""
+        """This worker's metrics and batch-norm state of the epoch, for the master's row of it.
+
+        After a decision epoch (a rung) the worker waits for the scheduler's word, relayed by the
+        master once the epoch is validated: a trial paused there must not train past it."""
+        held = epoch + 1 in self.job.decide_at and not self.stop
         report = {"kind": "epoch", "epoch": epoch, "n": mine, "metrics": self.flat.metrics(),
-                  "state": self.flat.get_state().tolist()}
+                  "state": self.flat.get_state().tolist(), "held": held}
         self.comm.send_bytes(json.dumps(report, allow_nan=True).encode(), 0, TAG_REPORT)
+        if held:
+            with self.tracer.span("wait"):
+                self.stop = self.comm.recv_bytes(0, TAG_DECISION) == b"stop"
 
     def _train_epoch(self, epoch: int) -> int:
         """The epoch's batches on this worker's shard, exchanging every `sync` of them; the shard's size."""
