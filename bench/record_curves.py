@@ -55,6 +55,7 @@ def train(job: tuple[int, dict, int]) -> dict:
         model.fit(x, y, batch_size=int(params["batch_size"]), epochs=1, verbose=0)
         accuracy.append(float(model.evaluate(xv, yv, batch_size=1000, verbose=0)[1]))
         times.append(time.perf_counter() - start)
+    keras.backend.clear_session()  # one process trains many models
     return {"index": index, "params": params, "val_accuracy": accuracy, "epoch_s": times}
 
 
@@ -71,7 +72,7 @@ def main() -> None:
         done = {json.loads(line)["index"] for line in args.out.read_text().splitlines() if line.strip()}
     jobs = [(i, p, args.epochs) for i, p in enumerate(draw_configs(args.configs, args.seed)) if i not in done]
     print(f"{len(done)} recorded, {len(jobs)} to train", flush=True)
-    with ProcessPoolExecutor(args.jobs, max_tasks_per_child=8) as pool, args.out.open("a") as out:
+    with ProcessPoolExecutor(args.jobs) as pool, args.out.open("a") as out:
         for curve in pool.map(train, jobs):
             out.write(json.dumps(curve) + "\n")
             out.flush()

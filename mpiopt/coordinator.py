@@ -514,7 +514,7 @@ class Coordinator:
         if not self._paused:
             return None
         ranks = self.transport.group_ranks(group)
-        for n in self.scheduler.promotable():
+        for n in self.scheduler.promotable(closing=not self._room()):
             rec = self.trials[n]
             if n in self._paused and (rec.ranks is None or rec.ranks == ranks):
                 return n

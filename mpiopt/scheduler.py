@@ -78,8 +78,12 @@ class Scheduler:
         """Records the trial's best loss so far after `epoch` and decides whether it goes on."""
         return Decision.CONTINUE
 
-    def promotable(self) -> list[int]:
-        """Paused trials that may continue now, in the order they should."""
+    def promotable(self, closing: bool = False) -> list[int]:
+        """Paused trials that may continue now, in the order they should.
+
+        `closing`: no new trial will start (the budget is spent), so each rung's results are as
+        many as it will get and its best ceil(n / reduction_factor) may go on, not floor(n / ...):
+        with any number of trials, at least one of every bracket that has any reaches the top."""
         return []
 
     def promote(self, trial: int) -> None:
@@ -114,14 +118,15 @@ class _Rung:
         self.results: dict[int, float | None] = {}
         self.promoted: set[int] = set()
 
-    def leaders(self, reduction_factor: int) -> list[int]:
-        """The best floor(n / reduction_factor) trials; a non-finite loss never leads."""
+    def leaders(self, reduction_factor: int, closing: bool = False) -> list[int]:
+        """The best floor(n / reduction_factor) trials (closing: ceil); a non-finite loss never leads."""
         ranked = sorted(self.results, key=lambda t: _rank_key(self.results[t], t))
-        return [t for t in ranked[:len(ranked) // reduction_factor] if self.results[t] is not None]
+        count = -(-len(ranked) // reduction_factor) if closing else len(ranked) // reduction_factor
+        return [t for t in ranked[:count] if self.results[t] is not None]
 
-    def candidates(self, reduction_factor: int) -> list[int]:
+    def candidates(self, reduction_factor: int, closing: bool = False) -> list[int]:
         """ASHA's get_job rule: the leaders not yet promoted from this rung."""
-        return [t for t in self.leaders(reduction_factor) if t not in self.promoted]
+        return [t for t in self.leaders(reduction_factor, closing) if t not in self.promoted]
 
 
 class _Bracket:
@@ -162,11 +167,11 @@ class _Bracket:
         self.paused[trial] = epoch
         return Decision.PAUSE
 
-    def promotable(self) -> list[tuple[int, float | None, int]]:
+    def promotable(self, closing: bool = False) -> list[tuple[int, float | None, int]]:
         """(rung epoch, loss, trial) of each paused trial that ASHA's get_job rule would pick."""
         return [(rung.epoch, rung.results[trial], trial)
                 for rung in self.rungs.values()
-                for trial in rung.candidates(self.reduction_factor)
+                for trial in rung.candidates(self.reduction_factor, closing)
                 if self.paused.get(trial) == rung.epoch]
 
     def promote(self, trial: int) -> None:
@@ -223,8 +228,8 @@ class _Laddered(Scheduler):
             self.finished(trial)
         return decision
 
-    def promotable(self) -> list[int]:
-        found = [entry for bracket in self._brackets for entry in bracket.promotable()]
+    def promotable(self, closing: bool = False) -> list[int]:
+        found = [entry for bracket in self._brackets for entry in bracket.promotable(closing)]
         found.sort(key=lambda e: (-e[0], _rank_key(e[1], e[2])))
         return [trial for _, _, trial in found]
 

@@ -135,6 +135,18 @@ def test_asha_pauses_promotes_and_prunes_within_the_budget(cfg, tmp_path):
     assert "rung 3" in coordinator.searcher.report() or "rung 9" in coordinator.searcher.report()
 
 
+@pytest.mark.parametrize("trials, groups", [(4, 1), (5, 2), (12, 4)])
+def test_a_small_budget_still_trains_its_best_trials_to_the_end(cfg, tmp_path, trials, groups):
+    # too few trials for floor(n / 3) to promote anyone to the top: once the budget is spent, every
+    # rung promotes its best ceil(n / 3), so the search ends with a fully trained best trial
+    _, summary = run(cfg.with_search(trials=trials), tmp_path / "run", CurveGroups(groups))
+    done = [t for t in summary.trials.values() if t.status == TrialStatus.COMPLETED]
+    assert done and all(t.epochs == EPOCHS for t in done)
+    assert len(done) <= math.ceil(trials / 3)
+    best_at_1 = min(summary.trials.values(), key=lambda t: branin(t.params))
+    assert best_at_1 in done  # the curves keep their order: the best at rung 1 is the best at the top
+
+
 def test_a_killed_scheduled_search_replays_and_resumes_without_losing_or_repeating(cfg, tmp_path):
     path = tmp_path / "run"
     groups = CurveGroups(3, kill_after=70)

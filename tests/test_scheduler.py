@@ -64,6 +64,16 @@ def test_asha_decisions_by_hand():
     assert s.rung_results(1) == {0: 5.0, 1: 4.0, 2: 3.0, 3: 6.0, 4: 7.0, 5: 8.0, 6: 1.0, 7: 9.0, 8: 10.0}
 
 
+def test_closing_rungs_promote_their_best_third_rounded_up():
+    # no new trial will come: a rung of 4 promotes ceil(4 / 3) = 2, a rung of 1 its only trial
+    s = asha()
+    assert report_all(s, 1, [5.0, 4.0, 3.0, 6.0]) == [P, P, C, P]
+    assert s.promotable() == [] and s.promotable(closing=True) == [1]
+    s.promote(1)
+    assert s.report(1, 3, 2.0) is P  # alone at rung 3: no leader, unless closing
+    assert s.promotable() == [] and s.promotable(closing=True) == [1]
+
+
 def test_paused_trial_becomes_promotable_when_worse_results_arrive():
     s = asha()
     assert report_all(s, 1, [1.0, 2.0]) == [P, P]
