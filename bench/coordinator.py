@@ -1,7 +1,7 @@
 """The coordinator under load: group utilization and dispatch latency, ahead-of-time vs synchronous.
 
     python bench/coordinator.py [--layouts 64x1 33x1 33x4] [--sleeps 0.5 2] [--trials N]
-                                [--modes ahead sync] [--keep DIR]
+                                [--modes ahead sync] [--scheduler none|asha|hyperband|median] [--keep DIR]
 
 Runs `mpiexec -n RANKS mpiopt search bench/spaces/sleepy_hartmann6.yaml` (Hartmann-6 behind a
 sleep of 0.5 or 2 s, GP + gp_hedge, 10 initial points) for each layout (RANKS x group size) and
@@ -12,6 +12,10 @@ sleep, in two modes in the same run:
          results would keep groups waiting (see `SendAhead.lead` in mpiopt/_send_ahead.py)
   sync   MPIOPT_PREFETCH=0 MPIOPT_SEND_AHEAD=0: tell and ask on every result, the group waiting
          (MPI Opt's way)
+
+With `--scheduler asha` (or hyperband, median) each trial reports 9 steps of its sleep, a value
+falling towards Hartmann-6's, and the scheduler stops trials at its rungs: the coordinator then
+judges a report every 1/9 of a trial besides handing out trials.
 
 The budget is a whole number of trials per group, at least 300 (315 for 63 groups, 320 for 32,
 304 for 8) unless --trials says otherwise: with a last partial wave, groups that drew no trial in it
@@ -43,7 +47,7 @@ MPIEXEC = Path(sys.executable).parent / "mpiexec"
 SPACE = ROOT / "bench" / "spaces" / "sleepy_hartmann6.yaml"
 
 
-def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path) -> dict:
+def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path, scheduler: str = "none") -> dict:
     from mpiopt.analysis import load_results, timeline
 
     env = dict(os.environ, MPIOPT_BENCH_SLEEP=str(sleep), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
@@ -52,7 +56,12 @@ def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path) 
         env["MPIOPT_SEND_AHEAD"] = "0"
     out.mkdir(parents=True)
     space = out.parent / f"{out.name}.yaml"  # the space with this layout's group size, beside its objective
-    space.write_text(SPACE.read_text().replace("group_size: 1", f"group_size: {size}"))
+    text = SPACE.read_text().replace("group_size: 1", f"group_size: {size}")
+    if scheduler != "none":  # trials report 9 steps, judged by the scheduler
+        text = (text.replace("hartmann6.py:hartmann6", "hartmann6.py:hartmann6_curve")
+                .replace("  seed: 0", f"  seed: 0\n  scheduler: {scheduler}\n  min_epochs: 1\n  reduction_factor: 3")
+                .replace("  group_size:", "  epochs: 9\n  group_size:"))
+    space.write_text(text)
     obj = out.parent / "sleepy_hartmann6.py"
     if not obj.exists():
         obj.write_text((SPACE.parent / "sleepy_hartmann6.py").read_text())
@@ -87,9 +96,10 @@ def main() -> None:
     ap.add_argument("--sleeps", type=float, nargs="+", default=[0.5, 2.0])
     ap.add_argument("--trials", type=int, help="trials per run (default: the least multiple of the groups >= 300)")
     ap.add_argument("--modes", nargs="+", default=["ahead", "sync"])
+    ap.add_argument("--scheduler", default="none", help="none, or asha | hyperband | median: trials report 9 steps")
     ap.add_argument("--keep", type=Path, help="keep the run directories under this folder (default: a temporary one)")
     args = ap.parse_args()
-    print(f"Hartmann-6 behind a sleep, GP + gp_hedge; {os.cpu_count()} cores\n")
+    print(f"Hartmann-6 behind a sleep, GP + gp_hedge, scheduler {args.scheduler}; {os.cpu_count()} cores\n")
     print("| ranks | groups | trials | trial s | mode | search s | utilization | sent ahead / after a result "
           "| dispatch p50 / p99 ms after a result | group wait p50 / p99 ms | first wave ms "
           "| coordinator CPU s (% core) | model / fallback suggestions (results newer than the fit, p50) "
@@ -105,7 +115,7 @@ def main() -> None:
             for sleep in args.sleeps:
                 for mode in args.modes:
                     out = Path(tmp) / f"{layout}-{sleep}-{mode}"
-                    r = run(ranks, size, sleep, trials, mode, out)
+                    r = run(ranks, size, sleep, trials, mode, out, args.scheduler)
                     sugg = f"{r['model']} / {r['fallback']} ({r['stale']})" if r["model"] is not None else "on demand"
                     rounds = f"{r['waits']} / {r['round_ms']}" if r["model"] is not None else "-"
                     nan = float("nan")

@@ -532,12 +532,15 @@ class Coordinator:
         log.info("trial %d paused at epoch %s [group %s]", n, rec.epochs, rec.group)
 
     def _prune_paused(self) -> None:
-        """The search is over: a trial still paused will never be promoted, so it is pruned."""
+        """The search is over: a trial still paused will never be promoted, so it is pruned, and
+        its checkpoint goes (recorded first: a crash in between leaves a pruned trial, not a lost one)."""
         for n in sorted(self._paused):
             rec = self.trials[n]
             self._record(n, TrialResult(status=TrialStatus.PRUNED, metrics=rec.metrics, epochs=rec.epochs,
                                         start=rec.start, end=rec.end))
             self._finished_trials.add(n)
+            if self.run_dir is not None:
+                self.run_dir.drop_checkpoint(n)
         self._paused.clear()
 
     def _replay_scheduler(self, events: Iterable[dict[str, Any]]) -> None:

@@ -34,6 +34,7 @@ CONFIG = "config.yaml"
 LOCK = ".lock"
 LOG = "search.log"  # the coordinator's log lines, appended across resumes
 ERROR_TEXT = "error.txt"  # in trials/<id>/: a failed trial's whole error text
+CHECKPOINT = ("checkpoint.npz", "checkpoint.json")  # in trials/<id>/: a trial's last checkpoint (mpiopt.learn)
 TRAIN_INFO = "train.yaml"  # beside `mpiopt train`'s weights: the configuration and values it trained
 FORMAT_VERSION = 2  # the journal's first record says so; journals without one (version 1) read the same
 MIN_FREE_BYTES = 16 * 2**20  # room for a journal, a table and a few checkpoints, checked at start
@@ -375,6 +376,11 @@ class RunDir:
 
     def trial_dir(self, trial: int) -> Path:
         return self.path / "trials" / str(trial)
+
+    def drop_checkpoint(self, trial: int) -> None:
+        """Delete a trial's checkpoint once nothing will continue it (its best weights stay)."""
+        for name in CHECKPOINT:
+            (self.trial_dir(trial) / name).unlink(missing_ok=True)
 
     def write_error(self, trial: int, text: str) -> None:
         """Keep a failed trial's whole error text in trials/<id>/error.txt (the table has its headline)."""

@@ -126,6 +126,9 @@ def test_asha_pauses_master_worker_groups_at_their_rungs(tmp_path):
     promoted = [e["trial"] for e in map(json.loads, open(run / "trials.jsonl")) if e.get("promoted")]
     assert promoted, "no paused trial was promoted"
     assert "resuming training from its checkpoint at epoch" in p.stderr
+    # nothing will continue a trial now: no checkpoint is left behind, every best weights file is
+    assert not list(run.glob("trials/*/checkpoint.*"))
+    assert len(list(run.glob("trials/*/best.weights.h5"))) == len(df)
     history = mpiopt.load_history(run)
     for trial, rows in history.groupby("trial"):
         assert rows.epoch.tolist() == list(range(1, int(df.epochs[trial]) + 1)), (trial, rows.epoch.tolist())

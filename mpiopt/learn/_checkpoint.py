@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 
 from .._files import atomic_write
+from ..journal import CHECKPOINT
 
-NPZ, META = "checkpoint.npz", "checkpoint.json"
+NPZ, META = CHECKPOINT
 
 
 def save(folder: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
