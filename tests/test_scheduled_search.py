@@ -33,8 +33,10 @@ class CurveGroups:
 
     queues_tasks = False
 
-    def __init__(self, n_groups: int, kill_after: int | None = None, done_epochs: dict[int, int] | None = None):
+    def __init__(self, n_groups: int, kill_after: int | None = None, done_epochs: dict[int, int] | None = None,
+                 fail_from: int | None = None):
         self.n = n_groups
+        self.fail_from = fail_from  # trials numbered from here on fail in their second epoch
         self.queue = []
         self.on_report = None
         self.kill_after = kill_after  # reports until the kill
@@ -64,6 +66,9 @@ class CurveGroups:
         group, task = self.queue.pop(0)
         final = branin(task.params)
         for epoch in range(self.done.get(task.trial, 0) + 1, EPOCHS + 1):
+            if self.fail_from is not None and task.trial >= self.fail_from and epoch == 2:
+                return group, TrialResult(trial=task.trial, status=TrialStatus.FAILED, error="OSError: disk gone",
+                                          epochs=1, start=1.0, end=2.0)
             self.reports += 1
             if self.kill_after is not None and self.reports > self.kill_after:
                 raise Killed
@@ -179,6 +184,25 @@ def test_a_killed_scheduled_search_replays_and_resumes_without_losing_or_repeati
     for n, _ in promotions:
         by_trial[n] = by_trial.get(n, 0) + 1
     assert max(by_trial.values()) <= 2  # rungs 1 and 3 below the top: never promoted twice from one
+
+
+def test_reaching_the_target_ends_a_scheduled_search_with_nothing_left_paused(cfg, tmp_path):
+    # branin + 30 / epoch: a trial trained to the end is within 3.4 of Branin's minimum 0.4
+    coordinator, summary = run(cfg.with_search(target=10.0), tmp_path / "run", CurveGroups(3))
+    assert coordinator.reached_target() and len(summary.trials) < 24
+    statuses = {t.status for t in summary.trials.values()}
+    assert statuses <= {TrialStatus.COMPLETED, TrialStatus.PRUNED} and TrialStatus.PRUNED in statuses
+    assert coordinator.scheduler.paused() == []
+
+
+def test_max_failures_stops_a_scheduled_search_and_prunes_the_paused(cfg, tmp_path):
+    coordinator, summary = run(cfg.with_search(max_failures=3), tmp_path / "run", CurveGroups(2, fail_from=6))
+    assert summary.stopped.startswith("search stopped: 3 trials failed") and "OSError: disk gone" in summary.stopped
+    by_status = {}
+    for t in summary.trials.values():
+        by_status.setdefault(t.status, []).append(t.trial)
+    assert len(by_status[TrialStatus.FAILED]) == 3 and TrialStatus.PAUSED not in by_status
+    assert coordinator.scheduler.paused() == []
 
 
 def test_the_median_rule_prunes_trials_worse_than_the_median(cfg, tmp_path):

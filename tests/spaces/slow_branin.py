@@ -92,3 +92,14 @@ def device_of(params):
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     return {"objective": branin(params), "device": float(visible) if visible else -1.0,
             "growth": 1.0 if os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH") == "true" else 0.0}
+
+
+def branin_curve(params, comm, trial):
+    """Every rank of the group trains 9 steps towards Branin's value, reporting each; a scheduler may stop it."""
+    final = branin(params)
+    for step in range(1, 10):
+        time.sleep(float(os.environ.get("MPIOPT_TEST_SLEEP", "0.2")) / 9)
+        trial.report(step, objective=comm.allreduce(final + 30.0 / step) / comm.Get_size())
+        if trial.should_stop():
+            break
+    return final + 30.0 / step
