@@ -315,12 +315,23 @@ def show(x: float, fmt: str) -> str:
     return "never" if math.isinf(x) else ("-" if math.isnan(x) else format(x, fmt))
 
 
+def print_rung_correlation(curves: Curves) -> None:
+    """How well a rung ranks the configurations as full training does (Spearman's rho of the best
+    val_accuracy so far at the rung against the best over all epochs)."""
+    from scipy.stats import spearmanr
+
+    final = curves.acc.max(axis=1)
+    rhos = [f"rung {r}: {spearmanr(curves.acc[:, :r].max(axis=1), final).statistic:.2f}" for r in (1, 3, 9)]
+    print("rank correlation with the final value, " + ", ".join(rhos))
+
+
 def report(traces: dict, methods: list[str], widths: list[int], budget: float, curves: Curves) -> None:
     target = curves.target()
     full_train_s = float(np.median(curves.sec.sum(axis=1)))
     print(f"\n{len(curves.params)} configurations x {EPOCHS} epochs; best in the table "
           f"{curves.acc.max():.4f}, target {target:.4f}; median full training {full_train_s:.1f} s; "
           f"budget {budget:g} full trainings ({budget * EPOCHS:g} epochs)")
+    print_rung_correlation(curves)
     fractions = (0.125, 0.25, 0.5, 1.0)
     for width in widths:
         seeds = len(traces[(methods[0], width)])

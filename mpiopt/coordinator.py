@@ -129,6 +129,7 @@ class Coordinator:
         self.scheduler = scheduler if scheduler is not None else Scheduler(epochs=int(cfg.training["epochs"]))
         self._rungs = frozenset(self.scheduler.rung_epochs())
         self._best_so_far: dict[int, float | None] = {}  # per trial: its best reported loss
+        self._warned_unjudged = False
         self._paused = {n for n, t in self.trials.items() if t.status == TrialStatus.PAUSED}
         self._replay_scheduler(history)
         transport.listen(self.on_report)
@@ -598,6 +599,7 @@ class Coordinator:
         self.scheduler.finished(n)
         self.searcher.tell(n, rec.params, self.loss(rec))
         self._table_dirty = True
+        self._warn_if_unjudged(n, rec)
         if not was_finished:
             self._finished += 1
             self._failed += rec.status == TrialStatus.FAILED
@@ -609,6 +611,18 @@ class Coordinator:
         best_txt = f"best {best.objective:.6g} (trial {best.trial})" if best else "no completed trial yet"
         log.info("trial %d %s %s [group %s, %.2f s] %d/%d, %s", n, rec.status.value, what, rec.group,
                  rec.duration_s or 0.0, self._finished, self.cfg.search.trials, best_txt)
+
+
+    def _warn_if_unjudged(self, n: int, rec: TrialRecord) -> None:
+        """Once a search: a trial completed under a scheduler without a single report, which the
+        scheduler therefore never judged (a function that takes `trial` but never reports)."""
+        if self._warned_unjudged or self.scheduler.name == "none" or rec.status != TrialStatus.COMPLETED \
+                or n in self._best_so_far:
+            return
+        self._warned_unjudged = True
+        where = self.cfg.objective.function or self.cfg.objective.model
+        log.warning("trial %d completed without reporting a step, so search.scheduler %s could not judge it: "
+                    "%s must call trial.report(step, ...) as it goes", n, self.scheduler.name, where)
 
 
 def commonest_error(trials: list[TrialRecord]) -> str:

@@ -205,6 +205,21 @@ def test_max_failures_stops_a_scheduled_search_and_prunes_the_paused(cfg, tmp_pa
     assert coordinator.scheduler.paused() == []
 
 
+def test_a_function_that_never_reports_gets_one_warning(cfg, tmp_path, caplog):
+    class Silent(CurveGroups):
+        def recv_message(self, timeout=None):
+            group, task = self.queue.pop(0)
+            value = branin(task.params)
+            return group, TrialResult(trial=task.trial, objective=value, metrics={"objective": value},
+                                      start=1.0, end=2.0)
+
+    with caplog.at_level("WARNING", logger="mpiopt"):
+        _, summary = run(cfg.with_search(trials=6), tmp_path / "run", Silent(2))
+    assert {t.status for t in summary.trials.values()} == {TrialStatus.COMPLETED}
+    warnings = [r.getMessage() for r in caplog.records if "without reporting a step" in r.getMessage()]
+    assert len(warnings) == 1 and "objectives.py:branin must call trial.report(step, ...)" in warnings[0]
+
+
 def test_the_median_rule_prunes_trials_worse_than_the_median(cfg, tmp_path):
     _, summary = run(cfg, tmp_path / "run", CurveGroups(2), name="median")
     pruned = [t for t in summary.trials.values() if t.status == TrialStatus.PRUNED]
