@@ -32,8 +32,9 @@ A search's best is the best figure of merit (its best epoch's val_accuracy) amon
 to the end: what `mpiopt results` calls the best. The target is the best such value in the table
 less 0.5 points. Each search stops starting work once it has spent `--budget` full trainings of
 compute (budget x 27 epochs). Prints, per width, the median over seeds of the best at fractions of
-the budget (compute and wall time), and the median compute and wall time to the target with the
-share of seeds that reached it (a seed that did not counts as never); asserts nothing.
+the budget (compute and wall time; "-": most seeds had no trial trained to the end yet), and the
+median compute and wall time to the target with the share of seeds that reached it (a seed that did
+not counts as never); asserts nothing.
 """
 from __future__ import annotations
 
@@ -124,7 +125,7 @@ class Trace:
     def best_at(self, axis: str, x: float) -> float:
         xs = getattr(self, axis)
         k = int(np.searchsorted(xs, x, side="right"))
-        return self.best[k - 1] if k else math.nan
+        return self.best[k - 1] if k else -math.inf  # no trial trained to the end yet
 
     def reached(self, target: float) -> tuple[float, float]:
         for c, w, b in zip(self.compute, self.wall, self.best, strict=True):
@@ -307,12 +308,8 @@ def run_one(job: tuple) -> tuple[str, int, int, Trace]:
     return method, width, seed, trace
 
 
-def median_or_never(values: list[float]) -> float:
-    return float(np.median(values)) if values else math.inf
-
-
 def show(x: float, fmt: str) -> str:
-    return "never" if math.isinf(x) else ("-" if math.isnan(x) else format(x, fmt))
+    return "never" if x == math.inf else "-" if x == -math.inf else format(x, fmt)
 
 
 def print_rung_correlation(curves: Curves) -> None:
@@ -343,8 +340,8 @@ def report(traces: dict, methods: list[str], widths: list[int], budget: float, c
         print("|---" * (3 + 2 * len(fractions) + 1) + "|")
         for method in methods:
             runs = traces[(method, width)]
-            cells = [np.nanmedian([t.best_at("compute", f * budget * EPOCHS) for t in runs]) for f in fractions]
-            cells += [np.nanmedian([t.best_at("wall", f * wall_budget) for t in runs]) for f in fractions]
+            cells = [np.median([t.best_at("compute", f * budget * EPOCHS) for t in runs]) for f in fractions]
+            cells += [np.median([t.best_at("wall", f * wall_budget) for t in runs]) for f in fractions]
             hit = [t.reached(target) for t in runs]
             epochs_to = float(np.median([c for c, _ in hit]))
             wall_to = float(np.median([w for _, w in hit]))
