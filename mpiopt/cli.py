@@ -551,6 +551,7 @@ def cmd_check(args) -> int:
                                                   if cfg.search.algorithm == "bayesian" else "")
         + f", budget {cfg.search.trials} trials, seed {cfg.search.seed}"
         + (f", target {cfg.search.target}" if cfg.search.target is not None else ""),
+        f"  scheduler   {_make_scheduler(cfg).describe()}",
         "  training    " + ", ".join(f"{k}={v}" for k, v in cfg.training.items() if v is not None),
         f"  plan        {plan.describe()}",
     ]

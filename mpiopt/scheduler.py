@@ -67,6 +67,10 @@ class Scheduler:
         self.reduction_factor = reduction_factor
         self.pausable = pausable
 
+    def describe(self) -> str:
+        """What the scheduler does with these settings, in a line (for `mpiopt check`)."""
+        return "none: every trial trains its epochs"
+
     def start(self, trial: int) -> None:
         """A new trial begins."""
 
@@ -273,6 +277,12 @@ class Asha(_Laddered):
     def _choose_bracket(self) -> int:
         return 0
 
+    def describe(self) -> str:
+        rungs = list(self._brackets[0].rungs)
+        stopped = "paused" if self.pausable else "stopped"
+        return (f"asha: rungs at epochs {', '.join(map(str, rungs))}; a trial not among the best "
+                f"1/{self.reduction_factor} at a rung is {stopped} there")
+
     def decision_epochs(self, trial: int) -> list[int]:
         # Every trial is in the one bracket, started or not.
         return self._brackets[0].decision_epochs()
@@ -299,6 +309,11 @@ class Hyperband(_Laddered):
         lag = [(counts[s] + 1) / w for s, w in enumerate(self._weights())]
         return lag.index(min(lag))
 
+    def describe(self) -> str:
+        firsts = [min(b.rungs) for b in self._brackets]
+        return (f"hyperband: {len(firsts)} ASHA brackets, their first rungs at epochs {', '.join(map(str, firsts))} "
+                f"(rungs x {self.reduction_factor} up to {self.epochs})")
+
     def bracket(self, trial: int) -> int | None:
         """The bracket the trial was assigned to at `start`; None if it never started."""
         return self._bracket_of.get(trial)
@@ -318,6 +333,10 @@ class MedianStopping(Scheduler):
 
     def decision_epochs(self, trial: int) -> list[int]:
         return list(range(self.min_epochs, self.epochs))
+
+    def describe(self) -> str:
+        return (f"median: from epoch {self.min_epochs}, a trial worse than the median of at least "
+                f"{MEDIAN_MIN_OTHERS} others at the same epoch is stopped")
 
     def report(self, trial: int, epoch: int, loss: float | None) -> Decision:
         at_epoch = self._values.setdefault(epoch, {})

@@ -389,3 +389,12 @@ def test_replay_rebuilds_the_same_state(name, pausable, seed):
     assert decisions == ({C, P} if pausable and name != "median" else {C, S})
     if decisions == {C, P}:
         assert any(method == "promote" for method, _ in log)
+
+
+def test_each_scheduler_describes_itself_in_a_line():
+    assert asha().describe() == ("asha: rungs at epochs 1, 3, 9, 27; a trial not among the best 1/3 at a rung "
+                                 "is paused there")
+    made = make_scheduler("hyperband", epochs=27, min_epochs=1, reduction_factor=3, pausable=False)
+    assert made.describe() == "hyperband: 4 ASHA brackets, their first rungs at epochs 1, 3, 9, 27 (rungs x 3 up to 27)"
+    made = make_scheduler("median", epochs=27, min_epochs=2, reduction_factor=3, pausable=False)
+    assert made.describe().startswith("median: from epoch 2, a trial worse than the median of at least 5 others")
