@@ -42,12 +42,18 @@ import argparse
 import heapq
 import json
 import math
+import os
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
+# one BLAS thread a process: the searches run side by side in a process pool
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -365,9 +371,12 @@ def main() -> None:
     jobs = [(m, w, s, args.budget, args.curves) for w in args.widths for m in args.methods
             for s in range(args.first_seed, args.first_seed + args.seeds)]
     traces: dict = {(m, w): [] for m in args.methods for w in args.widths}
+    t0 = time.monotonic()
     with ProcessPoolExecutor(args.jobs) as pool:
-        for method, width, _seed, trace in pool.map(run_one, jobs, chunksize=1):
+        for k, (method, width, _seed, trace) in enumerate(pool.map(run_one, jobs, chunksize=1), 1):
             traces[(method, width)].append(trace)
+            if k % 50 == 0:
+                print(f"{k}/{len(jobs)} searches, {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     report(traces, args.methods, args.widths, args.budget, curves)
 
 
