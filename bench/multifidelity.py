@@ -16,7 +16,8 @@ point they suggested.
 mpiopt's methods run mpiopt's own searchers and schedulers under the coordinator's rules: a free
 group first continues a paused trial the scheduler promotes, otherwise it starts a new one; a
 trial's reports go to the scheduler, and at a rung to the searcher (`tell_rung`); a paused trial
-waits without a group; a pruned one is told to the searcher as a failure.
+waits without a group and is no longer pending in the searcher; a pruned one is told to the
+searcher as a failure.
 
   bayes         today's default: GP (gp_hedge, initial_points 5, the example space's settings), full training
   random        random search, full training
@@ -198,6 +199,7 @@ class MpioptPolicy:
         for n in self.scheduler.promotable(closing=closing):
             if n in self.paused:
                 self.scheduler.promote(n)
+                self.searcher.add_pending(n, self.params[n])
                 return self._segment(n, self.paused.pop(n))
         if closing:
             return None
@@ -225,6 +227,7 @@ class MpioptPolicy:
             return None, value
         if decision is Decision.PAUSE:
             self.paused[n] = e1
+            self.searcher.drop_pending(n)
         elif decision is Decision.STOP:
             self.scheduler.finished(n)
             self.searcher.tell(n, self.params[n], None)

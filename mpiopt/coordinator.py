@@ -451,6 +451,7 @@ class Coordinator:
             n, params = promoted, self.trials[promoted].params
             self.scheduler.promote(n)
             self._paused.discard(n)
+            self.searcher.add_pending(n, params)  # it runs again
         elif self._rerun:
             n = self._rerun.popleft()
             params = self.trials[n].params
@@ -529,6 +530,7 @@ class Coordinator:
         self._journal(event)
         apply_event(self.trials, event)
         self._paused.add(n)
+        self.searcher.drop_pending(n)  # as after a resume: a paused trial is not running
         self._table_dirty = True
         log.info("trial %d paused at epoch %s [group %s]", n, rec.epochs, rec.group)
 

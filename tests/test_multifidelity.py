@@ -233,3 +233,40 @@ def test_a_switch_stops_the_prefetching_thread_of_the_old_model():
 def test_nonsense_settings_are_refused(top, enough):
     with pytest.raises(ValueError):
         RungModel(lambda: RandomSearch(SPACE), SPACE, top=top, enough=enough)
+
+
+def test_a_paused_trial_is_no_fantasy_of_any_model_until_it_runs_again():
+    model, built = spies(enough=2)
+    for n in range(4):  # two results at rung 3 move the model there
+        params = model.ask(n)
+        model.tell_rung(n, params, 1, branin(params, 1))
+        if n < 2:
+            model.tell_rung(n, params, 3, branin(params, 3))
+    params = model.ask(4)
+    model.tell_rung(4, params, 1, branin(params, 1))
+    assert model.model_rung == 3 and {2, 3, 4} <= set(built[-1].pending)
+    for n in (2, 3, 4):  # paused at rung 1
+        model.drop_pending(n)
+    assert not {2, 3, 4} & set(built[-1].pending) and not {2, 3, 4} & set(model.pending)
+    model.add_pending(4, params)  # promoted: it trains towards rung 3 again
+    assert 4 in built[-1].pending
+    for n in range(5, 7):  # a switch to rung 9 builds a model without the paused ones
+        p = model.ask(n)
+        for epochs in (1, 3, 9):
+            model.tell_rung(n, p, epochs, branin(p, epochs))
+    assert model.model_rung == 9 and set(built[-1].pending) == {0, 1, 4}  # 0 and 1 still train
+
+
+def test_prefetching_drops_a_paused_trial_from_its_pending_points():
+    settings = SearchSettings(algorithm="bayesian", surrogate="GP", acquisition="gp_hedge", initial_points=2,
+                              trials=10, seed=0, target=None)
+    searcher = make_searcher(SPACE, settings, prefetch=2)
+    try:
+        params = searcher.ask(0)
+        assert 0 in searcher.pending
+        searcher.drop_pending(0)
+        assert 0 not in searcher.pending and 0 not in searcher.inner.pending
+        searcher.add_pending(0, params)
+        assert 0 in searcher.inner.pending
+    finally:
+        searcher.close()

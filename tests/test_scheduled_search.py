@@ -154,7 +154,7 @@ def test_a_small_budget_still_trains_its_best_trials_to_the_end(cfg, tmp_path, t
 
 def test_a_killed_scheduled_search_replays_and_resumes_without_losing_or_repeating(cfg, tmp_path):
     path = tmp_path / "run"
-    groups = CurveGroups(3, kill_after=70)
+    groups = CurveGroups(3, kill_after=50)
     live = scheduler()
     with pytest.raises(Killed):
         run(cfg, path, groups, sched=live)
@@ -201,7 +201,7 @@ def test_max_failures_stops_a_scheduled_search_and_prunes_the_paused(cfg, tmp_pa
     by_status = {}
     for t in summary.trials.values():
         by_status.setdefault(t.status, []).append(t.trial)
-    assert len(by_status[TrialStatus.FAILED]) == 3 and TrialStatus.PAUSED not in by_status
+    assert len(by_status[TrialStatus.FAILED]) >= 3 and TrialStatus.PAUSED not in by_status  # running ones finish
     assert coordinator.scheduler.paused() == []
 
 

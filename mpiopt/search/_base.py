@@ -53,6 +53,11 @@ class Searcher(ABC):
         """Mark a trial as running without asking for it (a resumed search re-runs it)."""
         self.pending[trial] = dict(params)
 
+    def drop_pending(self, trial: int) -> None:
+        """The trial stopped running without a final word (a scheduler paused it): it is no longer
+        pending, so it keeps no group away from its point; `add_pending` when it runs again."""
+        self.pending.pop(trial, None)
+
     def tell_rung(self, trial: int, params: dict[str, Any], epochs: int, loss: float | None) -> None:  # noqa: B027
         """A trial's loss at a scheduler's rung (after `epochs` epochs), before its final word.
         Ignored by default: only a searcher that learns from partial training (`RungModel`) uses it."""

@@ -93,6 +93,12 @@ class RungModel(Searcher):
         super().add_pending(trial, params)
         self.inner.add_pending(trial, params)
 
+    def drop_pending(self, trial: int) -> None:
+        """A paused trial is no fantasy at any rung: it trains no more unless promoted (BOHB's
+        models hold their rung's results only)."""
+        super().drop_pending(trial)
+        self.inner.drop_pending(trial)
+
     def tell_rung(self, trial: int, params: Params, epochs: int, loss: float | None) -> None:
         """A result of `trial` at the rung of `epochs` epochs (None, NaN or inf: it has no loss there)."""
         at_rung = self.results.setdefault(epochs, {})

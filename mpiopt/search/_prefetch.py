@@ -183,6 +183,13 @@ class Prefetching(Searcher):
             self._wake.notify()
         self._start()
 
+    def drop_pending(self, trial: int) -> None:
+        # a round prepared before keeps the point as a fantasy; the next round has it no more
+        with self._lock:
+            self._asked.pop(trial, None)
+            self.inner.drop_pending(trial)
+            self._wake.notify()
+
     def add_pending(self, trial: int, params: dict[str, Any]) -> None:
         with self._lock:
             self._asked[trial] = (self._clock(), self._waited)
