@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 ABORT_GRACE_S = 1.0
 # The same after a search's closing lines, which search.log keeps as well.
 END_GRACE_S = 0.2
+# a SIGTERM's KeyboardInterrupt can land where Python ignores exceptions (a finalizer, a weakref
+# callback): a rank still alive this long after the signal exits anyway, with the same code
+TERM_GRACE_S = 30.0
 
 
 # -- before MPI starts -------------------------------------------------------------------------
@@ -131,7 +135,10 @@ def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: boo
 
 
 def _terminate(signum, frame):
-    """A batch system's SIGTERM: stop as cleanly as Ctrl-C."""
+    """A batch system's SIGTERM: stop as cleanly as Ctrl-C, and for sure within TERM_GRACE_S."""
+    watchdog = threading.Timer(TERM_GRACE_S, os._exit, args=(130,))
+    watchdog.daemon = True
+    watchdog.start()
     raise KeyboardInterrupt
 
 

@@ -298,3 +298,22 @@ def test_one_process_says_it_ignores_the_group_size(write_yaml, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "training.group_size 2 needs at least 3 ranks (a coordinator and one group); with 1 process each trial " \
            "trains on 1 rank" in p.stderr
+
+
+def test_a_sigterm_whose_interrupt_python_swallowed_still_ends_the_rank():
+    # the KeyboardInterrupt lands where Python only prints it (here: caught and dropped, as in a
+    # weakref callback); the rank must not live on without its coordinator
+    script = """
+import os, signal, time
+from mpiopt import launch
+launch.TERM_GRACE_S = 0.5
+signal.signal(signal.SIGTERM, launch._terminate)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(1)
+except KeyboardInterrupt:
+    pass
+time.sleep(30)
+"""
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=20)
+    assert p.returncode == 130, p.stderr
