@@ -66,6 +66,22 @@ class GroupState:
     ghost: int | None = None  # a trial it runs whose result is ignored (another group ran it again)
     retired: bool = False  # past its deadline; it works again if it ever comes back
     idle_since: float | None = None  # when it became free; None while it runs a trial
+    # while free: since when and until when (the latest look) the searcher held its trial back
+    # for the model, and the seconds of such holds that ended; `ask_wait_s` and these are the
+    # searcher's choice, not the coordinator's time
+    held_since: float | None = None
+    held_last: float = 0.0
+    held_s: float = 0.0
+
+
+# while the searcher holds hand-outs, the coordinator looks again this often: a round is ready
+# when it is, and the groups it holds wait for the coordinator's next look
+HOLD_POLL_S = 0.002
+# a hold keeps at most this many free groups waiting: they are served one after another once the
+# model is ready (a hand-out in such a burst takes 1-3 ms on a busy node), and the last of them
+# must not wait for that burst much longer than for one hand-out; further groups get a trial
+# from the model as it is
+HOLD_MAX_GROUPS = 4
 
 
 @dataclass
@@ -126,6 +142,9 @@ class Coordinator:
         self._next_trial = 0
         self._stopping = False
         self._can_send_ahead = False
+        self._last_ask_wait = 0.0  # the last hand-out's `ask_wait_s`: not the coordinator's time
+        self._holding = False  # the searcher held a free group's trial back at the last look
+        self._last_recv = self._clock()  # when the latest message came in
         self.scheduler = scheduler if scheduler is not None else Scheduler(epochs=int(cfg.training["epochs"]))
         self._rungs = frozenset(self.scheduler.rung_epochs())
         self._best_so_far: dict[int, float | None] = {}  # per trial: its best reported loss
@@ -186,13 +205,13 @@ class Coordinator:
                     self._prune_paused()
                 break
             got = self.transport.recv_message(timeout=self._wait_s(due_at))
-            t_recv = self._clock()
-            self.searcher.pause(True)  # results are coming in: the background thread steps aside
+            t_recv = self._last_recv = self._clock()
             if got is None:  # a group is past its trial's time limit and grace period, or one is due
                 self._retire_silent()
             elif isinstance(got[1], Report):
-                self._answer(*got)
+                self._answer(*got)  # quick: the background thread, if any, goes on
             else:
+                self.searcher.pause(True)  # results are coming in, trials go out: the thread steps aside
                 self._take_in(*got, t_recv)
         return self._end_search(t0)
 
@@ -234,8 +253,11 @@ class Coordinator:
         return len(self._finished_trials) + self._n_running + self._n_ahead + len(self._paused) < self.cfg.search.trials
 
     def _hand_out_to_idle(self) -> None:
-        """Give every free group its next trial (a promotion, or a new one while the budget lasts)."""
-        left: deque[int] = deque()  # free groups with nothing to run now (no promotion fits them)
+        """Give every free group its next trial (a promotion, or a new one while the budget lasts
+        and the searcher does not hold new trials back for its model)."""
+        left: deque[int] = deque()  # free groups with nothing to run now
+        held = 0
+        self._holding = False
         while self._idle and not self._stopping:
             # a searcher that waits for a model with the latest results (long trials) serves a
             # burst best once all of it is in: one model for every group of the burst. The probe
@@ -245,18 +267,52 @@ class Coordinator:
                 break
             t_ready = self._clock()
             group = self._idle.popleft()
-            if not self._room() and self._promotion_for(group) is None:
+            why_not = self._nothing_for(group, held)
+            self._note_hold(self.groups[group], why_not == "model")
+            if why_not == "budget":  # it waits for work, not for the coordinator: its wait starts with the next message
+                self.groups[group].idle_since, self.groups[group].held_s = None, 0.0
+            if why_not is not None:
+                held += why_not == "model"
                 left.append(group)
                 continue
             n = self._hand_out(group)
-            sent = self._clock()  # how long the group waited for the coordinator: from its result to the send
-            state = self.groups[group]
-            dispatch = sent - (state.idle_since if state.idle_since is not None else t_ready)
-            state.idle_since = None
-            self.trials[n].dispatch_s = dispatch
-            self._start_running(group, n, sent)
-            self.summary.dispatch_s.append(dispatch)
+            self._note_dispatch(group, n, t_ready)
         self._idle.extendleft(reversed(left))
+        self._holding = held > 0
+
+    def _note_hold(self, state: GroupState, held: bool) -> None:
+        """Whether the searcher holds this free group's trial back now: a hold lasts from the
+        first look that held it to the last (what follows the last is the coordinator's time)."""
+        now = self._clock()
+        if held:
+            state.held_since = now if state.held_since is None else state.held_since
+            state.held_last = now
+        elif state.held_since is not None:
+            state.held_s += state.held_last - state.held_since
+            state.held_since = None
+
+    def _nothing_for(self, group: int, held: int) -> str | None:
+        """Why a free group gets no trial now, with `held` others held back already: "budget"
+        (none left, no promotion fits it), "model" (the searcher holds new trials back); None:
+        it gets one."""
+        if self._promotion_for(group) is not None or self._rerun:
+            return None
+        if not self._room():
+            return "budget"
+        return "model" if self._model_holds(held) else None
+
+    def _note_dispatch(self, group: int, n: int, t_ready: float) -> None:
+        """The group runs trial `n` from now; the coordinator's part of its wait is recorded:
+        from its result (or from `t_ready`) to the send, less the searcher's holds and waits."""
+        sent = self._clock()
+        state = self.groups[group]
+        if state.idle_since is None:  # it had nothing to do until the latest message brought work
+            state.idle_since = self._last_recv
+        dispatch = sent - state.idle_since - state.held_s - self._last_ask_wait
+        state.idle_since, state.held_s = None, 0.0
+        self.trials[n].dispatch_s = dispatch
+        self._start_running(group, n, sent)
+        self.summary.dispatch_s.append(dispatch)
 
     def _send_ahead(self) -> float | None:
         """Send the next trial to every group whose running trial is about to end (a burst of
@@ -275,12 +331,36 @@ class Coordinator:
                 continue
             if at + typical - lead > self._clock():
                 return at + typical - lead
+            if self._model_holds(0):
+                return None
             heapq.heappop(self._starts)
-            m = self._hand_out(group)
-            state.ahead = (m, self._clock())
-            self._n_ahead += 1
-            self.summary.sent_ahead += 1
+            self._send_next(group)
         return None
+
+    def _send_next(self, group: int) -> None:
+        """Send a running group its next trial, which it starts when it ends the one it runs."""
+        m = self._hand_out(group)
+        self.groups[group].ahead = (m, self._clock())
+        self._n_ahead += 1
+        self.summary.sent_ahead += 1
+
+    def _send_ahead_on_decision(self, group: int, n: int) -> None:
+        """Trial `n` was told to stop or pause at a rung, so it ends now: its group gets its next
+        trial right behind the decision, wherever sending ahead is worth it."""
+        state = self.groups[group]
+        if (not self._can_send_ahead or self._stopping or state.running != n or state.ahead is not None
+                or state.ghost is not None
+                or self.send_ahead.lead(self._n_running, self.searcher.prefers_fresh()) is None):
+            return
+        if self._promotion_for(group) is None and not self._rerun and (not self._room() or self._model_holds(0)):
+            return
+        self._send_next(group)
+
+    def _model_holds(self, held: int) -> bool:
+        """Whether the searcher holds another new trial back for its model now, with `held`
+        free groups held back already. Only while a group runs (its messages are answered
+        meanwhile; with none running, `ask` waits), and at most `HOLD_MAX_GROUPS` groups."""
+        return self._n_running > 0 and self.searcher.holds_hand_outs(held < HOLD_MAX_GROUPS)
 
     def _catch_up(self) -> None:
         """Nothing is waiting: the journal goes to disk (in a helper thread), the table is brought
@@ -302,6 +382,8 @@ class Coordinator:
         waits = [s.deadline - now for s in self.groups if s.running is not None and s.deadline is not None]
         if due_at is not None:
             waits.append(due_at - now)
+        if self._holding:
+            waits.append(HOLD_POLL_S)
         return max(0.0, min(waits)) if waits else None
 
     def _start_running(self, group: int, n: int, at: float) -> None:
@@ -477,6 +559,7 @@ class Coordinator:
         # the coordinator's own work: a searcher's deliberate wait for a fresher model (bounded by
         # the searcher) is not what sending ahead should make up for
         self.send_ahead.hand_outs.append(max(0.0, self._clock() - t0 - waited))
+        self._last_ask_wait = waited
         log.debug("trial %d -> group %d: %s", n, group, params)
         return n
 
@@ -492,6 +575,8 @@ class Coordinator:
         decision = self.on_report(group, report)
         if decision is not None:
             self.transport.send_decision(group, decision)
+        if decision in (Decision.STOP.value, Decision.PAUSE.value):
+            self._send_ahead_on_decision(group, report.trial)
 
     def _take_report(self, n: int, epoch: int, metrics: dict[str, float]) -> Decision:
         """The scheduler's decision on a trial's best figure of merit so far (as a loss), which a

@@ -12,7 +12,7 @@ from mpiopt.config import load_config
 from mpiopt._send_ahead import SendAhead
 from mpiopt.coordinator import Coordinator
 from mpiopt.journal import RunDir
-from mpiopt.search import make_searcher
+from mpiopt.search import RandomSearch, make_searcher
 from mpiopt.trial import TrialRecord, TrialResult, TrialStatus
 
 
@@ -530,3 +530,33 @@ def test_trials_sent_ahead_when_the_search_dies_run_again_on_resume(cfg, tmp_pat
     events, _ = read_journal(tmp_path / "run" / "trials.jsonl")
     finishes = [e["trial"] for e in events if e.get("event") == "finish"]
     assert sorted(finishes) == list(range(30))  # each trial finished once, across both runs
+
+
+class HoldingSearch(RandomSearch):
+    """Holds new trials back (as a searcher waiting for a model round would) until `until` on the
+    transport's clock, and records each look's `may_hold`."""
+
+    def __init__(self, space, transport, until):
+        super().__init__(space, seed=0)
+        self.transport, self.until = transport, until
+        self.looks: list[tuple[float, bool]] = []
+
+    def holds_hand_outs(self, may_hold):
+        self.looks.append((self.transport.clock, may_hold))
+        return may_hold and self.transport.clock < self.until
+
+
+def test_a_searcher_holds_at_most_a_few_groups_and_its_hold_is_not_dispatch_time(cfg):
+    t = SimTransport([1.0] * 8)
+    searcher = HoldingSearch(cfg().space, t, until=1.5)
+    s = Coordinator(cfg(), searcher, t, clock=lambda: t.clock).run()
+    assert sorted(s.trials) == list(range(20))
+    first_wave = [may for at, may in searcher.looks if at == 0.0]
+    # the first group runs (none ran: nothing to answer while holding), the next 4 are held, the rest go ahead
+    assert first_wave == [True, True, True, True, False, False, False]
+    started_at_0 = [r for r in s.trials.values() if r.dispatch_s is not None and r.trial < 4]
+    assert len(started_at_0) == 4 and all(r.dispatch_s == 0.0 for r in started_at_0)
+    # the 4 held groups: free from 0, held at the looks at 0 and 1.0, given a trial at 2.0 (the
+    # next message after the hold): 1.0 of their 2.0 was the searcher's hold
+    held = sorted(s.trials.values(), key=lambda r: r.trial)[8:12]
+    assert [r.dispatch_s for r in held] == [1.0] * 4

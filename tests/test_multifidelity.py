@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -30,6 +31,10 @@ class Spy(RandomSearch):
         self.paused: list[bool] = []
         self.backlog = None
         self.ask_wait_s = 0.25
+        self.warm = True  # what `ready` says
+
+    def ready(self) -> bool:
+        return self.warm
 
     def prefers_fresh(self) -> bool:
         return True
@@ -218,15 +223,50 @@ def test_a_switch_stops_the_prefetching_thread_of_the_old_model():
         assert old._thread is not None and old._thread.is_alive()
         s.tell_rung(0, ps[0], 3, branin(ps[0], 3))
         s.tell_rung(1, ps[1], 3, branin(ps[1], 3))
-        assert s.model_rung == 3 and s.inner is not old and isinstance(s.inner, Prefetching)
+        new = s.staged
+        assert isinstance(new, Prefetching) and s.staged_rung == 3
+        assert set(new.observed) == {0, 1} and set(new.pending) == {2, 3}
+        deadline = time.monotonic() + 20
+        while not new.ready() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        p = s.ask(4)  # the new model, ready now, serves; the old one's thread is stopped
+        assert s.model_rung == 3 and s.inner is new and s.staged is None and s.switches == 1
         assert not old._thread.is_alive()
-        assert set(s.inner.observed) == {0, 1} and set(s.inner.pending) == {2, 3}
-        p = s.ask(4)
         assert -5.0 <= p["x"] <= 10.0 and 0.0 <= p["y"] <= 15.0
     finally:
         s.close()
     new = s.inner
     assert new._thread is None or not new._thread.is_alive()
+
+
+def test_the_old_model_serves_until_the_one_on_the_higher_rung_is_ready():
+    s, built = spies(enough=2)
+    ps = asked(s, 4)
+    for i, p in enumerate(ps):
+        s.tell_rung(i, p, 1, 10.0 + i)
+    s.make_inner = lambda: _cold(built)
+    s.tell_rung(0, ps[0], 3, 5.0)
+    s.tell_rung(1, ps[1], 3, 6.0)
+    old, new = built
+    assert s.inner is old and s.staged is new and s.model_rung == 1 and s.staged_rung == 3 and s.switches == 0
+    s.tell_rung(2, ps[2], 3, 7.0)  # both are told, each at its own rung
+    assert new.observed[2] == (ps[2], 7.0) and old.observed[2] == (ps[2], 12.0)
+    p4 = s.ask(4)  # the old model answers, the new one holds the trial as pending
+    assert old.pending[4] == p4 and new.pending[4] == p4
+    s.pause(True)
+    s.drop_pending(3)
+    assert old.paused[-1] is new.paused[-1] is True and 3 not in old.pending and 3 not in new.pending
+    new.warm = True
+    s.ask(5)
+    assert s.inner is new and s.staged is None and s.model_rung == 3 and s.switches == 1 and old.closed
+    assert 5 in new.pending and 5 not in old.pending
+
+
+def _cold(built: list[Spy]) -> Spy:
+    """A Spy whose model is not ready yet, kept in `built`."""
+    built.append(Spy(SPACE, seed=len(built)))
+    built[-1].warm = False
+    return built[-1]
 
 
 @pytest.mark.parametrize("top, enough", [(0, 1), (9, 0)])

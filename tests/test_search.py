@@ -155,6 +155,59 @@ def test_groups_wait_for_the_first_round_only_when_trials_are_short(short):
         s.close()
 
 
+def test_a_hand_out_that_would_wait_is_held_by_the_coordinator_instead():
+    """`holds_hand_outs`: the coordinator keeps the group idle while the round is prepared, and
+    a hand-out it may not hold goes ahead without waiting."""
+    import threading
+    import time as _time
+
+    inner = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
+    s = Prefetching(inner, groups=4, policy=RoundPolicy(first_round_guess_s=1e9))  # trials "short"
+    gate = threading.Event()
+    prepare = inner.prepare_round
+    inner.prepare_round = lambda *a, **k: (gate.wait(30), prepare(*a, **k))[1]
+    try:
+        for i in range(3):
+            p = s.ask(i)
+            s.tell(i, p, branin(p))
+        assert s.holds_hand_outs(True) and s.holds_hand_outs(True)  # the first round is not ready
+        assert not s.holds_hand_outs(False)
+        s.ask(3)  # not held: no wait, a design point
+        assert s.round is None and s.counts["design"] == 4 and s.ask_wait_s == 0.0
+        gate.set()
+        deadline = _time.monotonic() + 30
+        while s.holds_hand_outs(True) and _time.monotonic() < deadline:
+            _time.sleep(0.01)
+        s.ask(4)
+        assert s.counts["model"] == 1 and s.ask_wait_s == 0.0 and s.first_wait_s > 0  # the hold counted
+    finally:
+        gate.set()
+        s.close()
+
+
+def test_a_closed_searcher_abandons_its_round_at_the_next_checkpoint():
+    """`close` (a model replaced on a switch of rung) does not wait for a round to finish."""
+    import time as _time
+
+    inner = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
+    s = Prefetching(inner, groups=4)
+
+    def endless(*a, checkpoint, **k):
+        while True:
+            checkpoint()
+            _time.sleep(0.001)
+
+    inner.prepare_round = endless
+    for i in range(3):
+        p = s.ask(i)
+        s.tell(i, p, branin(p))
+    s.ask(3)  # starts the thread on its endless round
+    assert s._thread is not None and s._thread.is_alive()
+    t0 = _time.monotonic()
+    s.close()
+    assert not s._thread.is_alive() and _time.monotonic() - t0 < 5 and s.error is None
+
+
 def test_how_stale_a_round_may_be_follows_the_trial_length_and_the_data_size():
     s = Prefetching(BayesianSearch(SPACE, seed=0), groups=16)
 

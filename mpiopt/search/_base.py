@@ -1,7 +1,7 @@
 """The ask/tell interface every search algorithm implements, with the coordinator's optional hooks.
 
-`ask`/`tell`/`add_pending` are the core. The hooks (`prefers_fresh`, `watch_backlog`, `pause`,
-`report`, `close`, and the `ask_wait_s` attribute) are declared here with defaults that do
+`ask`/`tell`/`add_pending` are the core. The hooks (`holds_hand_outs`, `ready`, `prefers_fresh`,
+`watch_backlog`, `pause`, `report`, `close`, and the `ask_wait_s` attribute) are declared here with defaults that do
 nothing, so the coordinator and the CLI call them on any searcher instead of probing for them;
 only a searcher with background work (`Prefetching`) overrides them.
 """
@@ -63,6 +63,23 @@ class Searcher(ABC):
         Ignored by default: only a searcher that learns from partial training (`RungModel`) uses it."""
 
     # -- optional hooks: defaults for a searcher without background work -----------------
+    def holds_hand_outs(self, may_hold: bool) -> bool:
+        """Whether the next `ask()` should wait for the model (trials shorter than a model round).
+
+        The coordinator then keeps the free group waiting without calling `ask`, answers the
+        other groups' reports and results meanwhile, and asks again soon; it calls `ask` (which
+        then waits, within the searcher's bound) only when no group runs. With `may_hold` False
+        (the coordinator holds as many groups as it can serve at once when the model is ready)
+        the answer is False and the next `ask` goes ahead without waiting. The held time is the
+        searcher's choice, like `ask_wait_s`.
+        """
+        return False
+
+    def ready(self) -> bool:
+        """Whether the searcher suggests from its model now, or never will (no model, or its
+        background work stopped): one that replaces another takes over once it is."""
+        return True
+
     def prefers_fresh(self) -> bool:
         """Whether the next hand-out would wait for a model that includes the latest result.
 

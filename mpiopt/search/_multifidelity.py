@@ -20,8 +20,10 @@ final loss: its training ended on its own (early stopping) before that rung, so 
 not have changed it. At the top rung (`top`, the training epochs) that is stored as its result;
 below, it is what lets such a trial leave the inner searcher's pending points.
 
-On a switch the old inner searcher is closed and a new one (`make_inner()`) is told the outcomes
-at the new rung, trial by trial, exactly as if it had been the model all along.
+On a switch a new inner searcher (`make_inner()`) is told the outcomes at the new rung, trial by
+trial, exactly as if it had been the model all along. It is *staged*: the old one goes on
+answering until the new one is `ready()` (its first model round is prepared), so that no
+hand-out waits for a model at a switch; then the old one is closed.
 """
 from __future__ import annotations
 
@@ -59,7 +61,8 @@ class RungModel(Searcher):
         results: epochs -> trial -> (params, loss), as reported (the first report of a
             (trial, epochs) wins), plus completed trials at `top`.
         model_rung: the rung the inner searcher is fitted on now (None before any result).
-        switches: how many times the model moved up.
+        switches: how many times the model moved up (a staged model counts once it serves).
+        staged: the inner searcher being prepared for `staged_rung`, or None.
         observed, pending: the wrapper's own: the final words told via `tell`, and the trials
             asked or added and not finally told.
     """
@@ -77,6 +80,9 @@ class RungModel(Searcher):
         self.switches = 0
         self.inner = make_inner()
         self._told_inner: set[int] = set()  # trials the current inner searcher has as observations
+        self.staged: Searcher | None = None
+        self.staged_rung: int | None = None
+        self._told_staged: set[int] = set()
         # the coordinator calls these hooks once or now and then: a new inner searcher gets them again
         self._backlog: Callable[[], bool] | None = None
         self._busy: bool | None = None
@@ -84,20 +90,25 @@ class RungModel(Searcher):
 
     # -- the interface -------------------------------------------------------------------
     def ask(self, trial: int) -> Params:
+        self._serve_staged_if_ready()
         params = self.inner.ask(trial)
         self.ask_wait_s = self.inner.ask_wait_s
         self.pending[trial] = params
+        if self.staged is not None:
+            self.staged.add_pending(trial, params)
         return params
 
     def add_pending(self, trial: int, params: Params) -> None:
         super().add_pending(trial, params)
-        self.inner.add_pending(trial, params)
+        for inner in self._inners():
+            inner.add_pending(trial, params)
 
     def drop_pending(self, trial: int) -> None:
         """A paused trial is no fantasy at any rung: it trains no more unless promoted (BOHB's
         models hold their rung's results only)."""
         super().drop_pending(trial)
-        self.inner.drop_pending(trial)
+        for inner in self._inners():
+            inner.drop_pending(trial)
 
     def tell_rung(self, trial: int, params: Params, epochs: int, loss: float | None) -> None:
         """A result of `trial` at the rung of `epochs` epochs (None, NaN or inf: it has no loss there)."""
@@ -126,16 +137,25 @@ class RungModel(Searcher):
         return dict(sorted(merged.items()))
 
     # -- optional hooks: the current inner searcher's ------------------------------------------
+    def holds_hand_outs(self, may_hold: bool) -> bool:
+        self._serve_staged_if_ready()
+        return self.inner.holds_hand_outs(may_hold)
+
+    def ready(self) -> bool:
+        return self.inner.ready()
+
     def prefers_fresh(self) -> bool:
         return self.inner.prefers_fresh()
 
     def watch_backlog(self, results_waiting: Callable[[], bool]) -> None:
         self._backlog = results_waiting
-        self.inner.watch_backlog(results_waiting)
+        for inner in self._inners():
+            inner.watch_backlog(results_waiting)
 
     def pause(self, busy: bool) -> None:
         self._busy = busy
-        self.inner.pause(busy)
+        for inner in self._inners():
+            inner.pause(busy)
 
     def report(self) -> str:
         if self.model_rung is None:
@@ -143,12 +163,15 @@ class RungModel(Searcher):
         else:
             moves = f"{self.switches} switch" + ("" if self.switches == 1 else "es")
             rung = f"model on rung {self.model_rung} ({self._count(self.model_rung)} results, {moves})"
+        if self.staged is not None:
+            rung += f", rung {self.staged_rung} staged"
         inner = self.inner.report()
         return f"{rung}; {inner}" if inner else rung
 
     def close(self) -> None:
         self._closed = True
-        self.inner.close()
+        for inner in self._inners():
+            inner.close()
 
     def _suggest(self) -> Params:  # required by Searcher; ask() is overridden and never calls it
         return self.inner._suggest()
@@ -160,19 +183,21 @@ class RungModel(Searcher):
             # the first result: its rung is the lowest with any result, and the inner searcher
             # has only failures and pending trials so far, which need no rebuild
             self.model_rung = min(self.results)
-        self._tell_inner(trial)
+        self._tell(self.inner, self.model_rung, self._told_inner, trial)
+        if self.staged is not None:
+            self._tell(self.staged, self.staged_rung, self._told_staged, trial)
         rung = self._rung_due()
         if rung is not None and not self._closed:  # a closed searcher starts no new inner one (no threads)
-            self._switch_to(rung)
+            self._stage(rung)
 
-    def _tell_inner(self, trial: int) -> None:
-        """The trial's outcome at the model's rung, if it has one now and the model has not seen one."""
-        if trial in self._told_inner:
+    def _tell(self, inner: Searcher, rung: int | None, told: set[int], trial: int) -> None:
+        """The trial's outcome at `rung` to `inner`, if it has one now and `inner` has not seen one."""
+        if trial in told:
             return
-        outcome = self._outcome(trial, self.rung_results(self.model_rung) if self.model_rung is not None else {})
+        outcome = self._outcome(trial, self.rung_results(rung) if rung is not None else {})
         if outcome is not None:
-            self.inner.tell(trial, *outcome)
-            self._told_inner.add(trial)
+            inner.tell(trial, *outcome)
+            told.add(trial)
 
     def _outcome(self, trial: int, at_rung: dict[int, Result]) -> Result | None:
         """The trial's result at the rung, a failure (it ended without one), or None: still pending."""
@@ -187,38 +212,54 @@ class RungModel(Searcher):
         return sum(loss is not None for _, loss in self.rung_results(rung).values())
 
     def _rung_due(self) -> int | None:
-        """The highest rung above the model's with `enough` results, if any."""
-        if self.model_rung is None:
+        """The highest rung above the model's (and the staged one's) with `enough` results, if any."""
+        floor = self.staged_rung if self.staged is not None else self.model_rung
+        if floor is None:
             return None
-        higher = [r for r in self.results if r > self.model_rung and self._count(r) >= self.enough]
+        higher = [r for r in self.results if r > floor and self._count(r) >= self.enough]
         return max(higher, default=None)
 
     # -- a switch of rung ----------------------------------------------------------------------
-    def _switch_to(self, rung: int) -> None:
-        self.inner.close()  # the old model's background work, if any, must stop before it is dropped
-        self.model_rung = rung
-        self.switches += 1
-        self.inner = self._build(rung)
+    def _inners(self) -> list[Searcher]:
+        return [self.inner] if self.staged is None else [self.inner, self.staged]
 
-    def _build(self, rung: int) -> Searcher:
+    def _stage(self, rung: int) -> None:
+        """Prepare the model on `rung` beside the serving one (replacing a staged one on a lower rung)."""
+        if self.staged is not None:
+            self.staged.close()
+        self.staged, self.staged_rung, self._told_staged = self._build(rung)
+        self._serve_staged_if_ready()  # a searcher without background work is ready at once
+
+    def _serve_staged_if_ready(self) -> None:
+        """The staged model takes over once it is ready; the old one is closed (its background
+        work, if any, is abandoned)."""
+        if self.staged is None or not self.staged.ready():
+            return
+        self.inner.close()
+        self.inner, self.model_rung, self._told_inner = self.staged, self.staged_rung, self._told_staged
+        self.staged, self.staged_rung, self._told_staged = None, None, set()
+        self.switches += 1
+
+    def _build(self, rung: int) -> tuple[Searcher, int, set[int]]:
         """A new inner searcher that has seen every trial's outcome at `rung`, in trial order:
-        results, then failures, then the trials still pending there."""
+        results, then failures, then the trials still pending there; with its rung and the trials
+        it was told."""
         inner = self.make_inner()
         if self._backlog is not None:
             inner.watch_backlog(self._backlog)
         if self._busy is not None:
             inner.pause(self._busy)
         at_rung = self.rung_results(rung)
-        self._told_inner = set()
+        told: set[int] = set()
         for trial, (params, loss) in at_rung.items():
             inner.tell(trial, params, loss)
-            self._told_inner.add(trial)
+            told.add(trial)
         for trial in sorted(self.observed):
             outcome = self._outcome(trial, at_rung)
-            if trial not in self._told_inner and outcome is not None:
+            if trial not in told and outcome is not None:
                 inner.tell(trial, *outcome)
-                self._told_inner.add(trial)
+                told.add(trial)
         for trial in sorted(self.pending):
-            if trial not in self._told_inner:
+            if trial not in told:
                 inner.add_pending(trial, self.pending[trial])
-        return inner
+        return inner, rung, told

@@ -18,7 +18,9 @@ Whether a hand-out waits for a round (`RoundPolicy` holds the numbers):
 
 * trials longer than a round: never; the design goes on until the first round is ready;
 * trials shorter than a round (the groups are idle most of the time anyway): for the first
-  round, and for a fresher one when the current one is too many results behind (`stale_limit`);
+  round, and for a fresher one when the current one is too many results behind (`stale_limit`).
+  The coordinator sees such a wait coming (`holds_hand_outs`) and keeps its free groups waiting
+  while it answers the others, so that reports and results are not queued behind the model;
 * on request (MPIOPT_FRESH_SHARE), with trials of minutes: for a round that includes the result
   just in; off by default because it makes a group wait for the surrogate.
 
@@ -93,6 +95,10 @@ class RoundPolicy:
         return cls(fresh_share=_env.get("MPIOPT_FRESH_SHARE"))
 
 
+class _Abandoned(Exception):
+    """Raised at a checkpoint of a closed searcher's thread: its round is of no use any more."""
+
+
 class Prefetching(Searcher):
     """Wraps a `BayesianSearch` so that suggestions are ready before they are asked for.
 
@@ -135,8 +141,14 @@ class Prefetching(Searcher):
         self._turnaround: list[float] = []  # hand-out to result, seconds, the latest `turnaround_keep`
         self._keys = inner.known_points()  # every point asked, re-run or told, kept up to date here
         self._go = threading.Event()  # cleared while the coordinator is busy handing out trials
+        # a wait for a round, from the first hand-out it held (`holds_hand_outs`) or that waited,
+        # until one goes ahead: its start (None: no wait on) and whether it waits for the first round
+        self._hold_t0: float | None = None
+        self._hold_first = False
+        self._skip_wait = False  # `holds_hand_outs` said no: the next hand-out does not wait for a round
         self._go.set()
         self._yielded = self._clock()
+        self._parked_until = self._yielded  # when the thread last stopped parking
         # statistics, for `report`
         self.round_s = 0.0  # seconds the last round took to prepare
         self.rounds = 0
@@ -155,10 +167,13 @@ class Prefetching(Searcher):
             self.ask_wait_s = 0.0
             limit = self.stale_limit()
             first = self.round is None
-            if self._round_wait_due(first, limit):
+            round_due, held_off = self._round_wait_due(first, limit), self._skip_wait
+            self._skip_wait = False
+            if round_due and not held_off:  # the coordinator did not hold this hand-out: no wait
                 self._wait_for_round(first, limit)
-            elif self._fresh_wait_due():
+            elif not round_due and self._fresh_wait_due():
                 self._wait_for_fresh_round()
+            self._end_hold()
             params = self._from_round() if self.round is not None else None
             if params is None:
                 params = self._from_design()
@@ -196,6 +211,26 @@ class Prefetching(Searcher):
             self.inner.add_pending(trial, params)
             self._note_running(trial, params)
 
+    def holds_hand_outs(self, may_hold: bool) -> bool:
+        """Whether the next hand-out would wait for a round (`_round_wait_due`), within
+        `round_wait_s` of the first hand-out that was held: the round is worked on meanwhile."""
+        with self._lock:
+            first = self.round is None
+            if not self._round_wait_due(first, self.stale_limit()):
+                self._end_hold()
+                self._skip_wait = True
+                return False
+            now = self._clock()
+            self._begin_hold(first, now)
+            holding = may_hold and now - self._hold_t0 < self.policy.round_wait_s
+            self._skip_wait = not holding
+        self._start()
+        return holding
+
+    def ready(self) -> bool:
+        with self._lock:
+            return self.round is not None or self.error is not None or self._stop or not self.inner.model_ready()
+
     def prefers_fresh(self) -> bool:
         return self.round is not None and self.error is None and self._fresh_affordable()
 
@@ -205,7 +240,7 @@ class Prefetching(Searcher):
         self._results_waiting = results_waiting
 
     def pause(self, busy: bool) -> None:
-        if busy:
+        if busy and self._hold_t0 is None:  # while hand-outs wait for a round, it goes on at full speed
             self._go.clear()
         else:
             self._go.set()
@@ -242,18 +277,34 @@ class Prefetching(Searcher):
                 and (first or self._tells - self._round_tells > limit) and self._trials_are_short(first))
 
     def _wait_for_round(self, first: bool, limit: int) -> None:
+        """Wait (the hold's bound included) for a round at most `limit` results behind."""
         t0 = self._clock()
+        self._begin_hold(first, t0)
         self._start()
-        self._go.set()
-        self._wake.notify_all()
         self._wake.wait_for(lambda: (self.round is not None and self._tells - self._round_tells <= limit)
-                            or self.error is not None or self._stop, timeout=self.policy.round_wait_s)
-        waited = self._note_wait(t0)
-        if first:
-            self.first_wait_s = waited
+                            or self.error is not None or self._stop,
+                            timeout=max(0.0, self._hold_t0 + self.policy.round_wait_s - t0))
+        self.ask_wait_s = self._clock() - t0
+
+    def _begin_hold(self, first: bool, now: float) -> None:
+        """A wait for a round begins (if none is on): the thread gets to work on it at once."""
+        if self._hold_t0 is None:
+            self._hold_t0, self._hold_first = now, first
+            self._go.set()
+            self._wake.notify_all()
+
+    def _end_hold(self) -> None:
+        """The wait for a round is over: counted in the statistics and left out of trial lengths."""
+        if self._hold_t0 is None:
+            return
+        held = self._clock() - self._hold_t0
+        self._hold_t0 = None
+        self._waited += held
+        if self._hold_first:
+            self.first_wait_s += held
         else:
             self.waits += 1
-            self.wait_s += waited
+            self.wait_s += held
 
     def _fresh_wait_due(self) -> bool:
         """Long trials, on request: wait for a round that knows every result so far (the asking
@@ -361,14 +412,19 @@ class Prefetching(Searcher):
         of work it sleeps `yield_s` whatever the coordinator does: numpy releases and retakes the
         interpreter lock inside its calls, microseconds apart, and each retake resets the
         dispatch loop's claim to it (CPython hands the lock over on request only when no other
-        thread took it within the switch interval).
+        thread took it within the switch interval). A closed searcher's thread abandons its work
+        here, so that `close` (on the dispatch path when a model moves rung) does not wait for it.
         """
+        if self._stop:
+            raise _Abandoned
         p = self.policy
         if self._clock() - self._yielded > p.yield_every_s:
             self._sleep(p.yield_s)
             self._yielded = self._clock()
-        if not self._go.is_set() and not self._stop and self.round is not None:
+        if (not self._go.is_set() and not self._stop and self.round is not None
+                and self._clock() - self._parked_until > p.park_max_s):
             self._go.wait(p.park_max_s)
+            self._parked_until = self._clock()
 
     def _start(self) -> None:
         if self._thread is None and self.inner.model_ready():
@@ -381,6 +437,8 @@ class Prefetching(Searcher):
     def _run(self) -> None:
         try:
             self._loop()
+        except _Abandoned:
+            pass
         except BaseException as exc:  # noqa: BLE001 - the dispatch loop falls back to the design
             self.error = exc
 
