@@ -201,7 +201,8 @@ def test_a_closed_searcher_abandons_its_round_at_the_next_checkpoint():
     for i in range(3):
         p = s.ask(i)
         s.tell(i, p, branin(p))
-    s.ask(3)  # starts the thread on its endless round
+    assert not s.holds_hand_outs(False)  # starts the thread on its endless round
+    s.ask(3)  # without waiting for it
     assert s._thread is not None and s._thread.is_alive()
     t0 = _time.monotonic()
     s.close()
