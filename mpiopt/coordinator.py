@@ -350,9 +350,8 @@ class Coordinator:
         state = self.groups[group]
         if (not self._can_send_ahead or self._stopping or state.running != n or state.ahead is not None
                 or state.ghost is not None
-                or self.send_ahead.lead(self._n_running, self.searcher.prefers_fresh()) is None):
-            return
-        if self._promotion_for(group) is None and not self._rerun and (not self._room() or self._model_holds(0)):
+                or self.send_ahead.lead(self._n_running, self.searcher.prefers_fresh()) is None
+                or self._nothing_for(group, 0) is not None):
             return
         self._send_next(group)
 
