@@ -78,9 +78,8 @@ class GroupState:
 # when it is, and the groups it holds wait for the coordinator's next look
 HOLD_POLL_S = 0.002
 # a hold keeps at most this many free groups waiting: they are served one after another once the
-# model is ready (a hand-out in such a burst takes 1-3 ms on a busy node), and the last of them
-# must not wait for that burst much longer than for one hand-out; further groups get a trial
-# from the model as it is
+# model is ready, and the last of them must not wait for that burst much longer than for one
+# hand-out; further groups get a trial from the model as it is
 HOLD_MAX_GROUPS = 4
 
 
@@ -257,7 +256,6 @@ class Coordinator:
         and the searcher does not hold new trials back for its model)."""
         left: deque[int] = deque()  # free groups with nothing to run now
         held = 0
-        self._holding = False
         while self._idle and not self._stopping:
             # a searcher that waits for a model with the latest results (long trials) serves a
             # burst best once all of it is in: one model for every group of the burst. The probe

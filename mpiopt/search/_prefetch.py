@@ -66,8 +66,9 @@ class RoundPolicy:
     # trials this many times shorter than a round: a hand-out's round may be at most one result behind,
     # since the model, not the groups, limits such a search
     very_short: int = 4
-    # the thread parks while the coordinator hands out trials, at most this long at a time: a
-    # coordinator that is never idle (trials of milliseconds) must still get rounds
+    # the thread parks while the coordinator hands out trials, at most this long at a time and
+    # only after working as long since its last park: a coordinator that is never idle (trials of
+    # milliseconds, reports by the thousand) must still get rounds
     park_max_s: float = 0.05
     # after this much work the thread sleeps `yield_s`: numpy releases and retakes the interpreter
     # lock inside its calls, which resets the dispatch loop's claim to it, so without a real sleep
@@ -407,7 +408,8 @@ class Prefetching(Searcher):
         """Called by the surrogate between steps of a round: let the dispatch loop in.
 
         While the coordinator is busy (a burst of results is handed out fastest with this thread
-        out of the way) it parks, at most `park_max_s` at a time; the first round is never
+        out of the way) it parks, at most `park_max_s` at a time and at most every other
+        `park_max_s`, so that it still works half the time; the first round is never
         parked, since until it is ready the groups get design points. And every `yield_every_s`
         of work it sleeps `yield_s` whatever the coordinator does: numpy releases and retakes the
         interpreter lock inside its calls, microseconds apart, and each retake resets the
@@ -421,7 +423,7 @@ class Prefetching(Searcher):
         if self._clock() - self._yielded > p.yield_every_s:
             self._sleep(p.yield_s)
             self._yielded = self._clock()
-        if (not self._go.is_set() and not self._stop and self.round is not None
+        if (not self._go.is_set() and self.round is not None
                 and self._clock() - self._parked_until > p.park_max_s):
             self._go.wait(p.park_max_s)
             self._parked_until = self._clock()
