@@ -2,7 +2,22 @@
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["load_results", "load_history", "load_model", "best_params", "__version__"]
+# the plots (mpiopt.plots) load matplotlib on first use, not with mpiopt
+PLOTS = ("plot_history", "plot_importance", "plot_parallel", "plot_slices", "plot_curves", "plot_timeline",
+         "parameter_importance", "write_report")
+__all__ = ["load_results", "load_history", "load_model", "best_params", "__version__", *PLOTS]
+
+
+def __getattr__(name: str):
+    if name == "write_report":
+        from .report import write_report
+
+        return write_report
+    if name in PLOTS:
+        from . import plots
+
+        return getattr(plots, name)
+    raise AttributeError(f"module 'mpiopt' has no attribute {name!r}")
 
 
 def load_results(path):

@@ -73,13 +73,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the best trial only; with --format yaml, its parameters and training settings")
     r.add_argument("--timeline", action="store_true", help="group utilization and dispatch latency")
     r.set_defaults(trials=None, seed=None, np=None, trace=False)
+    st = sub.add_parser("status", help="a running or stopped search at a glance (reads only)")
+    st.add_argument("dir", metavar="DIR")
+    st.set_defaults(trials=None, seed=None, np=None, top=None, trace=False)
+    rp = sub.add_parser("report", help="plots and a self-contained report.html of a search")
+    rp.add_argument("dir", metavar="DIR")
+    rp.add_argument("--out", metavar="PATH", help="where the report goes (default DIR/report)")
+    rp.set_defaults(trials=None, seed=None, np=None, top=None, trace=False)
     return p
 
 
 def _check_args(args: argparse.Namespace) -> None:
     """What argparse does not check: a command was given, and the numbers are in range."""
     if args.command is None:
-        raise ConfigError("missing COMMAND: one of search, check, train, results (see `mpiopt --help`)")
+        raise ConfigError("missing COMMAND: one of search, check, train, results, status, report (see `mpiopt --help`)")
     for flag, value in (("trials", args.trials), ("np", args.np), ("top", args.top)):
         if value is not None and value < 1:
             raise ConfigError(f"--{flag}: expected a positive integer, got {value}")
@@ -105,6 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guard(lambda: cmd_results(args))
     if args.command == "check":
         return _guard(lambda: cmd_check(args))
+    if args.command == "status":
+        return _guard(lambda: cmd_status(args))
+    if args.command == "report":
+        return _guard(lambda: cmd_report(args))
     prepare_threads()
     command = _search if args.command == "search" else _train
     return mpi_main(job.cfg, lambda comm, placement: command(args, job, comm, placement),
@@ -602,6 +613,21 @@ def cmd_results(args) -> int:
         print(f"{args.dir}: {len(df)} trials (" + ", ".join(f"{n} {s}" for s, n in counts.items())
               + f"); {direction} {metric}")
         print(view.table(top) if len(top) else "(no trials)")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .report import write_report
+
+    page = write_report(args.dir, args.out)
+    print(f"report: {page}")
+    return 0
+
+
+def cmd_status(args) -> int:
+    from .status import status_text
+
+    print(status_text(args.dir))
     return 0
 
 

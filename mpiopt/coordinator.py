@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from ._send_ahead import SendAhead
 from .config import Config
-from .journal import RunDir
+from .journal import HEARTBEAT_EVERY_S, RunDir
 from .scheduler import Decision, Scheduler
 from .search import Searcher
 from .trial import (Report, Task, TrialRecord, TrialResult, TrialStatus, apply_event, finish_event, report_event,
@@ -104,6 +104,46 @@ class Summary:
         return out
 
 
+class Progress:
+    """When to print the search's summary line, and what it says: at every tenth of the budget,
+    and at least every EVERY_S while results come in; the rate counts this run's results only."""
+
+    EVERY_S = 600.0
+
+    def __init__(self, budget: int, finished: int) -> None:
+        self.budget = budget
+        self.step = max(1, math.ceil(budget / 10))
+        self.t0 = self.last_at = time.monotonic()
+        self.finished0 = finished
+        self.last_mark = finished // self.step
+
+    def due(self, finished: int) -> bool:
+        now = time.monotonic()
+        mark = finished // self.step
+        if mark > self.last_mark or now - self.last_at >= self.EVERY_S:
+            self.last_mark, self.last_at = mark, now
+            return True
+        return False
+
+    def line(self, finished: int) -> str:
+        hours = (time.monotonic() - self.t0) / 3600.0
+        rate = (finished - self.finished0) / hours if hours > 0 else 0.0
+        left = max(0, self.budget - finished)
+        eta = f"about {format_hours(left / rate)} left" if rate > 0 and left else "the budget is spent" if not left \
+            else "time left unknown"
+        return f"{finished}/{self.budget} trials ({finished / self.budget:.0%}), {rate:.0f} trials/h, {eta}"
+
+
+def format_hours(hours: float) -> str:
+    """A duration for people: 45 s, 12 min, 3.4 h."""
+    seconds = hours * 3600.0
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{hours:.1f} h"
+
+
 class Coordinator:
     """Event-driven scheduling: wait for any result, take it in, give that group its next trial."""
 
@@ -148,6 +188,8 @@ class Coordinator:
         self._rungs = frozenset(self.scheduler.rung_epochs())
         self._best_so_far: dict[int, float | None] = {}  # per trial: its best reported loss
         self._warned_unjudged = False
+        self._beat_at = -math.inf  # time.monotonic() of the last heartbeat
+        self._progress = Progress(cfg.search.trials, self._finished)
         self._paused = {n for n, t in self.trials.items() if t.status == TrialStatus.PAUSED}
         self._replay_scheduler(history)
         transport.listen(self.on_report)
@@ -194,6 +236,7 @@ class Coordinator:
         t0 = self._clock()
         self._begin_search()
         while True:
+            self._beat()
             self._hand_out_to_idle()
             due_at = self._send_ahead()
             if not self.transport.has_result():
@@ -381,6 +424,8 @@ class Coordinator:
             waits.append(due_at - now)
         if self._holding:
             waits.append(HOLD_POLL_S)
+        if self.run_dir is not None:
+            waits.append(self._beat_at + HEARTBEAT_EVERY_S - time.monotonic())
         return max(0.0, min(waits)) if waits else None
 
     def _start_running(self, group: int, n: int, at: float) -> None:
@@ -514,6 +559,8 @@ class Coordinator:
         if self.run_dir is not None:
             self.run_dir.sync()
         self._table(force=True)
+        if self.run_dir is not None:
+            self.run_dir.heartbeat("ended")
         summary = self.summary
         summary.best = self.best()
         summary.target_reached = summary.target_reached or self.reached_target()
@@ -695,6 +742,15 @@ class Coordinator:
         best_txt = f"best {best.objective:.6g} (trial {best.trial})" if best else "no completed trial yet"
         log.info("trial %d %s %s [group %s, %.2f s] %d/%d, %s", n, rec.status.value, what, rec.group,
                  rec.duration_s or 0.0, self._finished, self.cfg.search.trials, best_txt)
+        if self._progress.due(self._finished):
+            log.info("progress: %s, %d running, %s", self._progress.line(self._finished), self._n_running, best_txt)
+
+    def _beat(self) -> None:
+        """Every HEARTBEAT_EVERY_S, tell `mpiopt status` the search is alive (a file, not the lock)."""
+        now = time.monotonic()
+        if self.run_dir is not None and now - self._beat_at >= HEARTBEAT_EVERY_S:
+            self._beat_at = now
+            self.run_dir.heartbeat("running")
 
 
     def _warn_if_unjudged(self, n: int, rec: TrialRecord) -> None:

@@ -32,6 +32,8 @@ JOURNAL = "trials.jsonl"
 RESULTS = "results.csv"
 CONFIG = "config.yaml"
 LOCK = ".lock"
+HEARTBEAT = "heartbeat.json"  # the coordinator's sign of life, for `mpiopt status` (no lock needed)
+HEARTBEAT_EVERY_S = 10.0
 LOG = "search.log"  # the coordinator's log lines, appended across resumes
 ERROR_TEXT = "error.txt"  # in trials/<id>/: a failed trial's whole error text
 CHECKPOINT = ("checkpoint.npz", "checkpoint.json")  # in trials/<id>/: a trial's last checkpoint (mpiopt.learn)
@@ -373,6 +375,13 @@ class RunDir:
         record of truth, fsynced), so it is replaced atomically but not fsynced; the final table is."""
         atomic_write(self.path / RESULTS, results_csv(trials, param_names, live=live, cache=self._table_cache),
                      durable=not live)
+
+    def heartbeat(self, state: str, **facts: Any) -> None:
+        """Say the search is alive (`state` "running") or has ended ("ended"), with `facts` (the
+        budget, each group's trial...): `mpiopt status` reads it from any machine that sees the
+        file system, where the lock may not be visible."""
+        body = {"state": state, "time": time.time(), "host": socket.gethostname(), "pid": os.getpid(), **facts}
+        atomic_write(self.path / HEARTBEAT, _line(body), durable=False)
 
     def trial_dir(self, trial: int) -> Path:
         return self.path / "trials" / str(trial)

@@ -103,3 +103,16 @@ def branin_curve(params, comm, trial):
         if trial.should_stop():
             break
     return final + 30.0 / step
+
+
+def curve_or_fail(params, trial):
+    """A learning curve towards Branin's value, reported each step; fails for x > 9 (a broken model)."""
+    final = branin(params)
+    for step in range(1, 10):
+        time.sleep(float(os.environ.get("MPIOPT_TEST_SLEEP", "0.2")) / 9)
+        if params["x"] > 9 and step == 2:
+            raise ValueError("the model broke at step 2")
+        trial.report(step, objective=final + 30.0 / step, loss=final / 10 + 3.0 / step)
+        if trial.should_stop():
+            break
+    return {"objective": final + 30.0 / step, "loss": final / 10 + 3.0 / step}

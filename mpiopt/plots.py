@@ -1,0 +1,268 @@
+"""Plots of a search, from its results table and per-epoch history (`mpiopt.load_results`,
+`mpiopt.load_history`). Each function returns a `matplotlib.figure.Figure` (no pyplot state);
+matplotlib is imported only when a plot is made, so a search never pays for it.
+
+A plot that the data cannot support (no completed trial, no per-epoch reports...) raises
+`PlotUnavailable` with the reason; `mpiopt report` shows that reason in the plot's place.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+STATUS_COLOURS = {"completed": "tab:blue", "pruned": "tab:gray", "paused": "tab:orange", "failed": "tab:red",
+                  "diverged": "tab:purple", "timeout": "tab:brown", "interrupted": "tab:pink",
+                  "running": "tab:green"}
+# enough completed trials for a random forest to say more than noise about the parameters
+MIN_FOR_IMPORTANCE = 8
+
+
+class PlotUnavailable(ValueError):
+    """The data cannot support this plot; the message says why."""
+
+
+def _figure(width: float = 8.0, height: float = 4.5):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _params(df) -> list[str]:
+    return [c for c in df.columns if c.startswith("params_")]
+
+
+def _is_categorical(series) -> bool:
+    """Strings and booleans get an axis of categories; numbers (numeric choices too) a numeric one."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    return is_bool_dtype(series) or not is_numeric_dtype(series)
+
+
+def _completed(df):
+    done = df[(df["status"] == "completed") & df["objective"].notna()]
+    if done.empty:
+        raise PlotUnavailable("no completed trial yet")
+    return done
+
+
+def _best_so_far(values: np.ndarray, direction: str) -> np.ndarray:
+    return np.minimum.accumulate(values) if direction == "minimize" else np.maximum.accumulate(values)
+
+
+def _categories(series) -> list:
+    return sorted(series.dropna().unique(), key=str)
+
+
+# -- optimization history -------------------------------------------------------------------------
+def plot_history(df, *, direction: str = "minimize", metric: str = "objective"):
+    """Each completed trial's figure of merit and the best so far, against the trial number and
+    against wall time since the search's first trial started."""
+    done = _completed(df).sort_values("end")
+    fig = _figure(10.0, 4.2)
+    by_trial, by_time = fig.subplots(1, 2, sharey=True)
+    ordered = done.sort_values("trial")
+    by_trial.scatter(ordered["trial"], ordered["objective"], s=14, color="tab:blue", label="trial")
+    by_trial.step(ordered["trial"], _best_so_far(ordered["objective"].to_numpy(float), direction), where="post",
+                  color="tab:red", label="best so far")
+    by_trial.set_xlabel("trial")
+    by_trial.set_ylabel(metric)
+    t0 = df["start"].dropna().min()
+    minutes = (done["end"] - t0).dt.total_seconds().to_numpy() / 60.0
+    by_time.scatter(minutes, done["objective"], s=14, color="tab:blue")
+    by_time.step(minutes, _best_so_far(done["objective"].to_numpy(float), direction), where="post", color="tab:red")
+    by_time.set_xlabel("minutes since the search started")
+    others = int((df["status"] != "completed").sum())
+    by_trial.legend(title=f"{len(done)} completed, {others} not", fontsize="small")
+    fig.suptitle(f"Optimization history ({direction} {metric})")
+    return fig
+
+
+# -- parameter importance -------------------------------------------------------------------------
+def parameter_importance(df, *, log_params: Iterable[str] = ()) -> dict[str, float]:
+    """Each parameter's share of the figure of merit's variation, by permutation importance of a
+    random forest fitted on the completed trials (scikit-learn), normalised to sum to 1."""
+    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.inspection import permutation_importance
+
+    done = _completed(df)
+    names = _params(df)
+    if len(done) < MIN_FOR_IMPORTANCE:
+        raise PlotUnavailable(f"needs at least {MIN_FOR_IMPORTANCE} completed trials, has {len(done)}")
+    X = np.column_stack([_numeric(done[c], c[len("params_"):] in set(log_params)) for c in names])
+    y = done["objective"].to_numpy(float)
+    forest = RandomForestRegressor(n_estimators=200, min_samples_leaf=2, random_state=0).fit(X, y)
+    raw = permutation_importance(forest, X, y, n_repeats=10, random_state=0).importances_mean
+    raw = np.clip(raw, 0.0, None)
+    total = raw.sum()
+    share = raw / total if total > 0 else np.full(len(names), 1.0 / len(names))
+    return {c[len("params_"):]: float(s) for c, s in zip(names, share, strict=True)}
+
+
+def _numeric(series, log: bool) -> np.ndarray:
+    """A parameter column as numbers: categories by their index, log-uniform ones in log scale."""
+    if _is_categorical(series):
+        index = {v: i for i, v in enumerate(_categories(series))}
+        return series.map(index).to_numpy(float)
+    values = series.to_numpy(float)
+    return np.log(values) if log and (values > 0).all() else values
+
+
+def plot_importance(df, *, log_params: Iterable[str] = ()):
+    """The parameters by importance (`parameter_importance`), most important on top."""
+    share = parameter_importance(df, log_params=log_params)
+    names = sorted(share, key=share.get)
+    fig = _figure(7.0, 1.2 + 0.45 * len(names))
+    ax = fig.subplots()
+    ax.barh(names, [share[n] for n in names], color="tab:blue")
+    ax.set_xlabel("share of the figure of merit's variation (random-forest permutation importance)")
+    ax.set_xlim(0, 1)
+    ax.set_title("Parameter importance")
+    return fig
+
+
+# -- parallel coordinates -------------------------------------------------------------------------
+def plot_parallel(df, *, direction: str = "minimize", metric: str = "objective", log_params: Iterable[str] = ()):
+    """One line a completed trial across every parameter's axis, coloured by the figure of merit
+    (the best trials drawn last, on top)."""
+    from matplotlib import colormaps
+    from matplotlib.colors import Normalize
+
+    done = _completed(df)
+    done = done.sort_values("objective", ascending=direction != "minimize")  # best last
+    names = _params(df)
+    axes_values, labels = [], []
+    for c in names:
+        unit, ticks = _unit_axis(done[c], c[len("params_"):] in set(log_params))
+        axes_values.append(unit)
+        labels.append((c[len("params_"):], ticks))
+    fig = _figure(max(6.0, 1.6 * len(names) + 2), 4.5)
+    ax = fig.subplots()
+    values = done["objective"].to_numpy(float)
+    norm = Normalize(values.min(), values.max() if values.max() > values.min() else values.min() + 1)
+    cmap = colormaps["viridis_r" if direction == "minimize" else "viridis"]
+    xs = np.arange(len(names))
+    for row, v in zip(np.column_stack(axes_values), values, strict=True):
+        ax.plot(xs, row, color=cmap(norm(v)), alpha=0.8, linewidth=1.2)
+    for x, (_, ticks) in zip(xs, labels, strict=True):
+        ax.axvline(x, color="black", linewidth=0.6)
+        for pos, text in ticks:
+            ax.text(x + 0.03, pos, text, fontsize=7, va="center")
+    ax.set_xticks(xs, [name for name, _ in labels])
+    ax.set_yticks([])
+    ax.set_ylim(-0.05, 1.05)
+    fig.colorbar(_mappable(cmap, norm), ax=ax, label=metric)
+    ax.set_title(f"Parallel coordinates ({len(done)} completed trials)")
+    return fig
+
+
+def _mappable(cmap, norm):
+    from matplotlib.cm import ScalarMappable
+
+    return ScalarMappable(norm=norm, cmap=cmap)
+
+
+def _unit_axis(series, log: bool) -> tuple[np.ndarray, list[tuple[float, str]]]:
+    """A parameter scaled to [0, 1] for its axis, with a few labelled ticks."""
+    if _is_categorical(series):
+        cats = _categories(series)
+        pos = {v: (i / (len(cats) - 1) if len(cats) > 1 else 0.5) for i, v in enumerate(cats)}
+        return series.map(pos).to_numpy(float), [(pos[v], str(v)) for v in cats]
+    raw = _numeric(series, log)
+    lo, hi = float(raw.min()), float(raw.max())
+    span = hi - lo if hi > lo else 1.0
+    ticks = [(0.0, lo), (1.0, hi)] if hi > lo else [(0.0, lo)]
+    shown = [(p, f"{math.exp(v) if log else v:.3g}") for p, v in ticks]
+    return (raw - lo) / span, shown
+
+
+# -- slices ---------------------------------------------------------------------------------------
+def plot_slices(df, *, direction: str = "minimize", metric: str = "objective", log_params: Iterable[str] = ()):
+    """The figure of merit against each parameter (one panel a parameter), coloured by trial number."""
+    done = _completed(df)
+    names = _params(df)
+    cols = min(3, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig = _figure(4.0 * cols, 3.2 * rows)
+    panels = np.atleast_1d(fig.subplots(rows, cols, sharey=True, squeeze=False)).ravel()
+    rng = np.random.default_rng(0)
+    for ax, c in zip(panels, names, strict=False):
+        name = c[len("params_"):]
+        if _is_categorical(done[c]):
+            cats = _categories(done[c])
+            x = done[c].map({v: i for i, v in enumerate(cats)}).to_numpy(float) + rng.uniform(-0.15, 0.15, len(done))
+            ax.set_xticks(range(len(cats)), [str(v) for v in cats])
+        else:
+            x = done[c].to_numpy(float)
+            if name in set(log_params):
+                ax.set_xscale("log")
+        points = ax.scatter(x, done["objective"], c=done["trial"], cmap="Blues", edgecolors="black",
+                            linewidths=0.3, s=18)
+        ax.set_xlabel(name)
+    for ax in panels[len(names):]:
+        ax.set_visible(False)
+    for ax in panels[::cols]:
+        ax.set_ylabel(metric)
+    fig.colorbar(points, ax=list(panels[:len(names)]), label="trial")
+    fig.suptitle(f"Slices: {metric} against each parameter ({direction})")
+    return fig
+
+
+# -- learning curves ------------------------------------------------------------------------------
+def plot_curves(history, df, *, metric: str = "objective", direction: str = "minimize"):
+    """Every trial's per-epoch `metric` (`mpiopt.load_history`), coloured by the trial's status;
+    a trial stopped or paused by a scheduler ends in a cross."""
+    if history.empty or metric not in history.columns:
+        raise PlotUnavailable(f"no per-epoch reports of {metric} (the objective does not report, or no trial has yet)")
+    status = df.set_index("trial")["status"].to_dict()
+    fig = _figure(8.0, 4.5)
+    ax = fig.subplots()
+    counts: dict[str, int] = {}
+    for trial, rows in history.groupby("trial"):
+        s = status.get(trial, "running")
+        counts[s] = counts.get(s, 0) + 1
+        colour = STATUS_COLOURS.get(s, "black")
+        ax.plot(rows["epoch"], rows[metric], color=colour, alpha=0.6, linewidth=1.0,
+                marker="." if len(rows) == 1 else None)
+        if s in ("pruned", "paused"):
+            ax.plot(rows["epoch"].iloc[-1], rows[metric].iloc[-1], "x", color=colour, markersize=6)
+    from matplotlib.lines import Line2D
+
+    ax.legend([Line2D([], [], color=STATUS_COLOURS.get(s, "black")) for s in counts],
+              [f"{s} ({n})" for s, n in counts.items()], fontsize="small")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(metric)
+    ax.set_title(f"Learning curves ({direction} {metric})")
+    return fig
+
+
+# -- the group timeline ---------------------------------------------------------------------------
+def plot_timeline(df, *, now=None):
+    """A Gantt chart: each group's trials against time, coloured by status, with the utilization.
+    A trial without an end (running, or cut off by a kill) is drawn up to `now` (default: the
+    latest time in the table)."""
+    from .analysis import timeline
+
+    started = df.dropna(subset=["start", "group"])
+    if started.empty:
+        raise PlotUnavailable("no trial has started")
+    t0 = started["start"].min()
+    end = started["end"].fillna(now if now is not None else started[["start", "end"]].max().max())
+    fig = _figure(10.0, 1.5 + 0.35 * started["group"].nunique())
+    ax = fig.subplots()
+    seen: set[str] = set()
+    for status, rows in started.assign(stop=end).groupby("status"):
+        left = (rows["start"] - t0).dt.total_seconds() / 60.0
+        width = (rows["stop"] - rows["start"]).dt.total_seconds() / 60.0
+        ax.barh(rows["group"].astype(int), width, left=left, height=0.8, color=STATUS_COLOURS.get(status, "black"),
+                edgecolor="white", linewidth=0.4, label=status)
+        seen.add(status)
+    ax.set_xlabel("minutes since the search started")
+    ax.set_ylabel("group")
+    ax.invert_yaxis()
+    ax.legend(fontsize="small", loc="upper right")
+    _, summary = timeline(df)
+    share = summary.get("utilization", float("nan"))
+    ax.set_title(f"Groups over time: utilization {share:.0%}" if share == share else "Groups over time")
+    return fig

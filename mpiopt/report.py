@@ -1,0 +1,141 @@
+"""`mpiopt report DIR`: one PNG a plot and a self-contained report.html (the images inlined), made
+from the run directory only, whether the search finished, is running, or was killed."""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import plots
+from ._files import atomic_write
+from .analysis import _run_info, best_trials, direction_of, load_history, load_results, timeline
+from .journal import is_live
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Section:
+    """One plot of the report: its image, or why it could not be drawn."""
+
+    slug: str
+    title: str
+    png: bytes | None = None
+    reason: str | None = None
+
+
+def log_params(info: dict) -> set[str]:
+    """The parameters with a log-uniform prior in a run's resolved configuration."""
+    return {name for name, spec in (info.get("parameters") or {}).items()
+            if isinstance(spec, dict) and spec.get("prior") == "log-uniform"}
+
+
+def _plots(df, history, direction: str, metric: str, logs: set[str]) -> list[tuple[str, str, Callable]]:
+    return [
+        ("history", "Optimization history", lambda: plots.plot_history(df, direction=direction, metric=metric)),
+        ("importance", "Parameter importance", lambda: plots.plot_importance(df, log_params=logs)),
+        ("parallel", "Parallel coordinates",
+         lambda: plots.plot_parallel(df, direction=direction, metric=metric, log_params=logs)),
+        ("slices", "Slices", lambda: plots.plot_slices(df, direction=direction, metric=metric, log_params=logs)),
+        ("curves", "Learning curves", lambda: plots.plot_curves(history, df, metric=metric, direction=direction)),
+        ("timeline", "Group timeline", lambda: plots.plot_timeline(df)),
+    ]
+
+
+def _draw(slug: str, title: str, make: Callable) -> Section:
+    try:
+        fig = make()
+    except plots.PlotUnavailable as why:
+        return Section(slug, title, reason=str(why))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return Section(slug, title, png=buf.getvalue())
+
+
+def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
+    """Write the plots and report.html of the search in `path` to `out` (default `path/report`);
+    returns the report.html path."""
+    run = Path(path)
+    df = load_results(run)
+    history = load_history(run)
+    info = _run_info(run)
+    direction, metric = direction_of(run)
+    target = Path(out) if out is not None else run / "report"
+    target.mkdir(parents=True, exist_ok=True)
+    sections = [_draw(*spec) for spec in _plots(df, history, direction, metric, log_params(info))]
+    for s in sections:
+        if s.png is not None:
+            atomic_write(target / f"{s.slug}.png", s.png)
+    page = target / "report.html"
+    atomic_write(page, _html(run, info, df, direction, metric, sections).encode("utf-8"))
+    return page
+
+
+# -- the page -------------------------------------------------------------------------------------
+def summary_rows(run: Path, info: dict, df, direction: str, metric: str) -> list[tuple[str, str]]:
+    counts = df["status"].value_counts()
+    budget = (info.get("search") or {}).get("trials")
+    done = best_trials(df, direction)
+    best = done[done["status"] == "completed"].head(1)
+    rows = [("search", str(info.get("name", run.name))),
+            ("state", "running" if is_live(run) else "not running"),
+            ("trials", f"{len(df)}" + (f" of a budget of {budget}" if budget else "")),
+            ("by status", ", ".join(f"{n} {s}" for s, n in counts.items()))]
+    if not best.empty:
+        b = best.iloc[0]
+        params = ", ".join(f"{c[len('params_'):]}={b[c]}" for c in df.columns if c.startswith("params_"))
+        rows.append((f"best {metric} ({direction})", f"{b['objective']:.6g} at trial {int(b['trial'])}: {params}"))
+    if df["start"].notna().any():
+        span = (df[["start", "end"]].max().max() - df["start"].min()).total_seconds()
+        rows.append(("wall time", f"{span / 60:.1f} min"))
+    _, usage = timeline(df)
+    if "utilization" in usage:
+        rows.append(("group utilization", f"{usage['utilization']:.0%} of {usage['groups']} groups"))
+    scheduler = (info.get("search") or {}).get("scheduler")
+    if scheduler and scheduler != "none":
+        rows.append(("scheduler", str(scheduler)))
+    return rows
+
+
+def _top_table(df, direction: str, top: int = 10) -> str:
+    cols = ["trial", "status", "objective", *[c for c in df.columns if c.startswith("params_")], "epochs",
+            "duration_s", "group"]
+    shown = best_trials(df, direction, top)[[c for c in cols if c in df.columns]]
+    shown = shown.rename(columns={c: c[len("params_"):] for c in shown.columns if c.startswith("params_")})
+    return shown.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.6g}", border=0, classes="top")
+
+
+def _html(run: Path, info: dict, df, direction: str, metric: str, sections: list[Section]) -> str:
+    esc = html.escape
+    summary = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>"
+                      for k, v in summary_rows(run, info, df, direction, metric))
+    figures = []
+    for s in sections:
+        if s.png is not None:
+            data = base64.b64encode(s.png).decode("ascii")
+            body = f'<img src="data:image/png;base64,{data}" alt="{esc(s.title)}">'
+        else:
+            body = f'<p class="unavailable">Not drawn: {esc(s.reason or "")}.</p>'
+        figures.append(f'<section id="{s.slug}"><h2>{esc(s.title)}</h2>{body}</section>')
+    name = esc(str(info.get("name", run.name)))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>mpiopt report: {name}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }}
+table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
+th, td {{ padding: 0.2em 0.8em; text-align: left; border-bottom: 1px solid #ddd; font-size: 0.9em; }}
+img {{ max-width: 100%; }}
+.unavailable {{ color: #a33; }}
+</style></head>
+<body><h1>mpiopt report: {name}</h1>
+<table class="summary">{summary}</table>
+<h2>Top trials</h2>
+{_top_table(df, direction)}
+{''.join(figures)}
+</body></html>
+"""

@@ -1,0 +1,148 @@
+"""`mpiopt status DIR`: a running or stopped search at a glance, from any shell that sees its files.
+
+It reads the journal, the resolved configuration and the coordinator's heartbeat file, nothing
+else: no lock is taken or tested (a login node may not even see the compute node's lock), so it
+never disturbs the search.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._errors import ConfigError
+from .analysis import _run_info, direction_of
+from .coordinator import format_hours
+from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, read_journal, replay
+from .trial import TrialRecord, TrialStatus
+
+# a heartbeat older than this many periods: the coordinator is gone (killed, or its node lost)
+STALE_BEATS = 3
+RATE_WINDOW_S = 3600.0  # trials per hour over the last hour (or the whole search, if shorter)
+
+
+@dataclass
+class Liveness:
+    state: str  # "running", "ended", "stopped" or "unknown"
+    age_s: float | None  # seconds since the last heartbeat
+    where: str = ""
+
+
+def liveness(run: Path, now: float) -> Liveness:
+    """From the heartbeat file: running (recent), ended (the search said so), stopped (stale)."""
+    try:
+        beat = json.loads((run / HEARTBEAT).read_text("utf-8"))
+    except (OSError, ValueError):
+        return Liveness("unknown", None)
+    age = now - float(beat.get("time", 0.0))
+    where = f"pid {beat.get('pid')} on {beat.get('host')}"
+    if beat.get("state") == "ended":
+        return Liveness("ended", age, where)
+    return Liveness("running" if age <= STALE_BEATS * HEARTBEAT_EVERY_S else "stopped", age, where)
+
+
+def last_signs(events: list[dict]) -> dict[int, float]:
+    """Each trial's latest sign of life in the journal: its start or its latest report."""
+    out: dict[int, float] = {}
+    for e in events:
+        if e.get("event") in ("start", "report") and isinstance(e.get("trial"), int):
+            out[e["trial"]] = max(out.get(e["trial"], 0.0), float(e.get("time") or 0.0))
+    return out
+
+
+def trials_per_hour(trials: list[TrialRecord], now: float) -> float:
+    """Finished trials per hour over the last RATE_WINDOW_S (or since the first start)."""
+    starts = [t.start for t in trials if t.start is not None]
+    ends = [t.end for t in trials if t.end is not None and t.status.is_finished()]
+    if not starts or not ends:
+        return 0.0
+    window = min(RATE_WINDOW_S, now - min(starts))
+    recent = sum(1 for e in ends if e >= now - window)
+    return recent / window * 3600.0 if window > 0 else 0.0
+
+
+def status_text(path: str, now: float | None = None) -> str:
+    run = Path(path)
+    if not (run / JOURNAL).exists():
+        raise ConfigError(f"holds no search (no {JOURNAL})", source=str(path))
+    events, _ = read_journal(run / JOURNAL)
+    trials = replay(events)
+    info = _run_info(run)
+    budget = int((info.get("search") or {}).get("trials") or 0)
+    limit = (info.get("training") or {}).get("time_limit")
+    alive = liveness(run, time.time())
+    last_event = max((float(e.get("time") or e.get("end") or 0.0) for e in events), default=0.0)
+    now = now if now is not None else (time.time() if alive.state == "running" else last_event)
+    lines = [_state_line(run, alive)]
+    lines += _count_lines(list(trials.values()), budget, alive)
+    lines += _best_lines(run, list(trials.values()))
+    lines += _rate_lines(list(trials.values()), budget, now, alive)
+    lines += _group_lines(trials, last_signs(events), now, limit, alive)
+    return "\n".join(lines)
+
+
+def _state_line(run: Path, alive: Liveness) -> str:
+    if alive.state == "running":
+        return f"{run}: running ({alive.where}, heartbeat {alive.age_s:.0f} s ago)"
+    if alive.state == "ended":
+        return f"{run}: ended {format_hours(alive.age_s / 3600)} ago"
+    if alive.state == "stopped":
+        return (f"{run}: not running: no heartbeat for {format_hours(alive.age_s / 3600)} (killed, or its node "
+                f"lost); `mpiopt search SPACE --out {run} --resume` continues it")
+    return f"{run}: no heartbeat file (a search of an older mpiopt): whether it runs is unknown"
+
+
+def _count_lines(trials: list[TrialRecord], budget: int, alive: Liveness) -> list[str]:
+    counts: dict[str, int] = {}
+    for t in trials:
+        counts[t.status.value] = counts.get(t.status.value, 0) + 1
+    finished = sum(1 for t in trials if t.status.is_finished())
+    share = f" ({finished / budget:.0%})" if budget else ""
+    done = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s not in ("running", "paused"))
+    running = counts.get("running", 0)
+    label = "running" if alive.state == "running" else "interrupted (run again on --resume)"
+    extra = [f"{running} {label}"] if running else []
+    extra += [f"{counts['paused']} paused"] if counts.get("paused") else []
+    return [f"trials: {finished} of {budget} finished{share}" + (f": {done}" if done else "")
+            + ("; " + ", ".join(extra) if extra else "")]
+
+
+def _best_lines(run: Path, trials: list[TrialRecord]) -> list[str]:
+    direction, metric = direction_of(run)
+    done = [t for t in trials if t.status == TrialStatus.COMPLETED and t.objective is not None]
+    if not done:
+        return ["best: no completed trial yet"]
+    pick = min if direction == "minimize" else max
+    best = pick(done, key=lambda t: t.objective)
+    params = ", ".join(f"{k}={v}" for k, v in best.params.items())
+    return [f"best {metric}: {best.objective:.6g} at trial {best.trial} ({params})"]
+
+
+def _rate_lines(trials: list[TrialRecord], budget: int, now: float, alive: Liveness) -> list[str]:
+    rate = trials_per_hour(trials, now)
+    if rate <= 0:
+        return []
+    left = budget - sum(1 for t in trials if t.status.is_finished())
+    line = f"rate: {rate:.0f} trials/h"
+    if left > 0 and alive.state == "running":
+        line += f"; about {format_hours(left / rate)} left"
+    return [line]
+
+
+def _group_lines(trials: dict[int, TrialRecord], signs: dict[int, float], now: float, limit, alive: Liveness):
+    running = sorted((t for t in trials.values() if t.status == TrialStatus.RUNNING and t.group is not None),
+                     key=lambda t: t.group)
+    if not running or alive.state != "running":
+        return []
+    out = ["groups:"]
+    for t in running:
+        ran = now - (t.start or now)
+        line = f"  group {t.group}: trial {t.trial}, {format_hours(ran / 3600)}"
+        silent = now - signs.get(t.trial, t.start or now)
+        if limit and silent > float(limit):
+            line += f"  WARNING: silent for {format_hours(silent / 3600)}, past its time limit of {limit:g} s"
+        out.append(line)
+    return out
+
+

@@ -1,0 +1,186 @@
+"""Plots, `mpiopt report` and `mpiopt status` on a real run directory (tests/fixtures/report_run:
+an ASHA search under mpiexec with completed, pruned and failed trials), in-process."""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mpiopt
+from mpiopt import plots
+from mpiopt.cli import main
+from mpiopt.journal import HEARTBEAT
+from mpiopt.report import write_report
+from mpiopt.status import status_text
+
+FIXTURE = Path(__file__).parent / "fixtures" / "report_run"
+
+
+@pytest.fixture(scope="module")
+def df():
+    return mpiopt.load_results(FIXTURE)
+
+
+@pytest.fixture(scope="module")
+def history():
+    return mpiopt.load_history(FIXTURE)
+
+
+def completed(df):
+    return df[df.status == "completed"]
+
+
+def test_the_fixture_has_what_the_plots_show(df):
+    assert {"completed", "pruned", "failed"} <= set(df.status) and len(completed(df)) >= 8
+
+
+def test_history_plots_every_completed_trial_and_the_best_so_far(df):
+    fig = plots.plot_history(df, direction="minimize")
+    by_trial, by_time = fig.axes
+    assert len(by_trial.collections[0].get_offsets()) == len(completed(df))
+    assert len(by_time.collections[0].get_offsets()) == len(completed(df))
+    best_line = by_trial.lines[0].get_ydata()
+    assert best_line[-1] == pytest.approx(completed(df).objective.min())
+    assert np.all(np.diff(best_line) <= 0)  # the best so far of a minimisation never rises
+    assert by_time.get_xlabel().startswith("minutes")
+
+
+def test_importance_gives_each_parameter_a_share(df):
+    share = plots.parameter_importance(df)
+    assert set(share) == {"x", "y", "kind"} and sum(share.values()) == pytest.approx(1.0)
+    fig = plots.plot_importance(df)
+    bars = fig.axes[0].patches
+    assert len(bars) == 3 and sum(b.get_width() for b in bars) == pytest.approx(1.0)
+
+
+def test_importance_says_why_with_few_completed_trials(df):
+    few = df[df.trial <= completed(df).trial.iloc[2]]
+    with pytest.raises(plots.PlotUnavailable, match="at least 8 completed trials, has 3"):
+        plots.plot_importance(few)
+
+
+def test_parallel_coordinates_draw_a_line_a_completed_trial_across_every_parameter(df):
+    fig = plots.plot_parallel(df, direction="minimize")
+    ax = fig.axes[0]
+    trial_lines = [line for line in ax.lines if len(line.get_xdata()) == 3]
+    assert len(trial_lines) == len(completed(df))
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["x", "y", "kind"]
+    assert len(fig.axes) == 2  # and the colour bar of the figure of merit
+
+
+def test_slices_draw_one_panel_a_parameter_categorical_ones_too(df):
+    fig = plots.plot_slices(df, direction="minimize")
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_xlabel() in ("x", "y", "kind")]
+    assert [ax.get_xlabel() for ax in panels] == ["x", "y", "kind"]
+    for ax in panels:
+        assert len(ax.collections[0].get_offsets()) == len(completed(df))
+    kinds = sorted(completed(df).params_kind.unique())
+    assert [t.get_text() for t in panels[2].get_xticklabels()] == kinds
+
+
+def test_learning_curves_draw_every_reporting_trial_and_mark_the_pruned(df, history):
+    fig = plots.plot_curves(history, df)
+    ax = fig.axes[0]
+    curves = [line for line in ax.lines if line.get_marker() != "x"]
+    crosses = [line for line in ax.lines if line.get_marker() == "x"]
+    assert len(curves) == history.trial.nunique()
+    assert len(crosses) == (df.status == "pruned").sum()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert f"pruned ({(df.status == 'pruned').sum()})" in labels
+
+
+def test_learning_curves_say_why_without_reports(df):
+    with pytest.raises(plots.PlotUnavailable, match="no per-epoch reports"):
+        plots.plot_curves(mpiopt.load_history(FIXTURE).iloc[0:0], df)
+
+
+def test_timeline_draws_a_bar_a_trial_on_its_group_with_the_utilization(df):
+    fig = plots.plot_timeline(df)
+    ax = fig.axes[0]
+    assert len(ax.patches) == len(df)
+    assert {round(p.get_y() + p.get_height() / 2) for p in ax.patches} == set(df.group.astype(int))
+    assert "utilization" in ax.get_title()
+
+
+def test_no_plot_needs_pyplot():
+    import sys
+
+    assert "matplotlib.pyplot" not in sys.modules
+
+
+# -- the report -------------------------------------------------------------------------------------
+def copy_run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURE, run)
+    return run
+
+
+def test_report_writes_a_png_a_plot_and_inlines_them(tmp_path):
+    run = copy_run(tmp_path)
+    assert main(["report", str(run)]) == 0
+    out = run / "report"
+    names = {p.name for p in out.glob("*.png")}
+    assert names == {"history.png", "importance.png", "parallel.png", "slices.png", "curves.png", "timeline.png"}
+    page = (out / "report.html").read_text()
+    assert page.count('<img src="data:image/png;base64,') == 6 and "Not drawn" not in page
+    assert "best objective (minimize)" in page and "Top trials" in page
+
+
+def test_report_of_a_killed_search_with_no_completed_trial_says_why(tmp_path):
+    run = copy_run(tmp_path)
+    lines = (run / "trials.jsonl").read_text().splitlines()
+    first_completed = next(i for i, line in enumerate(lines) if '"status":"completed"' in line)
+    # a kill leaves the journal's first lines, and the last one torn
+    (run / "trials.jsonl").write_text("\n".join(lines[:first_completed]) + "\n" + lines[first_completed][:20])
+    page = write_report(run, tmp_path / "elsewhere").read_text()
+    assert page.count("Not drawn: no completed trial yet") == 4  # history, importance, parallel, slices
+    assert page.count('<img src="data:image/png;base64,') == 2  # curves and timeline still drawn
+    assert "interrupted" in page
+
+
+def test_report_of_a_missing_directory_is_a_one_line_error(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no such run directory" in err[0]
+
+
+# -- status -----------------------------------------------------------------------------------------
+def beat(run: Path, state: str, age_s: float) -> None:
+    (run / HEARTBEAT).write_text(json.dumps({"state": state, "time": time.time() - age_s, "host": "n1", "pid": 7}))
+
+
+def test_status_of_a_finished_search(tmp_path):
+    run = copy_run(tmp_path)
+    beat(run, "ended", 120)
+    text = status_text(str(run))
+    assert "ended 2 min ago" in text
+    assert "40 of 40 finished (100%): 10 completed, 7 failed, 23 pruned" in text
+    assert "best objective: 8.34627 at trial 39" in text and "groups:" not in text
+
+
+def test_status_of_a_killed_search_says_so_and_how_to_go_on(tmp_path):
+    run = copy_run(tmp_path)
+    lines = (run / "trials.jsonl").read_text().splitlines()
+    (run / "trials.jsonl").write_text("\n".join(lines[:60]) + "\n")
+    beat(run, "running", 300)
+    text = status_text(str(run))
+    assert "not running: no heartbeat for 5 min" in text and "--resume" in text
+    assert "interrupted (run again on --resume)" in text
+
+
+def test_status_of_a_running_search_lists_groups_and_warns_of_a_silent_one(tmp_path):
+    run = copy_run(tmp_path)
+    lines = (run / "trials.jsonl").read_text().splitlines()
+    (run / "trials.jsonl").write_text("\n".join(lines[:60]) + "\n")
+    (run / "config.yaml").write_text((run / "config.yaml").read_text().replace("time_limit: null",
+                                                                                 "time_limit: 30"))
+    beat(run, "running", 2)
+    events = [json.loads(line) for line in lines[:60]]
+    last = max(e.get("time") or e.get("end") or 0 for e in events)
+    text = status_text(str(run), now=last + 45)
+    assert text.splitlines()[0].endswith("heartbeat 2 s ago)")
+    assert "groups:" in text and text.count("WARNING: silent for") >= 1 and "past its time limit of 30 s" in text
