@@ -197,7 +197,7 @@ def plot_slices(df, *, direction: str = "minimize", metric: str = "objective", l
             x = done[c].to_numpy(float)
             if name in set(log_params):
                 ax.set_xscale("log")
-        points = ax.scatter(x, done["objective"], c=done["trial"], cmap="Blues", edgecolors="black",
+        points = ax.scatter(x, done["objective"], c=done["trial"], cmap="viridis", edgecolors="black",
                             linewidths=0.3, s=18)
         ax.set_xlabel(name)
     for ax in panels[len(names):]:
