@@ -253,3 +253,32 @@ def test_asha_with_a_function_on_groups_of_two_and_trials_sent_ahead(write_yaml,
     history = mpiopt.load_history(tmp_path / "runs" / "curve")
     for trial, rows in history.groupby("trial"):
         assert rows.epoch.tolist() == list(range(1, int(df.epochs[trial]) + 1)), (trial, rows.epoch.tolist())
+
+
+def test_status_of_a_live_mpiexec_search_then_of_the_ended_one(write_yaml, tmp_path):
+    # `mpiopt status` from another shell while 3 groups train: running, each group's trial; then ended
+    path = space(write_yaml, "watched", trials=12)
+    cmd = [str(MPIEXEC), "-n", "4", sys.executable, "-m", "mpiopt", "search", str(path)]
+    search = subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, "MPIOPT_TEST_SLEEP": "1.5"},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run = tmp_path / "runs" / "watched"
+    try:
+        deadline = time.monotonic() + 90
+        while not (run / "heartbeat.json").exists() or '"status"' not in _read(run / "trials.jsonl"):
+            assert time.monotonic() < deadline and search.poll() is None, "no finished trial within 90 s"
+            time.sleep(0.2)
+        live = run_cli(["status", run], cwd=tmp_path)
+        assert live.returncode == 0, live.stderr
+        lines = live.stdout.splitlines()
+        assert lines[0].startswith(f"{run}: running (pid ") and "of 12 finished" in lines[1]
+        assert "groups:" in lines and sum(line.startswith("  group ") for line in lines) >= 2, live.stdout
+        assert search.wait(timeout=120) == 0
+    finally:
+        if search.poll() is None:
+            search.kill()
+    ended = run_cli(["status", run], cwd=tmp_path)
+    assert " ended " in ended.stdout.splitlines()[0] and "12 of 12 finished (100%)" in ended.stdout
+
+
+def _read(path) -> str:
+    return path.read_text() if path.exists() else ""
