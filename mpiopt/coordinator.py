@@ -105,28 +105,32 @@ class Summary:
 
 
 class Progress:
-    """When to print the search's summary line, and what it says: at every tenth of the budget,
-    and at least every EVERY_S while results come in; the rate counts this run's results only."""
+    """When to print the search's summary line, and what it says: at a tenth of the budget passed
+    (but not within QUIET_S of the last line: a short search stays quiet), and at least every
+    EVERY_S while results come in. The rate counts this run's results only."""
 
     EVERY_S = 600.0
+    QUIET_S = 60.0
 
-    def __init__(self, budget: int, finished: int) -> None:
+    def __init__(self, budget: int, finished: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.budget = budget
+        self.clock = clock
         self.step = max(1, math.ceil(budget / 10))
-        self.t0 = self.last_at = time.monotonic()
+        self.t0 = self.last_at = clock()
         self.finished0 = finished
         self.last_mark = finished // self.step
 
     def due(self, finished: int) -> bool:
-        now = time.monotonic()
+        now = self.clock()
         mark = finished // self.step
-        if mark > self.last_mark or now - self.last_at >= self.EVERY_S:
+        since = now - self.last_at
+        if (mark > self.last_mark and since >= self.QUIET_S) or since >= self.EVERY_S:
             self.last_mark, self.last_at = mark, now
             return True
         return False
 
     def line(self, finished: int) -> str:
-        hours = (time.monotonic() - self.t0) / 3600.0
+        hours = (self.clock() - self.t0) / 3600.0
         rate = (finished - self.finished0) / hours if hours > 0 else 0.0
         left = max(0, self.budget - finished)
         eta = f"about {format_hours(left / rate)} left" if rate > 0 and left else "the budget is spent" if not left \

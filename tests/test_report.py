@@ -184,3 +184,19 @@ def test_status_of_a_running_search_lists_groups_and_warns_of_a_silent_one(tmp_p
     text = status_text(str(run), now=last + 45)
     assert text.splitlines()[0].endswith("heartbeat 2 s ago)")
     assert "groups:" in text and text.count("WARNING: silent for") >= 1 and "past its time limit of 30 s" in text
+
+
+def test_the_progress_line_comes_at_a_tenth_of_the_budget_but_not_often():
+    from mpiopt.coordinator import Progress
+
+    now = [0.0]
+    progress = Progress(100, 0, clock=lambda: now[0])
+    assert not progress.due(5)
+    assert not progress.due(10)  # a tenth passed, but within a minute of the start
+    now[0] = 61.0
+    assert progress.due(11) and not progress.due(12)
+    now[0] = 130.0
+    assert not progress.due(19) and progress.due(20)
+    now[0] = 730.0
+    assert progress.due(21)  # ten minutes without a line
+    assert progress.line(25) == "25/100 trials (25%), 123 trials/h, about 36 min left"
