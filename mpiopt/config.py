@@ -66,6 +66,7 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "lr_scaling": "none",  # none | linear | sqrt in the number of workers
     "checkpoint_every": 1,  # epochs; 0 = never
     "trace": False,  # Chrome trace of the group's ranks in trials/<id>/trace.json
+    "tensorboard": False,  # per-epoch scalars and an HParams summary in trials/<id>/tensorboard/
     "ranks_per_gpu": 1,  # ranks of a node dealt each of its GPUs (more than 1: small trials share one)
     "mixed_precision": False,  # Keras mixed_float16: float16 compute, float32 weights, dynamic loss scaling
     "jit_compile": False,  # XLA-compile the training step and the validation
@@ -292,7 +293,8 @@ def _check_searched_training_keys(space: Space, source: str) -> None:
         if p.name not in TRAINING_DEFAULTS:
             continue
         field = f"parameters.{p.name}"
-        if p.name in ("group_size", "ranks_per_gpu", "trace", "checkpoint_every", "target", "early_stopping"):
+        if p.name in ("group_size", "ranks_per_gpu", "trace", "tensorboard", "checkpoint_every", "target",
+                      "early_stopping"):
             raise ConfigError(f"`{p.name}` cannot be searched: it is fixed for the whole job", source=source,
                               field=field)
         values = list(p.choices) if isinstance(p, Categorical) else [p.low, p.high]
@@ -498,6 +500,7 @@ _TRAINING_CHECKS: dict[str, Callable[[Any, str, str], Any]] = {
     "lr_scaling": lambda value, source, field: _choice(value, LR_SCALINGS, source, field),
     "checkpoint_every": partial(_int, minimum=0),
     "trace": _flag,
+    "tensorboard": _flag,
     "ranks_per_gpu": partial(_int, minimum=1),
     "mixed_precision": _flag,
     "jit_compile": _flag,

@@ -235,7 +235,7 @@ class TrialRunner:
                         training=training, loss=o.loss, metrics=o.metrics,
                         seed=self.cfg.search.seed * 100003 + trial, out_dir=trial_dir, on_epoch=reporter,
                         decide_at=reporter.decide_at if reporter is not None else frozenset(),
-                        resume=self.resume_checkpoints)
+                        resume=self.resume_checkpoints, hparams=dict(params), name=f"trial {trial}")
         outcome = learn.train(comm, job)
         if outcome is None:
             return TrialResult()

@@ -47,6 +47,24 @@ def test_model_trial_learns_and_writes_history(model_space, tmp_path):
     assert (tmp_path / "t0" / "best.weights.h5").exists()
 
 
+def test_tensorboard_gets_each_epochs_scalars_and_the_trials_hparams(model_space, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+    from tensorboard.util.tensor_util import make_ndarray
+
+    cfg = model_space(OBJ, training=", learning_rate: 0.01, tensorboard: true")
+    out = TrialRunner(cfg).run({"units": 8}, None, trial=4, trial_dir=tmp_path / "t4")
+    assert out.status == "completed", out.error
+    events = EventAccumulator(str(tmp_path / "t4" / "tensorboard"), size_guidance={"tensors": 0}).Reload()
+    tags = set(events.Tags()["tensors"])
+    assert tags >= {"loss", "accuracy", "val_loss", "val_accuracy", "_hparams_/session_start_info"}
+    val = [float(make_ndarray(e.tensor_proto)) for e in events.Tensors("val_accuracy")]
+    assert [e.step for e in events.Tensors("val_accuracy")] == [1, 2, 3] and max(val) == pytest.approx(out.objective)
+    content = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    assert start.group_name == "trial 4" and start.hparams["units"].number_value == 8
+
+
 def test_user_compiled_model_and_searched_training_keys(model_space):
     cfg = model_space("{model: tiny_model.py:build_compiled, data: tiny_model.py:load_data}",
                       "units: {type: integer, low: 2, high: 16}, epochs: {type: integer, low: 1, high: 3}")

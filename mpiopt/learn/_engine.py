@@ -71,6 +71,8 @@ class Job:
     on_epoch: Callable[[int, dict], str | None] | None = None
     decide_at: frozenset[int] = frozenset()  # epochs after which `on_epoch` waits for the scheduler's word
     resume: bool = True  # continue from a checkpoint in out_dir if there is one
+    hparams: dict[str, Any] | None = None  # the trial's parameters, for TensorBoard's HParams (training.tensorboard)
+    name: str = "train"  # the trial's name in TensorBoard
 
 
 # -- shared set-up ---------------------------------------------------------------------------------
@@ -155,6 +157,7 @@ class _Epochs:
         self.best_weights: np.ndarray | None = None
         self.best_state: np.ndarray | None = None
         self._csv = None
+        self._board = None
         self.began = time.perf_counter()
         self.resumed_s: float | None = None  # training time of the attempts before the checkpoint restored
 
@@ -176,6 +179,16 @@ class _Epochs:
             self.stopped = "target"
         if self.writer:
             self._write(row)
+            self._to_board(row)
+
+    def _to_board(self, row: dict[str, float]) -> None:
+        if not self.job.training.get("tensorboard") or self.job.out_dir is None:
+            return
+        if self._board is None:
+            from ._board import Board
+
+            self._board = Board(self.job.out_dir, self.job.hparams or {}, self.job.name)
+        self._board.write(row)
 
     def report(self, epoch: int, comm=None) -> None:
         """Report the epoch just recorded and checkpointed; at a decision epoch the scheduler's word
@@ -208,6 +221,9 @@ class _Epochs:
         if self._csv is not None:
             self._csv.close()
             self._csv = None
+        if self._board is not None:
+            self._board.close()
+            self._board = None
 
     # -- checkpoints -----------------------------------------------------------------------
     def checkpoint(self, epoch: int, weights: np.ndarray, state: np.ndarray, opt, extra: dict | None = None) -> None:
