@@ -106,10 +106,17 @@ def test_timeline_draws_a_bar_a_trial_on_its_group_with_the_utilization(df):
     assert "utilization" in ax.get_title()
 
 
-def test_no_plot_needs_pyplot():
+def test_the_search_never_imports_matplotlib_and_no_plot_needs_pyplot():
+    # in a fresh interpreter: other tests' libraries may load pyplot into this one
+    import subprocess
     import sys
 
-    assert "matplotlib.pyplot" not in sys.modules
+    code = ("import sys, mpiopt, mpiopt.cli, mpiopt.coordinator, mpiopt.status\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'sklearn')))\n"
+            f"mpiopt.plot_timeline(mpiopt.load_results({str(FIXTURE)!r}))\n"
+            "print('matplotlib.pyplot' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "False"]
 
 
 # -- the report -------------------------------------------------------------------------------------
