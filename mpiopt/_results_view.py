@@ -11,6 +11,16 @@ from typing import Any
 ERROR_WIDTH = 70  # characters of the error column in the table view (the whole line: --format csv)
 
 
+def format_hours(hours: float) -> str:
+    """A duration for people: 45 s, 12 min, 3.4 h."""
+    seconds = hours * 3600.0
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{hours:.1f} h"
+
+
 def table(top) -> str:
     """The trials of `top` as a text table: parameters without their `params_` prefix, errors cut."""
     cols = ["trial", "status", "objective"] + [c for c in top.columns if c.startswith("params_")] + \

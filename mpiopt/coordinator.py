@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from ._results_view import format_hours
 from ._send_ahead import SendAhead
 from .config import Config
 from .journal import HEARTBEAT_EVERY_S, RunDir
@@ -136,16 +137,6 @@ class Progress:
         eta = f"about {format_hours(left / rate)} left" if rate > 0 and left else "the budget is spent" if not left \
             else "time left unknown"
         return f"{finished}/{self.budget} trials ({finished / self.budget:.0%}), {rate:.0f} trials/h, {eta}"
-
-
-def format_hours(hours: float) -> str:
-    """A duration for people: 45 s, 12 min, 3.4 h."""
-    seconds = hours * 3600.0
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{hours:.1f} h"
 
 
 class Coordinator:

@@ -376,11 +376,10 @@ class RunDir:
         atomic_write(self.path / RESULTS, results_csv(trials, param_names, live=live, cache=self._table_cache),
                      durable=not live)
 
-    def heartbeat(self, state: str, **facts: Any) -> None:
-        """Say the search is alive (`state` "running") or has ended ("ended"), with `facts` (the
-        budget, each group's trial...): `mpiopt status` reads it from any machine that sees the
-        file system, where the lock may not be visible."""
-        body = {"state": state, "time": time.time(), "host": socket.gethostname(), "pid": os.getpid(), **facts}
+    def heartbeat(self, state: str) -> None:
+        """Say the search is alive (`state` "running") or has ended ("ended"): `mpiopt status`
+        reads it from any machine that sees the file system, where the lock may not be visible."""
+        body = {"state": state, "time": time.time(), "host": socket.gethostname(), "pid": os.getpid()}
         atomic_write(self.path / HEARTBEAT, _line(body), durable=False)
 
     def trial_dir(self, trial: int) -> Path:

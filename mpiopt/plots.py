@@ -127,6 +127,7 @@ def plot_parallel(df, *, direction: str = "minimize", metric: str = "objective",
     """One line a completed trial across every parameter's axis, coloured by the figure of merit
     (the best trials drawn last, on top)."""
     from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
     done = _completed(df)
@@ -152,15 +153,9 @@ def plot_parallel(df, *, direction: str = "minimize", metric: str = "objective",
     ax.set_xticks(xs, [name for name, _ in labels])
     ax.set_yticks([])
     ax.set_ylim(-0.05, 1.05)
-    fig.colorbar(_mappable(cmap, norm), ax=ax, label=metric)
+    fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=metric)
     ax.set_title(f"Parallel coordinates ({len(done)} completed trials)")
     return fig
-
-
-def _mappable(cmap, norm):
-    from matplotlib.cm import ScalarMappable
-
-    return ScalarMappable(norm=norm, cmap=cmap)
 
 
 def _unit_axis(series, log: bool) -> tuple[np.ndarray, list[tuple[float, str]]]:

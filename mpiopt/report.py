@@ -7,6 +7,7 @@ import html
 import io
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 from . import plots
 from ._files import atomic_write
 from .analysis import _run_info, best_trials, direction_of, load_history, load_results, timeline
-from .journal import is_live
+from .status import liveness
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +71,9 @@ def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) 
     sections = [_draw(*spec) for spec in _plots(df, history, direction, metric, log_params(info))]
     for s in sections:
         if s.png is not None:
-            atomic_write(target / f"{s.slug}.png", s.png)
+            atomic_write(target / f"{s.slug}.png", s.png, durable=False)
     page = target / "report.html"
-    atomic_write(page, _html(run, info, df, direction, metric, sections).encode("utf-8"))
+    atomic_write(page, _html(run, info, df, direction, metric, sections).encode("utf-8"), durable=False)
     return page
 
 
@@ -83,7 +84,7 @@ def summary_rows(run: Path, info: dict, df, direction: str, metric: str) -> list
     done = best_trials(df, direction)
     best = done[done["status"] == "completed"].head(1)
     rows = [("search", str(info.get("name", run.name))),
-            ("state", "running" if is_live(run) else "not running"),
+            ("state", liveness(run, time.time()).state),
             ("trials", f"{len(df)}" + (f" of a budget of {budget}" if budget else "")),
             ("by status", ", ".join(f"{n} {s}" for s, n in counts.items()))]
     if not best.empty:

@@ -7,13 +7,14 @@ never disturbs the search.
 from __future__ import annotations
 
 import json
+from collections import Counter
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ._errors import ConfigError
 from .analysis import _run_info, direction_of
-from .coordinator import format_hours
+from ._results_view import format_hours
 from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, read_journal, replay
 from .trial import TrialRecord, TrialStatus
 
@@ -94,9 +95,7 @@ def _state_line(run: Path, alive: Liveness) -> str:
 
 
 def _count_lines(trials: list[TrialRecord], budget: int, alive: Liveness) -> list[str]:
-    counts: dict[str, int] = {}
-    for t in trials:
-        counts[t.status.value] = counts.get(t.status.value, 0) + 1
+    counts = Counter(t.status.value for t in trials)
     finished = sum(1 for t in trials if t.status.is_finished())
     share = f" ({finished / budget:.0%})" if budget else ""
     done = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s not in ("running", "paused"))
