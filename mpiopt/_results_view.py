@@ -26,10 +26,12 @@ def table(top) -> str:
     cols = ["trial", "status", "objective"] + [c for c in top.columns if c.startswith("params_")] + \
         ["epochs", "rung", "duration_s", "group"]
     view = top[[c for c in cols if c in top.columns]].rename(columns=lambda c: c.removeprefix("params_"))
+    for c in view.select_dtypes(include="object").columns:  # an inactive parameter's None: an empty cell, as NaN is
+        view[c] = view[c].where(view[c].notna(), "")
     if "error" in top and top["error"].notna().any():
         errors = top["error"].fillna("").astype(str)
         view = view.assign(error=errors.map(lambda e: e if len(e) <= ERROR_WIDTH else e[:ERROR_WIDTH - 3] + "..."))
-    return view.to_string(index=False, justify="left")
+    return view.to_string(index=False, justify="left", na_rep="")
 
 
 def records(df) -> list[dict[str, Any]]:

@@ -412,10 +412,11 @@ def trial_values(run_dir: Path, which: str | None, cfg) -> tuple[int, dict[str, 
     if unknown:
         raise ConfigError(f"--trial {number}: its parameter {unknown[0]!r} is not in {cfg.source or cfg.path} "
                           f"({', '.join(cfg.space.names)}); train with the space that ran that search")
-    for name in cfg.space.names:
+    values = cfg.space.complete(params)
+    for name in values:
         if name not in params:
-            warn_once(f"--trial {number}: {name} was not searched then; it takes {cfg.space.middle()[name]!r}")
-    return number, {**cfg.space.middle(), **params}
+            warn_once(f"--trial {number}: {name} was not searched then; it takes {values[name]!r}")
+    return number, values
 
 
 def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -446,7 +447,24 @@ def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tupl
         else:
             raise ConfigError(f"--set {name}: not a parameter ({', '.join(cfg.space.names)}) nor a training key"
                               f"{did_you_mean(name, cfg.space.names + list(TRAINING_DEFAULTS))}")
-    return params, training
+    return _active_only(cfg, params, training, sets)
+
+
+def _active_only(cfg, params: dict[str, Any], training: dict[str, Any], sets: list[str]):
+    """(parameters, training) with the parameters their conditions leave inactive dropped (and the
+    ones the --set values make active at their middle); a --set that ends up inactive is warned of."""
+    from .config import TRAINING_DEFAULTS
+
+    active = cfg.space.complete(params)
+    for name in params.keys() - active.keys():
+        if any(item.partition("=")[0].strip() == name for item in sets):
+            warn_once(f"--set {name}: inactive here ({cfg.space.condition_text(name)} does not hold); not passed")
+        if name in TRAINING_DEFAULTS:
+            training[name] = cfg.training[name]
+    for name in active.keys() - params.keys():
+        if name in TRAINING_DEFAULTS:
+            training[name] = active[name]
+    return active, training
 
 
 def _as_parameter_value(name: str, value: Any, p) -> Any:
@@ -557,9 +575,7 @@ def cmd_check(args) -> int:
         f"  name        {cfg.name}",
         f"  objective   {what}; {o.direction} {o.metric}",
         f"  parameters  {len(cfg.space)}: " + ", ".join(_describe_param(p) for p in cfg.space.params),
-        f"  search      {cfg.search.algorithm}" + (f" ({cfg.search.surrogate}, {cfg.search.acquisition}, "
-                                                  f"{cfg.search.initial_points} initial points)"
-                                                  if cfg.search.algorithm == "bayesian" else "")
+        f"  search      {cfg.search.algorithm}{_algorithm_settings(cfg.search)}"
         + f", budget {cfg.search.trials} trials, seed {cfg.search.seed}"
         + (f", target {cfg.search.target}" if cfg.search.target is not None else ""),
         f"  scheduler   {_make_scheduler(cfg).describe()}",
@@ -579,11 +595,22 @@ def cmd_check(args) -> int:
     return 0
 
 
+def _algorithm_settings(search) -> str:
+    if search.algorithm == "bayesian":
+        return f" ({search.surrogate}, {search.acquisition}, {search.initial_points} initial points)"
+    if search.algorithm == "evolution":
+        return f" (population {search.population}, tournaments of {search.sample})"
+    return ""
+
+
 def _describe_param(p) -> str:
     if isinstance(p, Categorical):
-        return f"{p.name} in {list(p.choices)}"
-    prior = " log" if p.prior == "log-uniform" else ""
-    return f"{p.name} in [{p.low}, {p.high}]{prior}"
+        text = f"{p.name} in {list(p.choices)}"
+    else:
+        prior = " log" if p.prior == "log-uniform" else ""
+        text = f"{p.name} in [{p.low}, {p.high}]{prior}"
+    condition = ", ".join(f"{parent}={'|'.join(map(str, allowed))}" for parent, allowed in p.when)
+    return f"{text} when {condition}" if condition else text
 
 
 # -- results -----------------------------------------------------------------------------------

@@ -41,8 +41,10 @@ SEARCH_DEFAULTS: dict[str, Any] = {
     "scheduler": "none",  # none | asha | hyperband | median: stop or pause unpromising trials early
     "min_epochs": 1,  # the first rung (asha, hyperband); epochs before the median rule judges
     "reduction_factor": 3,  # keep the best 1/reduction_factor at each rung (asha, hyperband)
+    "population": 20,  # evolution: the most recent results that parents are drawn from
+    "sample": 5,  # evolution: members drawn for each tournament (the best is the parent)
 }
-ALGORITHMS = ("bayesian", "random")
+ALGORITHMS = ("bayesian", "random", "evolution")
 SCHEDULERS = ("none", "asha", "hyperband", "median")
 SURROGATES = ("GP", "RF", "ET", "GBRT")
 ACQUISITIONS = ("EI", "PI", "LCB", "gp_hedge")
@@ -151,6 +153,8 @@ class SearchSettings:
     scheduler: str = "none"
     min_epochs: int = 1
     reduction_factor: int = 3
+    population: int = 20
+    sample: int = 5
 
 
 @dataclass(frozen=True)
@@ -380,6 +384,14 @@ def _parse_search(raw: Any, source: str) -> SearchSettings:
     raw = _mapping(raw, source, "search")
     _check_keys(raw, SEARCH_DEFAULTS, source, "search")
     s = {**SEARCH_DEFAULTS, **raw}
+    settings = _search_settings(s, source)
+    if settings.sample > settings.population:
+        raise ConfigError(f"a tournament of {settings.sample} cannot be drawn from a population of "
+                          f"{settings.population} (search.population)", source=source, field="search.sample")
+    return settings
+
+
+def _search_settings(s: dict[str, Any], source: str) -> SearchSettings:
     return SearchSettings(
         algorithm=_choice(s["algorithm"], ALGORITHMS, source, "search.algorithm", fold=True),
         surrogate=_choice(s["surrogate"], SURROGATES, source, "search.surrogate", fold=True),
@@ -393,6 +405,8 @@ def _parse_search(raw: Any, source: str) -> SearchSettings:
         scheduler=_choice(s["scheduler"], SCHEDULERS, source, "search.scheduler", fold=True),
         min_epochs=_int(s["min_epochs"], source, "search.min_epochs", minimum=1),
         reduction_factor=_int(s["reduction_factor"], source, "search.reduction_factor", minimum=2),
+        population=_int(s["population"], source, "search.population", minimum=2),
+        sample=_int(s["sample"], source, "search.sample", minimum=1),
     )
 
 
@@ -641,6 +655,14 @@ def takes_trial(fn: Callable) -> bool:
         return False
 
 
+def _refuse_required_conditionals(space: Space, sig: inspect.Signature, model: str, source: str) -> None:
+    """An inactive parameter is not passed, so `build_model` needs a default for each conditional one."""
+    for name, p in sig.parameters.items():
+        if name in space.names and space[name].when and p.default is p.empty:
+            raise ConfigError(f"{model} requires {name}, which is only passed when {space.condition_text(name)}: "
+                              f"give it a default (e.g. {name}=None)", source=source, field=f"parameters.{name}.when")
+
+
 def resolve_objective(cfg: Config, source: str) -> Config:
     """Import the objective's callables and check that every parameter is consumed."""
     o = cfg.objective
@@ -680,6 +702,7 @@ def resolve_objective(cfg: Config, source: str) -> Config:
             if missing:
                 raise ConfigError(f"{o.model} requires {', '.join(missing)}, which no parameter gives",
                                   source=source, field="objective.model")
+            _refuse_required_conditionals(cfg.space, sig, o.model, source)
     except (TypeError, ValueError):
         accepted = None
     for name in cfg.space.names:

@@ -1,5 +1,10 @@
 """The search space: typed parameters parsed from YAML, and their scikit-optimize dimensions.
 
+A parameter may be conditional (`when: {parent: value or [values]}`): it is active only while
+every named categorical parent is active and takes one of the listed values. A parameter dict
+holds the active parameters only (`Space.active` drops the rest), so an inactive parameter is
+never passed to the objective and is empty in the results table.
+
 This module is pure Python (scikit-optimize is imported lazily by `to_skopt`).
 """
 from __future__ import annotations
@@ -7,7 +12,8 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from ._errors import ConfigError
@@ -15,10 +21,14 @@ from ._errors import ConfigError
 PRIORS = ("uniform", "log-uniform")
 TYPES = ("real", "integer", "categorical")
 _KEYS = {
-    "real": {"type", "low", "high", "prior"},
-    "integer": {"type", "low", "high", "prior"},
-    "categorical": {"type", "choices"},
+    "real": {"type", "low", "high", "prior", "when"},
+    "integer": {"type", "low", "high", "prior", "when"},
+    "categorical": {"type", "choices", "when"},
 }
+
+# A parameter's condition: (parent name, the parent's values that make it active) pairs, all of
+# which must hold.
+Condition = tuple[tuple[str, tuple], ...]
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,7 @@ class Real:
     low: float
     high: float
     prior: str = "uniform"
+    when: Condition = ()
 
     def middle(self) -> float:
         if self.prior == "log-uniform":
@@ -43,6 +54,7 @@ class Integer:
     low: int
     high: int
     prior: str = "uniform"
+    when: Condition = ()
 
     def middle(self) -> int:
         if self.prior == "log-uniform":
@@ -57,6 +69,7 @@ class Integer:
 class Categorical:
     name: str
     choices: tuple
+    when: Condition = ()
 
     def middle(self) -> Any:
         return self.choices[0]
@@ -78,21 +91,52 @@ class Space:
     def names(self) -> list[str]:
         return [p.name for p in self.params]
 
+    @cached_property
+    def _by_name(self) -> dict[str, Parameter]:
+        return {p.name: p for p in self.params}
+
+    @property
+    def conditional(self) -> bool:
+        return any(p.when for p in self.params)
+
     def __len__(self) -> int:
         return len(self.params)
 
     def __getitem__(self, name: str) -> Parameter:
-        for p in self.params:
-            if p.name == name:
-                return p
-        raise KeyError(name)
+        return self._by_name[name]
+
+    def active(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The active parameters of `values` (which holds at least every active one), in order.
+
+        A parameter is active when each parent of its condition is active and holds one of the
+        listed values; conditions have no cycles (`parse_space` checks), so this terminates.
+        """
+        state: dict[str, bool] = {}
+
+        def on(name: str) -> bool:
+            if name not in state:
+                state[name] = all(on(parent) and is_choice(values.get(parent), allowed)
+                                  for parent, allowed in self._by_name[name].when)
+            return state[name]
+
+        return {p.name: values[p.name] for p in self.params if on(p.name)}
 
     def middle(self) -> dict[str, Any]:
-        return {p.name: p.middle() for p in self.params}
+        return self.complete({})
+
+    def complete(self, values: dict[str, Any]) -> dict[str, Any]:
+        """`values`, each parameter they leave out at its middle, then only the active ones."""
+        return self.active({**{p.name: p.middle() for p in self.params}, **values})
+
+    def condition_text(self, name: str) -> str:
+        """A parameter's condition as the YAML wrote it, e.g. 'optimizer: sgd'."""
+        return ", ".join(f"{parent}: {allowed[0] if len(allowed) == 1 else list(allowed)}"
+                         for parent, allowed in self[name].when)
 
     def from_list(self, values: Sequence[Any]) -> dict[str, Any]:
-        """The parameter dict of a scikit-optimize point (one value per parameter, in order)."""
-        return {p.name: _native(p, v) for p, v in zip(self.params, values, strict=True)}
+        """The parameter dict of a scikit-optimize point (one value per parameter, in order),
+        its inactive parameters dropped."""
+        return self.active({p.name: native_value(p, v) for p, v in zip(self.params, values, strict=True)})
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
@@ -102,10 +146,17 @@ class Space:
             else:
                 kind = "real" if isinstance(p, Real) else "integer"
                 out[p.name] = {"type": kind, "low": p.low, "high": p.high, "prior": p.prior}
+            if p.when:
+                out[p.name]["when"] = {parent: list(allowed) for parent, allowed in p.when}
         return out
 
 
-def _native(p: Parameter, v: Any) -> Any:
+def is_choice(value: Any, allowed: tuple) -> bool:
+    """Whether `value` is one of `allowed` (a categorical's choices: True is not 1)."""
+    return any(c == value and type(c) is type(value) for c in allowed)
+
+
+def native_value(p: Parameter, v: Any) -> Any:
     """Turn a numpy scalar from scikit-optimize back into the parameter's own Python value."""
     if isinstance(p, Real):
         return float(v)
@@ -158,7 +209,71 @@ def parse_space(raw: Any, *, source: str, did_you_mean) -> Space:
             params.append(_categorical(name, spec, source=source, field=field))
         else:
             params.append(_numeric(name, spec, kind, source=source, field=field, did_you_mean=did_you_mean))
-    return Space(tuple(params))
+    return _with_conditions(params, raw, source=source, did_you_mean=did_you_mean)
+
+
+def _with_conditions(params: list[Parameter], raw: dict, *, source: str, did_you_mean) -> Space:
+    """The space with each parameter's `when:` parsed, checked, and free of cycles."""
+    by_name = {p.name: p for p in params}
+    out = []
+    for p in params:
+        spec = raw[p.name]
+        when = _condition(p.name, spec["when"], by_name, source=source, did_you_mean=did_you_mean) \
+            if "when" in spec else ()
+        out.append(replace(p, when=when))
+    space = Space(tuple(out))
+    _refuse_cycles(space, source=source)
+    return space
+
+
+def _condition(name: str, raw: Any, by_name: dict[str, Parameter], *, source: str, did_you_mean) -> Condition:
+    """`when: {parent: value or [values], ...}`: each parent a categorical parameter, each value one
+    of its choices."""
+    field = f"parameters.{name}.when"
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(f"expected a mapping of a categorical parameter to its value(s), such as "
+                          f"{{optimizer: sgd}}, got {_show(raw)}", source=source, field=field)
+    pairs = []
+    for parent, values in raw.items():
+        where = f"{field}.{parent}"
+        if parent not in by_name:
+            raise ConfigError(f"no parameter named {parent!r} to depend on{did_you_mean(str(parent), by_name)}",
+                              source=source, field=where)
+        if parent == name:
+            raise ConfigError("a parameter cannot depend on itself", source=source, field=where)
+        owner = by_name[parent]
+        if not isinstance(owner, Categorical):
+            raise ConfigError(f"a condition needs a categorical parent, but {parent!r} is "
+                              f"{type(owner).__name__.lower()} (make it categorical to depend on its values)",
+                              source=source, field=where)
+        allowed = tuple(values) if isinstance(values, list) else (values,)
+        for v in allowed:
+            if not owner.contains(v):
+                raise ConfigError(f"{v!r} is not a choice of {parent!r} "
+                                  f"({', '.join(repr(c) for c in owner.choices)})", source=source, field=where)
+        if not allowed:
+            raise ConfigError("expected a value or a non-empty list of values", source=source, field=where)
+        pairs.append((parent, allowed))
+    return tuple(pairs)
+
+
+def _refuse_cycles(space: Space, *, source: str) -> None:
+    """A chain of conditions that comes back to where it started can never be active."""
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            loop = " -> ".join(path[path.index(name):] + [name])
+            raise ConfigError(f"the conditions form a cycle ({loop})", source=source,
+                              field=f"parameters.{name}.when")
+        if name in done:
+            return
+        for parent, _ in space[name].when:
+            visit(parent, path + [name])
+        done.add(name)
+
+    for p in space.params:
+        visit(p.name, [])
 
 
 def _categorical(name: str, spec: dict, *, source: str, field: str) -> Categorical:
@@ -219,16 +334,24 @@ def to_skopt(space: Space) -> list:
     return dims
 
 
-def encode(space: Space, params: dict[str, Any]) -> list[Any]:
-    """The scikit-optimize point of a parameter dict (categoricals as their index)."""
+def encode(space: Space, params: dict[str, Any], *, fill: bool = False) -> list[Any]:
+    """The scikit-optimize point of a parameter dict (categoricals as their index); an inactive
+    parameter is None, or with `fill` the middle of its range (scikit-optimize's models want a
+    number everywhere, and one constant keeps inactive values from looking like noise)."""
     out = []
     for p in space.params:
-        v = params[p.name]
-        if isinstance(p, Categorical):
+        if p.name not in params:
+            out.append(_filler(p) if fill else None)
+        elif isinstance(p, Categorical):
+            v = params[p.name]
             out.append(next(i for i, c in enumerate(p.choices) if c == v and type(c) is type(v)))
         else:
-            out.append(v)
+            out.append(params[p.name])
     return out
+
+
+def _filler(p: Parameter) -> Any:
+    return 0 if isinstance(p, Categorical) else p.middle()
 
 
 def _show(value: Any) -> str:

@@ -7,11 +7,12 @@ from __future__ import annotations
 from ..space import Space
 from ._base import Searcher
 from ._bayesian import BayesianSearch
+from ._evolution import EvolutionSearch
 from ._multifidelity import RungModel
 from ._prefetch import Prefetching, RoundPolicy
 from ._random import RandomSearch
 
-__all__ = ["Searcher", "RandomSearch", "BayesianSearch", "Prefetching", "RoundPolicy", "RungModel",
+__all__ = ["Searcher", "RandomSearch", "BayesianSearch", "EvolutionSearch", "Prefetching", "RoundPolicy", "RungModel",
            "make_searcher"]
 
 
@@ -20,6 +21,8 @@ def make_searcher(space: Space, settings, *, prefetch: int = 0) -> Searcher:
     computed ahead in a background thread (`Prefetching`, tuned by the environment)."""
     if settings.algorithm == "random":
         return RandomSearch(space, seed=settings.seed)
+    if settings.algorithm == "evolution":
+        return EvolutionSearch(space, seed=settings.seed, population=settings.population, sample=settings.sample)
     searcher = BayesianSearch(space, seed=settings.seed, surrogate=settings.surrogate,
                               acquisition=settings.acquisition, initial_points=settings.initial_points)
     return Prefetching(searcher, groups=prefetch, policy=RoundPolicy.from_env()) if prefetch else searcher

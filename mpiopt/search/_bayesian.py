@@ -241,7 +241,7 @@ class BayesianSearch(Searcher):
         post, (_, _, best, _), rng, known, _ = self._posterior(k, defer_fit=defer_fit, checkpoint=checkpoint)
         kinds = self._kinds(post, k, rng)  # credits the previous proposals under the new fit
         self._propose(post, best)
-        picks = _gp.select(post, k, kinds, best, rule=self.batch_rule, free=self.coder.continuous,
+        picks = _gp.select(post, k, kinds, best, rule=self.batch_rule, coder=self.coder,
                            polish_picks=0 if _past(deadline) else k, exclude=known, deadline=deadline,
                            checkpoint=checkpoint)
         return [self.coder.decode(x) for x in picks]
@@ -275,7 +275,7 @@ class BayesianSearch(Searcher):
             kind = kinds[i % len(kinds)]
             score = _gp.acquisition(kind, post.mu_c, post.var_c, best)
             x0 = post.C[np.argsort(-score)[i // len(kinds)]]
-            x, _ = _gp.polish(post, x0, kind, best, self.coder.continuous, checkpoint=checkpoint)
+            x, _ = _gp.polish(post, x0, kind, best, self.coder.free_at(x0), checkpoint=checkpoint)
             extra.append(x)
         return extra
 
@@ -312,15 +312,15 @@ class BayesianSearch(Searcher):
         from skopt import Optimizer
 
         completed = self.completed
-        X = [encode(self.space, p) for p, _ in completed]
+        X = [encode(self.space, p, fill=True) for p, _ in completed]
         y = [float(v) for _, v in completed]
         worst, best = max(y), min(y)
         for p, v in self.observed.values():
             if v is None:
-                X.append(encode(self.space, p))
+                X.append(encode(self.space, p, fill=True))
                 y.append(worst)
         for p in self.pending.values():
-            X.append(encode(self.space, p))
+            X.append(encode(self.space, p, fill=True))
             y.append(best)
         out = []
         known = self.known_points()
@@ -331,10 +331,10 @@ class BayesianSearch(Searcher):
                             random_state=seed)
             opt.tell(X, y)
             params = self.space.from_list(opt.ask())
-            key = tuple(encode(self.space, params))
+            key = tuple(encode(self.space, params, fill=True))
             if key in known:
                 params = self._draw()
-                key = tuple(encode(self.space, params))
+                key = tuple(encode(self.space, params, fill=True))
             out.append(params)
             known.add(key)
             X.append(list(key))
@@ -413,7 +413,7 @@ class Round:
             if not self._free(x, params, taken_keys):
                 continue
             if self.owner.coder.continuous and polish_s > 0:
-                x2, _ = _gp.polish(self.post, x, kind, self.best, self.owner.coder.continuous,
+                x2, _ = _gp.polish(self.post, x, kind, self.best, self.owner.coder.free_at(x),
                                    deadline=time.perf_counter() + polish_s)
                 p2 = self.owner.coder.decode(x2)
                 if self._free(x2, p2, taken_keys):

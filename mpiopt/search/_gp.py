@@ -31,7 +31,7 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import ndtr
 
-from ..space import Categorical, Integer, Real, Space
+from ..space import Categorical, Integer, Real, Space, is_choice
 
 SQRT5 = math.sqrt(5.0)
 JITTER = 1e-8
@@ -60,6 +60,39 @@ class UnitCoder:
                 self.blocks.append(slice(d, d + width))
             d += width
         self.dim = d
+        self.order = _parents_first(space)  # parameter indices, each after the parents of its condition
+
+    # Conditional spaces: an inactive parameter sits at a constant (a numeric column at 0.5, a
+    # one-hot block all zeros), the imputation of Levesque et al. (2017), so points that differ
+    # only in inactive values are one point to the GP, neither invented nor fitted as noise.
+    def active_mask(self, X: np.ndarray) -> np.ndarray:
+        """Which parameters (columns of the result, in space order) are active at each row of X."""
+        params = self.space.params
+        index = {p.name: k for k, p in enumerate(params)}
+        act = np.ones((len(X), len(params)), dtype=bool)
+        for k in self.order:
+            for parent, allowed in params[k].when:
+                j = index[parent]
+                hot = [self.cols[j].start + i for i, c in enumerate(params[j].choices) if is_choice(c, allowed)]
+                act[:, k] &= act[:, j] & (X[:, hot].max(axis=1) > 0.5)
+        return act
+
+    def canonical(self, X: np.ndarray) -> np.ndarray:
+        """X with every inactive parameter at its constant (unchanged in a space without conditions)."""
+        if not self.space.conditional:
+            return X
+        act = self.active_mask(X)
+        for k, (p, c) in enumerate(zip(self.space.params, self.cols, strict=True)):
+            X[~act[:, k], c] = 0.0 if isinstance(p, Categorical) else 0.5
+        return X
+
+    def free_at(self, x: np.ndarray) -> list[int]:
+        """The continuous columns a local search may move at `x`: those of its active reals."""
+        if not self.space.conditional:
+            return self.continuous
+        act = self.active_mask(x[None, :])[0]
+        return [c.start for k, (p, c) in enumerate(zip(self.space.params, self.cols, strict=True))
+                if act[k] and isinstance(p, Real)]
 
     @staticmethod
     def _scale(p, v: float) -> float:
@@ -79,6 +112,9 @@ class UnitCoder:
     def encode(self, params: dict) -> np.ndarray:
         x = np.zeros(self.dim)
         for p, c in zip(self.space.params, self.cols, strict=True):
+            if p.name not in params:  # inactive
+                x[c] = 0.0 if isinstance(p, Categorical) else 0.5
+                continue
             v = params[p.name]
             if isinstance(p, Categorical):
                 x[c.start + next((i for i, ch in enumerate(p.choices) if ch == v), 0)] = 1.0
@@ -95,7 +131,7 @@ class UnitCoder:
                 out[p.name] = int(min(p.high, max(p.low, round(self._unscale(p, x[c.start])))))
             else:
                 out[p.name] = float(min(p.high, max(p.low, self._unscale(p, x[c.start]))))
-        return out
+        return self.space.active(out)
 
     def snap(self, X: np.ndarray) -> np.ndarray:
         """Make unit-cube points feasible: integers on their grid, one-hot blocks one-hot."""
@@ -107,7 +143,7 @@ class UnitCoder:
             hot = np.argmax(X[:, b], axis=1)
             X[:, b] = 0.0
             X[np.arange(len(X)), b.start + hot] = 1.0
-        return X
+        return self.canonical(X)
 
     def from_design(self, U: np.ndarray) -> np.ndarray:
         """Points of a design in [0, 1)^len(space) (one column a parameter) as unit-cube points."""
@@ -125,7 +161,24 @@ class UnitCoder:
                 X[:, c.start] = [self._scale(p, v) for v in ints]
             else:
                 X[:, c.start] = U[:, k]
-        return X
+        return self.canonical(X)
+
+
+def _parents_first(space: Space) -> list[int]:
+    """Parameter indices ordered so that each comes after the parents of its condition."""
+    index = {p.name: k for k, p in enumerate(space.params)}
+    order: list[int] = []
+
+    def visit(k: int) -> None:
+        if k in order:
+            return
+        for parent, _ in space.params[k].when:
+            visit(index[parent])
+        order.append(k)
+
+    for k in range(len(space.params)):
+        visit(k)
+    return order
 
 
 def sobol(n_dims: int, start: int, count: int, seed: int) -> np.ndarray:
@@ -374,6 +427,9 @@ def polish(post: Posterior, x0: np.ndarray, kind: str, best: float, free: list[i
     faster and a hand-out's polish mostly ends inside its budget."""
     free = list(free)
     d = len(free)
+    if not d:  # nothing to move (every real of this point inactive)
+        mu, var = post.predict(x0[None, :])
+        return x0.copy(), float(acquisition(kind, mu, var, best)[0])
     x = x0.copy()
     Z = np.repeat(x[None, :], d + 1, axis=0)
     rows, cols = np.arange(1, d + 1), np.array(free, dtype=int)
@@ -411,7 +467,7 @@ def polish(post: Posterior, x0: np.ndarray, kind: str, best: float, free: list[i
     return out, -f0
 
 
-def select(post: Posterior, k: int, kinds: list[str], best: float, *, rule: str, free: list[int],
+def select(post: Posterior, k: int, kinds: list[str], best: float, *, rule: str, coder: UnitCoder,
            polish_picks: int, exclude: set[tuple] | None = None, deadline: float | None = None,
            checkpoint=None) -> list[np.ndarray]:
     """`k` points, one at a time, each conditioned on the ones before (at their fantasy value).
@@ -433,6 +489,7 @@ def select(post: Posterior, k: int, kinds: list[str], best: float, *, rule: str,
         j = next((int(j) for j in order[:64] if tuple(np.round(C[j], 9)) not in exclude), int(order[0]))
         taken[j] = True
         x = C[j]
+        free = coder.free_at(x)
         if i < polish_picks and free and (deadline is None or time.perf_counter() < deadline):
             x, _ = polish(post, x, kinds[i], best, free, checkpoint=checkpoint)
             if tuple(np.round(x, 9)) in exclude:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..space import Space, encode, to_skopt
+from ..space import Space, native_value, encode, to_skopt
 from ._base import Searcher
 
 _MAX_REDRAWS = 100
@@ -31,6 +31,11 @@ class RandomDraw:
         twin = copy.copy(self)
         twin.rng = rng
         return twin
+
+    def values(self) -> dict[str, Any]:
+        """A random value for every parameter, active or not (a mutation fills new branches from it)."""
+        x = self._sk.rvs(n_samples=1, random_state=self.rng)[0]
+        return {p.name: native_value(p, v) for p, v in zip(self.space.params, x, strict=True)}
 
     def draw(self, known: set[tuple]) -> dict[str, Any]:
         """A random point whose encoding is not in `known` (if the space has one left)."""
