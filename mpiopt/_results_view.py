@@ -21,10 +21,12 @@ def format_hours(hours: float) -> str:
     return f"{hours:.1f} h"
 
 
-def table(top) -> str:
-    """The trials of `top` as a text table: parameters without their `params_` prefix, errors cut."""
-    cols = ["trial", "status", "objective"] + [c for c in top.columns if c.startswith("params_")] + \
-        ["epochs", "rung", "duration_s", "group"]
+def table(top, goals: list[str] | None = None) -> str:
+    """The trials of `top` as a text table: parameters without their `params_` prefix, errors cut;
+    with `goals` (a Pareto search's metrics), those instead of the status and objective."""
+    lead = ["trial", *goals] if goals else ["trial", "status", "objective"]
+    cols = lead + [c for c in top.columns if c.startswith("params_")] + \
+        ["epochs", "rung"] + (["duration_s"] if "duration_s" not in lead else []) + ["group"]
     view = top[[c for c in cols if c in top.columns]].rename(columns=lambda c: c.removeprefix("params_"))
     for c in view.select_dtypes(include="object").columns:  # an inactive parameter's None: an empty cell, as NaN is
         view[c] = view[c].where(view[c].notna(), "")

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from ._errors import ConfigError
+from .pareto import MEASURED, Goals
 from .journal import CONFIG, JOURNAL, RESULTS, TRAIN_INFO, is_live, read_journal, replay, result_rows
 
 log = logging.getLogger(__name__)
@@ -22,12 +23,24 @@ def _run_info(path: Path) -> dict[str, Any]:
 
 
 def direction_of(path: str | os.PathLike) -> tuple[str, str]:
-    """The figure of merit's (direction, metric) of a run directory."""
+    """The figure of merit's (direction, metric) of a run directory (a Pareto search's: its first
+    goal that the trials report, as in the `objective` column)."""
     obj = _run_info(Path(path)).get("objective") or {}
+    for metric, d in goals_of(path):
+        if metric not in MEASURED:
+            return d, metric
     for d in ("minimize", "maximize"):
         if d in obj:
             return d, obj[d]
     return "minimize", "objective"
+
+
+def goals_of(path: str | os.PathLike) -> Goals:
+    """A Pareto search's (metric, direction) goals; () for a search of one figure of merit."""
+    goals = (_run_info(Path(path)).get("objective") or {}).get("pareto")
+    if not isinstance(goals, dict):
+        return ()
+    return tuple((str(m), str(d)) for m, d in goals.items() if d in ("minimize", "maximize"))
 
 
 def load_results(path: str | os.PathLike):
@@ -47,7 +60,7 @@ def load_results(path: str | os.PathLike):
         for msg in problems:
             log.warning(msg)
         params = list((_run_info(p).get("parameters") or {}).keys())
-        columns, rows = result_rows(replay(events).values(), params, live=is_live(p))
+        columns, rows = result_rows(replay(events).values(), params, live=is_live(p), goals=goals_of(p))
         df = pd.DataFrame(rows, columns=columns)
     elif (p / RESULTS).exists():
         df = pd.read_csv(p / RESULTS)

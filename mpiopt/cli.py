@@ -320,7 +320,8 @@ def _make_searcher(cfg, link):
     ahead = link.n_groups > 1 and _env.get("MPIOPT_PREFETCH") != "0"
 
     def make() -> Searcher:
-        return make_searcher(cfg.space, cfg.search, prefetch=link.n_groups if ahead else 0)
+        return make_searcher(cfg.space, cfg.search, prefetch=link.n_groups if ahead else 0,
+                             goals=max(1, len(cfg.objective.pareto)))
 
     if cfg.search.scheduler not in ("asha", "hyperband"):
         return make()
@@ -350,7 +351,8 @@ def _run_coordinator(cfg, searcher, link, run_dir, events):
     finally:
         searcher.close()
         try:
-            run_dir.write_results(coordinator.trials.values(), cfg.space.names, live=False)
+            run_dir.write_results(coordinator.trials.values(), cfg.space.names, live=False,
+                                  goals=cfg.objective.pareto)
         except OSError as exc:  # keep the original error in view; the journal has everything
             log.error("could not write %s: %s", run_dir.path / "results.csv", exc)
         run_dir.close()
@@ -375,7 +377,13 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float) -> int:
     stats.info("%s; coordinator CPU %.1f s (%.0f%% of one core)", dispatch_stats(summary.dispatch_s), cpu,
                100.0 * cpu / max(wall, 1e-9))
     best = summary.best
-    if best is not None:
+    if cfg.objective.pareto:
+        from .journal import front
+
+        on = front(list(summary.trials.values()), cfg.objective.pareto)
+        _say_and_log(f"Pareto front: {len(on)} trials ({', '.join(map(str, sorted(on)))}); "
+                     f"mpiopt results {run_dir.path} lists them")
+    elif best is not None:
         params = ", ".join(f"{k}={v!r}" for k, v in best.params.items())
         _say_and_log(f"best {cfg.objective.metric} = {best.objective:.6g} at trial {best.trial}: {params}")
     else:
@@ -617,12 +625,15 @@ def _describe_param(p) -> str:
 def cmd_results(args) -> int:
     import json
 
-    from .analysis import best_trials, direction_of, load_results
+    from .analysis import best_trials, direction_of, goals_of, load_results
 
     df = load_results(args.dir)
     if args.timeline:
         return _print_timeline(args.dir, df)
     direction, metric = direction_of(args.dir)
+    goals = goals_of(args.dir)
+    if goals and not args.best:
+        return _print_front(args, df, goals)
     top = best_trials(df, direction, 1 if args.best else args.top)
     if args.best:
         top = top[top.status == "completed"]
@@ -640,6 +651,29 @@ def cmd_results(args) -> int:
         print(f"{args.dir}: {len(df)} trials (" + ", ".join(f"{n} {s}" for s, n in counts.items())
               + f"); {direction} {metric}")
         print(view.table(top) if len(top) else "(no trials)")
+    return 0
+
+
+def _print_front(args, df, goals) -> int:
+    """A Pareto search's results: its front, by its first goal (in every --format)."""
+    import json
+
+    first, direction = goals[0]
+    on = df[df["pareto"].astype(bool)].sort_values(first if first in df else "objective",
+                                                   ascending=direction == "minimize", kind="stable")
+    top = on.head(args.top)
+    if args.format == "csv":
+        sys.stdout.write(top.to_csv(index=False))
+    elif args.format == "json":
+        sys.stdout.write(json.dumps(view.records(top), indent=1, allow_nan=False) + "\n")
+    elif args.format == "yaml":
+        sys.stdout.write(view.as_yaml(view.records(top)))
+    else:
+        done = int((df["status"] == "completed").sum())
+        print(f"{args.dir}: {len(df)} trials ({done} completed); Pareto front of "
+              + ", ".join(f"{d} {m}" for m, d in goals) + f": {len(on)} trials"
+              + (f", the first {len(top)} shown (--top)" if len(top) < len(on) else ""))
+        print(view.table(top, [m for m, _ in goals]) if len(top) else "(no completed trial yet)")
     return 0
 
 

@@ -24,10 +24,11 @@ import yaml
 
 from ._errors import ConfigError
 from ._log import quiet_tensorflow
+from .pareto import MEASURED
 from .space import Space, parse_space
 
 TOP_KEYS = ("name", "objective", "parameters", "search", "training")
-OBJECTIVE_KEYS = ("model", "data", "loss", "metrics", "minimize", "maximize", "function")
+OBJECTIVE_KEYS = ("model", "data", "loss", "metrics", "minimize", "maximize", "pareto", "function")
 SEARCH_DEFAULTS: dict[str, Any] = {
     "algorithm": "bayesian",
     "surrogate": "GP",
@@ -137,6 +138,7 @@ class Objective:
     takes_comm: bool = False  # function(params, comm)
     takes_trial: bool = False  # function(params, ..., trial): reports steps and may be stopped
     model_params: frozenset[str] | None = None  # what build_model accepts by name; None = **kwargs
+    pareto: tuple[tuple[str, str], ...] = ()  # a Pareto search's (metric, direction) goals
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,10 @@ class Config:
                 obj["metrics"] = list(o.metrics)
         else:
             obj["function"] = o.function
-        obj[o.direction] = o.metric
+        if o.pareto:
+            obj["pareto"] = dict(o.pareto)
+        else:
+            obj[o.direction] = o.metric
         return {
             "name": self.name,
             "source": str(self.path),
@@ -274,11 +279,24 @@ def parse_config(raw: Any, *, path: Path, source: str, resolve: bool = True) -> 
     _check_searched_training_keys(space, source)
     _check_gem_optimizer(training, raw.get("training"), space, source)
     _check_scheduler(search, training, source)
+    _check_pareto(objective, search, source)
     cfg = Config(name=name, path=path, objective=objective, space=space, search=search, training=training, raw=raw,
                  source=source)
     if resolve:
         cfg = resolve_objective(cfg, source)
     return cfg
+
+
+def _check_pareto(objective: Objective, search: SearchSettings, source: str) -> None:
+    """A Pareto search has no single figure of merit: nothing to rank trials at a rung by, nor to reach."""
+    if not objective.pareto:
+        return
+    if search.scheduler != "none":
+        raise ConfigError(f"the {search.scheduler} scheduler ranks trials by one figure of merit; a Pareto search "
+                          "(objective.pareto) runs with scheduler: none", source=source, field="search.scheduler")
+    if search.target is not None:
+        raise ConfigError("a Pareto search (objective.pareto) has no single figure of merit to reach; remove "
+                          "search.target", source=source, field="search.target")
 
 
 def _check_scheduler(search: SearchSettings, training: dict[str, Any], source: str) -> None:
@@ -540,13 +558,8 @@ def _parse_objective(raw: Any, source: str) -> Objective:
         raise ConfigError("give exactly one of `model` or `function`, not both", source=source, field="objective")
     if not has_model and not has_fn:
         raise ConfigError("missing: give `model` (with `data`) or `function`", source=source, field="objective")
-    if "minimize" in raw and "maximize" in raw:
-        raise ConfigError("give one of `minimize` or `maximize`, not both", source=source, field="objective")
-    direction = "maximize" if "maximize" in raw else "minimize"
-    default_metric = "val_loss" if has_model else "objective"
-    metric = raw.get(direction, default_metric)
-    if not isinstance(metric, str) or not metric:
-        raise ConfigError(f"expected a metric name, got {metric!r}", source=source, field=f"objective.{direction}")
+    goals = _pareto_goals(raw, source)
+    direction, metric = _figure_of_merit(raw, goals, has_model, source)
     for key in ("model", "function"):
         if key in raw and not (isinstance(raw[key], str) and ":" in raw[key]):
             raise ConfigError(f"expected 'file.py:name' or 'package.module:name', got {raw[key]!r}",
@@ -556,7 +569,7 @@ def _parse_objective(raw: Any, source: str) -> Objective:
             if key in raw:
                 raise ConfigError(f"`{key}` belongs to a `model` objective; a `function` gets only the parameters",
                                   source=source, field=f"objective.{key}")
-        return Objective(kind="function", direction=direction, metric=metric, function=raw["function"])
+        return Objective(kind="function", direction=direction, metric=metric, function=raw["function"], pareto=goals)
     if "data" not in raw:
         raise ConfigError("a `model` objective needs `data` ('file.py:load_data' or {train: ..., val: ...})",
                           source=source, field="objective.data")
@@ -586,11 +599,54 @@ def _parse_objective(raw: Any, source: str) -> Objective:
     if loss is not None:
         known = {"loss"} | set(metrics)
         known |= {f"val_{k}" for k in known}
-        if metric not in known:
-            raise ConfigError(f"{metric!r} is not a metric this model reports (it has: {', '.join(sorted(known))})"
-                              f"{did_you_mean(metric, known)}", source=source, field=f"objective.{direction}")
+        for name, field in [(metric, direction)] if not goals else [(m, f"pareto.{m}") for m, _ in goals]:
+            if name not in known and name not in MEASURED:
+                raise ConfigError(f"{name!r} is not a metric this model reports (it has: "
+                                  f"{', '.join(sorted(known | set(MEASURED)))}){did_you_mean(name, known)}",
+                                  source=source, field=f"objective.{field}")
     return Objective(kind="model", direction=direction, metric=metric, model=raw["model"], data=data, loss=loss,
-                     metrics=tuple(metrics))
+                     metrics=tuple(metrics), pareto=goals)
+
+
+def _pareto_goals(raw: dict, source: str) -> tuple[tuple[str, str], ...]:
+    """`pareto: {metric: minimize|maximize, ...}`, two goals or more, instead of minimize/maximize."""
+    if "pareto" not in raw:
+        if "minimize" in raw and "maximize" in raw:
+            raise ConfigError("give one of `minimize` or `maximize`, not both", source=source, field="objective")
+        return ()
+    for key in ("minimize", "maximize"):
+        if key in raw:
+            raise ConfigError(f"give `pareto` or `{key}`, not both (a Pareto search names every goal in `pareto`)",
+                              source=source, field=f"objective.{key}")
+    goals = raw["pareto"]
+    if not isinstance(goals, dict) or len(goals) < 2:
+        raise ConfigError(f"expected a mapping of two metrics or more to minimize or maximize, such as "
+                          f"{{val_accuracy: maximize, params: minimize}}, got {goals!r}"[:200],
+                          source=source, field="objective.pareto")
+    for name, direction in goals.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"expected a metric name, got {name!r}", source=source, field="objective.pareto")
+        if direction not in ("minimize", "maximize"):
+            raise ConfigError(f"expected minimize or maximize, got {direction!r}"
+                              f"{did_you_mean(str(direction), ('minimize', 'maximize'))}",
+                              source=source, field=f"objective.pareto.{name}")
+    return tuple(goals.items())
+
+
+def _figure_of_merit(raw: dict, goals: tuple[tuple[str, str], ...], has_model: bool, source: str) -> tuple[str, str]:
+    """(direction, metric) of the `objective` column: the configured one, or in a Pareto search
+    its first goal that training reports (params and duration_s are measured, not trained)."""
+    if goals:
+        trained = [(m, d) for m, d in goals if m not in MEASURED]
+        if not trained:
+            raise ConfigError(f"needs a goal besides {' and '.join(MEASURED)}: a metric the trial reports",
+                              source=source, field="objective.pareto")
+        return trained[0][1], trained[0][0]
+    direction = "maximize" if "maximize" in raw else "minimize"
+    metric = raw.get(direction, "val_loss" if has_model else "objective")
+    if not isinstance(metric, str) or not metric:
+        raise ConfigError(f"expected a metric name, got {metric!r}", source=source, field=f"objective.{direction}")
+    return direction, metric
 
 
 def import_callable(ref: str, base_dir: Path, *, source: str, field: str) -> Callable:

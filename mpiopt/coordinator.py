@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from . import pareto
 from ._results_view import format_hours
 from ._send_ahead import SendAhead
 from .config import Config
@@ -195,6 +196,14 @@ class Coordinator:
             return None
         return self.sign * rec.objective
 
+    def search_loss(self, rec: TrialRecord) -> float | tuple[float, ...] | None:
+        """What the searcher is told of a trial: its loss, or in a Pareto search one loss a goal."""
+        if not self.cfg.objective.pareto:
+            return self.loss(rec)
+        if rec.status != TrialStatus.COMPLETED:
+            return None
+        return pareto.losses(self.cfg.objective.pareto, rec.metrics, rec.duration_s)
+
     def best(self) -> TrialRecord | None:
         if not self._best_known:  # computed once, then kept up to date by _record (O(1) a result)
             done = [t for t in self.trials.values() if self.loss(t) is not None]
@@ -221,7 +230,8 @@ class Coordinator:
         now = time.monotonic()
         if not force and now - self._table_at < self.TABLE_EVERY_S:
             return
-        self.run_dir.write_results(self.trials.values(), self.cfg.space.names, live=True)
+        self.run_dir.write_results(self.trials.values(), self.cfg.space.names, live=True,
+                                   goals=self.cfg.objective.pareto)
         self._table_dirty = False
         self._table_at = now
 
@@ -259,7 +269,7 @@ class Coordinator:
         self._rerun = deque(sorted(n for n in self.trials if n not in self._finished_trials and n not in self._paused))
         for n in sorted(self._finished_trials):
             t = self.trials[n]
-            self.searcher.tell(n, t.params, self.loss(t))
+            self.searcher.tell(n, t.params, self.search_loss(t))
         if self._rerun:
             log.info("resuming: %d finished trials kept, %d interrupted trials to run again (%s)",
                      len(self._finished_trials), len(self._rerun), ", ".join(map(str, self._rerun)))
@@ -723,7 +733,7 @@ class Coordinator:
         self._journal(event)
         apply_event(self.trials, event)
         self.scheduler.finished(n)
-        self.searcher.tell(n, rec.params, self.loss(rec))
+        self.searcher.tell(n, rec.params, self.search_loss(rec))
         self._table_dirty = True
         self._warn_if_unjudged(n, rec)
         if not was_finished:

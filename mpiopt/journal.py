@@ -23,7 +23,9 @@ from collections.abc import Iterable
 import yaml
 
 from ._errors import ConfigError
+from . import pareto
 from ._files import atomic_write
+from .pareto import Goals
 from .trial import TrialRecord, TrialStatus, apply_event, clean
 
 log = logging.getLogger(__name__)
@@ -107,7 +109,19 @@ def replay(events: Iterable[dict[str, Any]]) -> dict[int, TrialRecord]:
 
 
 # -- the results table -------------------------------------------------------------------------
-def _columns(trials: list[TrialRecord], param_names: list[str]) -> tuple[list[str], list[str], list[str]]:
+def front(trials: list[TrialRecord], goals: Goals) -> set[int]:
+    """The trials on the Pareto front of `goals`: completed, and dominated by no other."""
+    scored = [(t.trial, pareto.losses(goals, t.metrics, t.duration_s)) for t in trials
+              if t.status == TrialStatus.COMPLETED]
+    scored = [(n, v) for n, v in scored if v is not None]
+    if not scored:
+        return set()
+    mask = pareto.front_mask([v for _, v in scored])
+    return {n for (n, _), on in zip(scored, mask, strict=True) if on}
+
+
+def _columns(trials: list[TrialRecord], param_names: list[str],
+             goals: Goals = ()) -> tuple[list[str], list[str], list[str]]:
     """(columns, parameter names with extras, metric names) of the results table."""
     metric_names: list[str] = []
     for t in trials:
@@ -118,18 +132,21 @@ def _columns(trials: list[TrialRecord], param_names: list[str]) -> tuple[list[st
     extra = sorted({k for t in trials for k in t.params if k not in param_names})
     names = list(param_names) + extra
     rung = ["rung"] if any(t.rung is not None for t in trials) else []  # only where a scheduler judged trials
-    columns = ["trial", "status", "objective", *(f"params_{n}" for n in names), *metric_names, "epochs", *rung,
+    marks = ["pareto"] if goals else []
+    columns = ["trial", "status", "objective", *marks, *(f"params_{n}" for n in names), *metric_names, "epochs", *rung,
                "start", "end",
                "duration_s", "group", "ranks", "dispatch_ms", "wait_ms", "error"]
     return columns, names, metric_names
 
 
-def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool) -> dict[str, Any]:
+def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool,
+         on_front: bool | None = None) -> dict[str, Any]:
     status = t.status
     if status == TrialStatus.RUNNING and not live:
         status = TrialStatus.INTERRUPTED
     row: dict[str, Any] = {"trial": t.trial, "status": status.value,
-                           "objective": t.objective if status == TrialStatus.COMPLETED else None}
+                           "objective": t.objective if status == TrialStatus.COMPLETED else None,
+                           "pareto": on_front}
     for n in names:
         row[f"params_{n}"] = t.params.get(n)
     for m in metric_names:
@@ -148,23 +165,26 @@ def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool) 
 
 
 def result_rows(trials: Iterable[TrialRecord], param_names: list[str], *,
-                live: bool = False) -> tuple[list[str], list[dict]]:
-    """The results table's columns and rows (SPEC §5).
+                live: bool = False, goals: Goals = ()) -> tuple[list[str], list[dict]]:
+    """The results table's columns and rows (SPEC §5); a Pareto search's (`goals`) with a
+    `pareto` column that marks its front.
 
     Trials still marked running are `running` while their search is `live`, else `interrupted`.
     """
     trials = list(trials)
-    columns, names, metric_names = _columns(trials, param_names)
-    return columns, [_row(t, names, metric_names, live) for t in trials]
+    columns, names, metric_names = _columns(trials, param_names, goals)
+    on = front(trials, goals) if goals else None
+    return columns, [_row(t, names, metric_names, live, None if on is None else t.trial in on) for t in trials]
 
 
 def results_csv(trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = False,
-                cache: dict | None = None) -> bytes:
+                cache: dict | None = None, goals: Goals = ()) -> bytes:
     """The results table as CSV. With a `cache` (a dict kept by the caller), the lines of finished
     trials are formatted once and reused while the columns stay the same: rewriting the table of
     a long search then costs little more than joining its lines."""
     trials = list(trials)
-    columns, names, metric_names = _columns(trials, param_names)
+    columns, names, metric_names = _columns(trials, param_names, goals)
+    on = front(trials, goals) if goals else None
     if cache is not None and cache.get("columns") != columns:
         cache.clear()
         cache["columns"] = columns
@@ -174,12 +194,13 @@ def results_csv(trials: Iterable[TrialRecord], param_names: list[str], *, live: 
     w.writeheader()
     out = [buf.getvalue()]
     for t in trials:
-        key = (t.trial, t.status, t.start, t.end) if cache is not None and t.status.is_finished() else None
+        flag = None if on is None else t.trial in on  # a later trial may push this one off the front
+        key = (t.trial, t.status, t.start, t.end, flag) if cache is not None and t.status.is_finished() else None
         line = cache.get(key) if key is not None else None
         if line is None:
             buf.seek(0)
             buf.truncate()
-            w.writerow({k: ("" if v is None else v) for k, v in _row(t, names, metric_names, live).items()})
+            w.writerow({k: ("" if v is None else v) for k, v in _row(t, names, metric_names, live, flag).items()})
             line = buf.getvalue()
             if key is not None:
                 cache[key] = line
@@ -370,11 +391,12 @@ class RunDir:
             return [], []
         return read_journal(self.journal_path)
 
-    def write_results(self, trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = True) -> None:
+    def write_results(self, trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = True,
+                      goals: Goals = ()) -> None:
         """Rewrite results.csv. While the search is `live` the table is a view of the journal (the
         record of truth, fsynced), so it is replaced atomically but not fsynced; the final table is."""
-        atomic_write(self.path / RESULTS, results_csv(trials, param_names, live=live, cache=self._table_cache),
-                     durable=not live)
+        atomic_write(self.path / RESULTS, results_csv(trials, param_names, live=live, cache=self._table_cache,
+                                                      goals=goals), durable=not live)
 
     def heartbeat(self, state: str) -> None:
         """Say the search is alive (`state` "running") or has ended ("ended"): `mpiopt status`

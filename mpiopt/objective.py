@@ -241,7 +241,9 @@ class TrialRunner:
             return TrialResult()
         self.last_training = outcome
         judged = judge_history(outcome.history, o.direction, o.metric, outcome.stopped)
-        return dataclasses.replace(judged, resumed_s=outcome.resumed_s)
+        # the parameter count is a metric of every model trial (a Pareto search may minimise it)
+        return dataclasses.replace(judged, resumed_s=outcome.resumed_s,
+                                   metrics={**judged.metrics, "params": float(outcome.params)})
 
 
 

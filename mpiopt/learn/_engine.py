@@ -52,6 +52,7 @@ class TrainOutcome:
     samples: int = 0
     wall_s: float = 0.0
     resumed_s: float | None = None  # training time before the checkpoint this run resumed from
+    params: int = 0  # the model's parameter count (trainable and not)
 
 
 @dataclass
@@ -279,10 +280,11 @@ class _Epochs:
             opt.load_state_dict(state)
         return int(meta["epoch"]), arrays["weights"], arrays["state"]  # epochs done = next epoch index
 
-    def outcome(self, timing: dict[str, dict[str, float]], samples: int, t0: float) -> TrainOutcome:
-        """What training produced, `t0` its start (perf_counter)."""
+    def outcome(self, timing: dict[str, dict[str, float]], samples: int, t0: float, flat: FlatModel) -> TrainOutcome:
+        """What training of `flat` produced, `t0` its start (perf_counter)."""
         return TrainOutcome(history=self.history, stopped=self.stopped, timing=timing, samples=samples,
-                            wall_s=time.perf_counter() - t0, resumed_s=self.resumed_s)
+                            wall_s=time.perf_counter() - t0, resumed_s=self.resumed_s,
+                            params=int(flat.model.count_params()))
 
     def finish(self, flat: FlatModel) -> None:
         """Leave the best weights in the model and save them (the master or rank 0)."""
@@ -355,7 +357,7 @@ class _AllreduceRank:
         timing = _gather_timing(self.comm, self.tracer, self.job, [f"rank {r}" for r in range(self.size)])
         if self.rank != 0:
             return None
-        return self.epochs.outcome(timing, self.samples, t0)
+        return self.epochs.outcome(timing, self.samples, t0, self.flat)
 
     def _train_epoch(self, epoch: int) -> int:
         """The epoch's steps on this rank's shard, in step with the group; the shard's size."""
@@ -580,7 +582,7 @@ class _Master:
         self.epochs.finish(self.flat)
         timing = _gather_timing(self.comm, _merge_tracers(self.tracer, self.val_tracer), self.job,
                                 _master_worker_labels(self.size))
-        return self.epochs.outcome(timing, self.applied_samples, t0)
+        return self.epochs.outcome(timing, self.applied_samples, t0, self.flat)
 
     def _serve(self) -> None:
         from ..transport import Backoff

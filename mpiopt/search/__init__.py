@@ -4,21 +4,30 @@ A new algorithm subclasses `Searcher`, implements `_suggest`, and joins `make_se
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..space import Space
 from ._base import Searcher
 from ._bayesian import BayesianSearch
 from ._evolution import EvolutionSearch
 from ._multifidelity import RungModel
+from ._pareto import ParetoSearch
 from ._prefetch import Prefetching, RoundPolicy
 from ._random import RandomSearch
 
-__all__ = ["Searcher", "RandomSearch", "BayesianSearch", "EvolutionSearch", "Prefetching", "RoundPolicy", "RungModel",
-           "make_searcher"]
+__all__ = ["Searcher", "RandomSearch", "BayesianSearch", "EvolutionSearch", "ParetoSearch", "Prefetching",
+           "RoundPolicy", "RungModel", "make_searcher"]
 
 
-def make_searcher(space: Space, settings, *, prefetch: int = 0) -> Searcher:
+def make_searcher(space: Space, settings, *, prefetch: int = 0, goals: int = 1) -> Searcher:
     """The searcher of a `SearchSettings`; with `prefetch` (the number of groups), suggestions are
-    computed ahead in a background thread (`Prefetching`, tuned by the environment)."""
+    computed ahead in a background thread (`Prefetching`, tuned by the environment). With two
+    `goals` or more it is a Pareto search, asked on demand (each hand-out scalarises anew)."""
+    if goals > 1:
+        # gp_hedge credits each acquisition by the model's view of its past picks, which means
+        # nothing once every hand-out scalarises the goals anew: ParEGO's EI instead
+        inner = replace(settings, acquisition="EI") if settings.acquisition == "gp_hedge" else settings
+        return ParetoSearch(make_searcher(space, inner), goals, seed=settings.seed)
     if settings.algorithm == "random":
         return RandomSearch(space, seed=settings.seed)
     if settings.algorithm == "evolution":

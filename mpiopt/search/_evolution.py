@@ -14,6 +14,7 @@ running) is drawn again, so parallel groups do not get copies.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any
 
@@ -38,7 +39,7 @@ class EvolutionSearch(Searcher):
         self.rng = np.random.RandomState(seed)
         self._random = RandomDraw(space, self.rng)
         self._coder = UnitCoder(space)
-        self._members: deque[tuple[dict[str, Any], float]] = deque(maxlen=population)
+        self._members: deque[int] = deque(maxlen=population)  # trials, oldest first; their losses in `observed`
         self._known: set[tuple] = set()
 
     def ask(self, trial: int) -> dict[str, Any]:
@@ -48,8 +49,7 @@ class EvolutionSearch(Searcher):
 
     def tell(self, trial: int, params: dict[str, Any], loss: float | None) -> None:
         super().tell(trial, params, loss)
-        _, loss = self.observed[trial]
-        self._members.append((dict(params), np.inf if loss is None else float(loss)))  # a failure is never a parent
+        self._members.append(trial)
         self._known.add(_key(self.space, params))
 
     def add_pending(self, trial: int, params: dict[str, Any]) -> None:
@@ -57,7 +57,7 @@ class EvolutionSearch(Searcher):
         self._known.add(_key(self.space, params))
 
     def _suggest(self) -> dict[str, Any]:
-        if len(self._members) < self.population or all(np.isinf(y) for _, y in self._members):
+        if len(self._members) < self.population or all(self.observed[t][1] is None for t in self._members):
             return self._random.draw(self._known)
         for _ in range(_MAX_TRIES):
             child = self._mutate(self._tournament())
@@ -66,9 +66,12 @@ class EvolutionSearch(Searcher):
         return self._random.draw(self._known)  # the parents' neighbourhoods are used up
 
     def _tournament(self) -> dict[str, Any]:
-        """The best of `sample` members drawn without replacement."""
+        """The best of `sample` members drawn without replacement (a failed trial is never a parent
+        while a drawn one completed)."""
         picks = self.rng.choice(len(self._members), size=self.sample, replace=False)
-        return min((self._members[int(i)] for i in picks), key=lambda m: m[1])[0]
+        params, loss = min((self.observed[self._members[int(i)]] for i in picks),
+                           key=lambda m: math.inf if m[1] is None else m[1])
+        return params
 
     def _mutate(self, parent: dict[str, Any]) -> dict[str, Any]:
         """The parent with one of its parameters changed; newly active parameters drawn at random."""
