@@ -2,12 +2,18 @@
 
     python bench/sample_efficiency.py [--seeds 10] [--first-seed 0] [--widths 1 8 32] [--budgets 40 80] [--jobs 2]
                                       [--methods mpiopt random optuna] [--functions branin hartmann6]
+    python bench/sample_efficiency.py --methods mpiopt evolution random --functions hartmann6 mixed \
+                                      --widths 1 8 --budgets 40 80 200     # evolution against the GP
 
 Each search is simulated in virtual time (no MPI, no sleeping): `width` groups run trials whose
 durations are drawn from U(0.5, 1.5), so results come back in a shuffled order as they do on a
 cluster; when a trial finishes, the searcher is told its value and asked for the next point while
 the other `width - 1` trials are still pending. The best value among the first B trials asked is
 what a search with `trials: B` would have found (no method here looks at the budget).
+
+Functions: branin, hartmann6, and `mixed`: a made-up training loss over 11 parameters (3
+categorical, 2 integer, 6 real), 5 of them conditional on an optimizer or a depth (see `mixed`),
+minimum 0. `optuna` runs on the all-real spaces only.
 
 Methods:
   mpiopt            BayesianSearch: GP, gp_hedge, initial_points 10, each suggestion computed
@@ -27,6 +33,8 @@ Methods:
   skopt-liar        scikit-optimize 0.10 Optimizer (GP, gp_hedge, 10 initial), pending points
                     told at the best value seen (constant liar)
   random            independent uniform draws
+  evolution         EvolutionSearch (algorithm: evolution): regularized evolution, population 20,
+                    tournaments of 5
   optuna            Optuna's TPESampler(constant_liar=True, seed) through study.ask/tell
                     (`pip install optuna` for this benchmark; mpiopt does not depend on it)
 
@@ -48,7 +56,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mpiopt.space import Real, Space  # noqa: E402
+from mpiopt.space import Real, Space, parse_space  # noqa: E402
 
 # -- test functions ------------------------------------------------------------------------------
 BRANIN_MIN = 0.397887
@@ -73,19 +81,56 @@ def hartmann6(p: dict) -> float:
     return float(-(_H_ALPHA * np.exp(-(_H_A * (x - _H_P) ** 2).sum(1))).sum())
 
 
+_OPTIMIZERS = {"sgd": (0.0, -1.5), "adam": (0.05, -3.0), "rmsprop": (0.08, -2.7)}  # offset, best log10(lr)
+
+
+def mixed(p: dict) -> float:
+    """A made-up training loss over a mixed, conditional space (`MIXED`), 0 at its minimum: an
+    optimizer with its own best learning rate and its own parameters, a depth whose layer widths
+    exist only when there are that many layers, a dropout whose best value grows with depth."""
+    offset, best_lr = _OPTIMIZERS[p["optimizer"]]
+    loss = offset + 0.3 * (math.log10(p["learning_rate"]) - best_lr) ** 2
+    if p["optimizer"] == "sgd":
+        loss += 0.5 * (p["momentum"] - 0.9) ** 2 + (0.0 if p["nesterov"] else 0.03)
+    if p["optimizer"] == "rmsprop":
+        loss += 0.4 * (p["rho"] - 0.95) ** 2
+    layers = p["layers"]
+    loss += {1: 0.1, 2: 0.0, 3: 0.02}[layers]
+    loss += sum(0.01 * (math.log2(p[f"units{i}"]) - 7.0) ** 2 for i in range(1, layers + 1))
+    loss += 0.2 * (p["dropout"] - (0.2 + 0.1 * layers)) ** 2
+    return loss + {"relu": 0.0, "elu": 0.01, "tanh": 0.04}[p["activation"]]
+
+
+MIXED = parse_space({
+    "optimizer": {"choices": ["sgd", "adam", "rmsprop"]},
+    "learning_rate": {"type": "real", "low": 1e-5, "high": 1.0, "prior": "log-uniform"},
+    "momentum": {"type": "real", "low": 0.0, "high": 0.99, "when": {"optimizer": "sgd"}},
+    "nesterov": {"choices": [True, False], "when": {"optimizer": "sgd"}},
+    "rho": {"type": "real", "low": 0.5, "high": 0.999, "when": {"optimizer": "rmsprop"}},
+    "layers": {"choices": [1, 2, 3]},
+    "units1": {"type": "integer", "low": 8, "high": 512, "prior": "log-uniform"},
+    "units2": {"type": "integer", "low": 8, "high": 512, "prior": "log-uniform", "when": {"layers": [2, 3]}},
+    "units3": {"type": "integer", "low": 8, "high": 512, "prior": "log-uniform", "when": {"layers": 3}},
+    "dropout": {"type": "real", "low": 0.0, "high": 0.7},
+    "activation": {"choices": ["relu", "tanh", "elu"]},
+}, source="bench/sample_efficiency.py", did_you_mean=lambda *_: "")
+
 FUNCTIONS = {
     "branin": (branin, Space((Real("x1", -5.0, 10.0), Real("x2", 0.0, 15.0))), BRANIN_MIN),
     "hartmann6": (hartmann6, Space(tuple(Real(f"x{i}", 0.0, 1.0) for i in range(1, 7))), HARTMANN6_MIN),
+    "mixed": (mixed, MIXED, 0.0),
 }
 
 
 # -- searchers behind one ask/tell ----------------------------------------------------------------
 class MpioptAdapter:
-    def __init__(self, space, seed, rule=None, random=False, stale=False, width=1, fresh=False):
-        from mpiopt.search import BayesianSearch, RandomSearch, RoundPolicy
+    def __init__(self, space, seed, rule=None, random=False, stale=False, width=1, fresh=False, evolution=False):
+        from mpiopt.search import BayesianSearch, EvolutionSearch, RandomSearch, RoundPolicy
 
         if random:
             self.s = RandomSearch(space, seed=seed)
+        elif evolution:
+            self.s = EvolutionSearch(space, seed=seed)
         else:
             self.s = BayesianSearch(space, seed=seed, batch_rule=rule or "believer_clipped")
         # as under `Prefetching`: rounds keep the last kernel fit (`defer_fit`), refitted when due
@@ -187,6 +232,8 @@ def make(method, space, seed, width=1):
         return OptunaTPE(space, seed)
     if method == "random":
         return MpioptAdapter(space, seed, random=True)
+    if method == "evolution":
+        return MpioptAdapter(space, seed, evolution=True)
     if method == "skopt-liar":
         return SkoptLiar(space, seed)
     if method in ("mpiopt-ahead", "mpiopt-long"):

@@ -116,3 +116,15 @@ def curve_or_fail(params, trial):
         if trial.should_stop():
             break
     return {"objective": final + 30.0 / step, "loss": final / 10 + 3.0 / step}
+
+
+def two_goals(params):
+    """A loss and a size that pull apart, over a conditional space: fails if an inactive
+    parameter is passed (momentum without sgd, width2 without two layers)."""
+    if ("momentum" in params) != (params["optimizer"] == "sgd"):
+        raise ValueError(f"momentum passed wrongly: {params}")
+    if ("width2" in params) != (params["layers"] == 2):
+        raise ValueError(f"width2 passed wrongly: {params}")
+    size = params["width1"] + params.get("width2", 0)
+    loss = 1.0 / size + (params.get("momentum", 0.5) - 0.9) ** 2
+    return {"loss": loss, "size": float(size)}
