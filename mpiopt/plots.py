@@ -79,6 +79,30 @@ def plot_history(df, *, direction: str = "minimize", metric: str = "objective"):
     return fig
 
 
+# -- Pareto front -----------------------------------------------------------------------------------
+def plot_pareto(df, goals):
+    """A Pareto search's completed trials on each pair of its goals (up to three pairs), the
+    trials of the front (the table's `pareto` column) in red and joined in order of the first goal."""
+    done = df[df["status"] == "completed"]
+    pairs = [(a, b) for i, a in enumerate(goals) for b in goals[i + 1:]][:3]
+    missing = [m for m, _ in goals if m not in done.columns]
+    if done.empty or "pareto" not in done.columns or missing:
+        raise PlotUnavailable("no completed trial yet" if done.empty or "pareto" not in done.columns
+                              else f"no column for {', '.join(missing)}")
+    fig = _figure(5.0 * len(pairs) + 1.0, 4.5)
+    axes = np.atleast_1d(fig.subplots(1, len(pairs)))
+    on = done[done["pareto"].astype(bool)]
+    for ax, ((x, dx), (y, dy)) in zip(axes, pairs, strict=True):
+        ax.scatter(done[x], done[y], s=14, color="tab:gray", alpha=0.6, label=f"{len(done)} completed")
+        line = on.sort_values(x)
+        ax.plot(line[x], line[y], "o-", color="tab:red", markersize=5, label=f"front of all goals ({len(on)})")
+        ax.set_xlabel(f"{x} ({dx})")
+        ax.set_ylabel(f"{y} ({dy})")
+        ax.legend(fontsize="small")
+    fig.suptitle("Pareto front")
+    return fig
+
+
 # -- parameter importance -------------------------------------------------------------------------
 def parameter_importance(df, *, log_params: Iterable[str] = ()) -> dict[str, float]:
     """Each parameter's share of the figure of merit's variation, by permutation importance of a

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import plots
 from ._files import atomic_write
-from .analysis import _run_info, best_trials, direction_of, load_history, load_results, timeline
+from .analysis import _run_info, best_trials, direction_of, goals_of, load_history, load_results, timeline
 from .status import liveness
 
 log = logging.getLogger(__name__)
@@ -36,8 +36,9 @@ def log_params(info: dict) -> set[str]:
             if isinstance(spec, dict) and spec.get("prior") == "log-uniform"}
 
 
-def _plots(df, history, direction: str, metric: str, logs: set[str]) -> list[tuple[str, str, Callable]]:
-    return [
+def _plots(df, history, direction: str, metric: str, logs: set[str], goals) -> list[tuple[str, str, Callable]]:
+    front = [("pareto", "Pareto front", lambda: plots.plot_pareto(df, goals))] if goals else []
+    return front + [
         ("history", "Optimization history", lambda: plots.plot_history(df, direction=direction, metric=metric)),
         ("importance", "Parameter importance", lambda: plots.plot_importance(df, log_params=logs)),
         ("parallel", "Parallel coordinates",
@@ -68,7 +69,7 @@ def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) 
     direction, metric = direction_of(run)
     target = Path(out) if out is not None else run / "report"
     target.mkdir(parents=True, exist_ok=True)
-    sections = [_draw(*spec) for spec in _plots(df, history, direction, metric, log_params(info))]
+    sections = [_draw(*spec) for spec in _plots(df, history, direction, metric, log_params(info), goals_of(run))]
     for s in sections:
         if s.png is not None:
             atomic_write(target / f"{s.slug}.png", s.png, durable=False)
@@ -87,6 +88,8 @@ def summary_rows(run: Path, info: dict, df, direction: str, metric: str) -> list
             ("state", liveness(run, time.time()).state),
             ("trials", f"{len(df)}" + (f" of a budget of {budget}" if budget else "")),
             ("by status", ", ".join(f"{n} {s}" for s, n in counts.items()))]
+    if "pareto" in df.columns:
+        rows.append(("Pareto front", f"{int(df['pareto'].astype(bool).sum())} trials (the table's pareto column)"))
     if not best.empty:
         b = best.iloc[0]
         params = ", ".join(f"{c[len('params_'):]}={b[c]}" for c in df.columns if c.startswith("params_"))

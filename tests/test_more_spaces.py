@@ -106,7 +106,7 @@ def test_suggestions_hold_exactly_the_active_parameters_and_never_repeat(make):
     s = tree_space()
     searcher = make(s)
     seen = set()
-    for n in range(30):
+    for n in range(20):
         p = searcher.ask(n)
         assert p == s.complete(p), p  # every parameter its values make active, and no other
         key = tuple(sorted(p.items()))
@@ -135,7 +135,7 @@ def test_the_gp_finds_the_best_branch_of_a_conditional_space():
     for name, make in [("gp", lambda: BayesianSearch(s, seed=0)), ("random", lambda: RandomSearch(s, seed=0))]:
         searcher = make()
         values = []
-        for n in range(40):
+        for n in range(30):
             p = searcher.ask(n)
             values.append(tree_loss(p))
             searcher.tell(n, p, values[-1])
@@ -289,6 +289,10 @@ def test_a_pareto_search_marks_and_prints_its_front(write_yaml, tmp_path):
     assert f"Pareto front of minimize loss, minimize size: {int(df.pareto.sum())} trials" in shown
     body = shown.splitlines()[2:]
     assert sorted(int(line.split()[0]) for line in body) == sorted(df.trial[df.pareto].tolist())
+    assert run_cli(["report", str(tmp_path / "runs" / "front")], cwd=tmp_path).returncode == 0
+    page = (tmp_path / "runs" / "front" / "report" / "report.html").read_text()
+    assert (tmp_path / "runs" / "front" / "report" / "pareto.png").stat().st_size > 5000
+    assert f"{int(df.pareto.sum())} trials (the table" in page
 
 
 # -- helpers ---------------------------------------------------------------------------------------
