@@ -282,3 +282,26 @@ def test_status_of_a_live_mpiexec_search_then_of_the_ended_one(write_yaml, tmp_p
 
 def _read(path) -> str:
     return path.read_text() if path.exists() else ""
+
+
+def test_a_pareto_evolution_over_a_conditional_space_under_mpiexec(write_yaml, tmp_path):
+    space = write_yaml("""
+        name: more
+        objective:
+          function: objectives.py:two_goals
+          pareto: {loss: minimize, size: minimize}
+        parameters:
+          optimizer: {choices: [sgd, adam]}
+          momentum: {type: real, low: 0.0, high: 0.99, when: {optimizer: sgd}}
+          layers: {choices: [1, 2]}
+          width1: {type: integer, low: 1, high: 64}
+          width2: {type: integer, low: 1, high: 64, when: {layers: 2}}
+        search: {trials: 24, algorithm: evolution, population: 6, sample: 3}
+    """)
+    p = run_cli(["search", space], cwd=tmp_path, np=3)
+    assert p.returncode == 0, p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "more")
+    assert list(df.trial) == list(range(24)) and set(df.status) == {"completed"}  # no inactive value passed
+    assert set(df.group) == {0, 1} and df.pareto.any()
+    points = [tuple(str(v) for v in row) for row in df[[c for c in df.columns if c.startswith("params_")]].values]
+    assert len(set(points)) == len(points)  # two groups never got the same point
