@@ -583,7 +583,7 @@ def cmd_check(args) -> int:
         f"  name        {cfg.name}",
         f"  objective   {what}; {o.direction} {o.metric}",
         f"  parameters  {len(cfg.space)}: " + ", ".join(_describe_param(p) for p in cfg.space.params),
-        f"  search      {cfg.search.algorithm}{_algorithm_settings(cfg.search)}"
+        f"  search      {cfg.search.algorithm}{_algorithm_settings(cfg.search, bool(cfg.objective.pareto))}"
         + f", budget {cfg.search.trials} trials, seed {cfg.search.seed}"
         + (f", target {cfg.search.target}" if cfg.search.target is not None else ""),
         f"  scheduler   {_make_scheduler(cfg).describe()}",
@@ -603,9 +603,11 @@ def cmd_check(args) -> int:
     return 0
 
 
-def _algorithm_settings(search) -> str:
+def _algorithm_settings(search, pareto: bool) -> str:
     if search.algorithm == "bayesian":
-        return f" ({search.surrogate}, {search.acquisition}, {search.initial_points} initial points)"
+        acquisition = "EI" if pareto and search.acquisition == "gp_hedge" else search.acquisition
+        return f" ({search.surrogate}, {acquisition}, {search.initial_points} initial points)" + \
+            (", each hand-out on a new random weighting of the goals" if pareto else "")
     if search.algorithm == "evolution":
         return f" (population {search.population}, tournaments of {search.sample})"
     return ""
