@@ -40,7 +40,8 @@ def test_model_trial_learns_and_writes_history(model_space, tmp_path):
     out = TrialRunner(cfg).run({"units": 8}, None, trial_dir=tmp_path / "t0")
     assert out.status == "completed", out.error
     assert out.epochs == 3 and 0.7 < out.objective <= 1.0
-    assert set(out.metrics) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert set(out.metrics) == {"loss", "accuracy", "val_loss", "val_accuracy", "params"}
+    assert out.metrics["params"] == (8 * 8 + 8) + (8 * 2 + 2)  # Dense(8) on 8 inputs, then Dense(2)
     rows = list(csv.DictReader(open(tmp_path / "t0" / "history.csv")))
     assert [r["epoch"] for r in rows] == ["1", "2", "3"]
     assert max(float(r["val_accuracy"]) for r in rows) == pytest.approx(out.objective)
