@@ -131,16 +131,17 @@ def test_the_gp_encodes_an_inactive_parameter_as_one_constant():
 
 def test_the_gp_finds_the_best_branch_of_a_conditional_space():
     s = tree_space()
-    best = {}
-    for name, make in [("gp", lambda: BayesianSearch(s, seed=0)), ("random", lambda: RandomSearch(s, seed=0))]:
-        searcher = make()
-        values = []
-        for n in range(30):
-            p = searcher.ask(n)
-            values.append(tree_loss(p))
-            searcher.tell(n, p, values[-1])
-        best[name] = min(values)
-    assert best["gp"] < best["random"] / 2, best
+    best: dict[str, list[float]] = {"gp": [], "random": []}
+    for seed in range(3):
+        for name, searcher in [("gp", BayesianSearch(s, seed=seed, initial_points=6)),
+                               ("random", RandomSearch(s, seed=seed))]:
+            values = []
+            for n in range(30):
+                p = searcher.ask(n)
+                values.append(tree_loss(p))
+                searcher.tell(n, p, values[-1])
+            best[name].append(min(values))
+    assert np.median(best["gp"]) < np.median(best["random"]) / 2, best
 
 
 def test_a_search_table_leaves_inactive_parameters_empty(write_yaml, tmp_path):
