@@ -23,7 +23,7 @@ def format_hours(hours: float) -> str:
 
 def table(top) -> str:
     """The trials of `top` as a text table: parameters without their `params_` prefix, errors cut."""
-    cols = ["trial", "status", "objective"] + [c for c in top.columns if c.startswith("params_")] + \
+    cols = ["trial", "status", "objective", "objective_std"] + [c for c in top.columns if c.startswith("params_")] + \
         ["epochs", "rung", "duration_s", "group"]
     view = top[[c for c in cols if c in top.columns]].rename(columns=lambda c: c.removeprefix("params_"))
     if "error" in top and top["error"].notna().any():

@@ -56,7 +56,7 @@ def load_results(path: str | os.PathLike):
     for col in ("start", "end"):
         if col in df:
             df[col] = pd.to_datetime(df[col].replace("", None), utc=True, format="ISO8601")
-    for col in ("objective", "duration_s"):
+    for col in ("objective", "objective_std", "duration_s"):
         if col in df:
             df[col] = pd.to_numeric(df[col], errors="coerce")
     for col in ("epochs", "rung", "group", "ranks"):

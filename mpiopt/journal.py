@@ -118,7 +118,8 @@ def _columns(trials: list[TrialRecord], param_names: list[str]) -> tuple[list[st
     extra = sorted({k for t in trials for k in t.params if k not in param_names})
     names = list(param_names) + extra
     rung = ["rung"] if any(t.rung is not None for t in trials) else []  # only where a scheduler judged trials
-    columns = ["trial", "status", "objective", *(f"params_{n}" for n in names), *metric_names, "epochs", *rung,
+    std = ["objective_std"] if any(t.objective_std is not None for t in trials) else []  # only k-fold searches
+    columns = ["trial", "status", "objective", *std, *(f"params_{n}" for n in names), *metric_names, "epochs", *rung,
                "start", "end",
                "duration_s", "group", "ranks", "dispatch_ms", "wait_ms", "error"]
     return columns, names, metric_names
@@ -129,7 +130,8 @@ def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool) 
     if status == TrialStatus.RUNNING and not live:
         status = TrialStatus.INTERRUPTED
     row: dict[str, Any] = {"trial": t.trial, "status": status.value,
-                           "objective": t.objective if status == TrialStatus.COMPLETED else None}
+                           "objective": t.objective if status == TrialStatus.COMPLETED else None,
+                           "objective_std": t.objective_std if status == TrialStatus.COMPLETED else None}
     for n in names:
         row[f"params_{n}"] = t.params.get(n)
     for m in metric_names:
