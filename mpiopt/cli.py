@@ -484,7 +484,7 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
         how = f"{size} ranks, {cfg.training['mode']}" if size > 1 else "1 rank"
         log.info("training %r on %s with %s", cfg.name, how, params)
         log.info("devices: %s", placement)
-    runner = TrialRunner(cfg, resume_checkpoints=False)
+    runner = TrialRunner(cfg, resume_checkpoints=False, cross_validate=False)  # one model, on all the training data
     t0 = time.time()
     group = GroupComm(comm) if size > 1 else None
     reporter = Reporter(Task(0, params), lambda e, row: log.info("epoch %d: %s", e, "  ".join(
@@ -569,6 +569,8 @@ def cmd_check(args) -> int:
     if not plan.shared:
         for g, ranks in enumerate(plan.groups):
             lines.append(f"              group {g}: world ranks {', '.join(map(str, ranks))}")
+    if o.folds:
+        lines.append(f"  folds       {_describe_folds(o.folds, plan)}")
         if plan.requested_size > n - 1:
             lines.append(f"  note        group_size {plan.requested_size} > {n - 1} ranks available: one smaller group")
     state = "holds a search (use --resume)" if RunDir(out).holds_search() else "new"
@@ -577,6 +579,17 @@ def cmd_check(args) -> int:
     lines.append(f"  run dir     {out} ({state})")
     print("\n".join(lines))
     return 0
+
+
+def _describe_folds(folds: int, plan) -> str:
+    """`folds: 3, trained at once on sub-groups of 1, 1, 1 rank` (per group size where groups differ)."""
+    from .crossval import plan_folds
+
+    sizes = sorted({len(ranks) for ranks in plan.groups}, reverse=True)
+    ways = [plan_folds(n, folds).describe() for n in sizes]
+    if len(sizes) > 1:
+        ways = [f"groups of {n}: {way}" for n, way in zip(sizes, ways, strict=True)]
+    return f"{folds}, " + "; ".join(ways) + " (the figure of merit: the mean over the folds)"
 
 
 def _describe_param(p) -> str:
