@@ -104,10 +104,14 @@ def merge_folds(runs: list[FoldRun], folds: int, parallel: bool) -> TrialResult:
     default, as scikit-learn's cross-validation scores are usually summarised)."""
     from .group import merge
 
+    several = len({r.rank for r in runs}) > 1
     per_fold = {}
     for k in sorted({r.fold for r in runs}):
         mine = sorted((r for r in runs if r.fold == k), key=lambda r: r.rank)
-        per_fold[k] = merge([r.result for r in mine], [r.rank for r in mine])
+        res = merge([r.result for r in mine], [r.rank for r in mine])
+        if len(mine) == 1 and several and res.status != TrialStatus.COMPLETED:  # a sub-group of one rank
+            res = replace(res, error=f"group rank {mine[0].rank}: {res.error}")
+        per_fold[k] = res
     earlier = [max(r.earlier_s for r in runs if r.fold == k) for k in per_fold]
     # folds trained at once spent the time of the longest; folds in turn, the time of them all
     resumed = (max(earlier) if parallel else sum(earlier)) or None
