@@ -12,6 +12,7 @@ import pytest
 
 import mpiopt
 from conftest import SPACES, run_cli
+from mpiopt._errors import ConfigError
 from mpiopt.crossval import FoldRun, fold_dir, load_fold, merge_folds, plan_folds, save_fold
 from mpiopt.learn._data import DataSource, fold_source, load_source, sample_folds
 from mpiopt.trial import TrialResult, TrialStatus
@@ -231,3 +232,11 @@ def test_a_k_fold_search_under_mpiexec(tiny_space, tmp_path):
     assert list(history.trial) == [0, 1] and list(history.epoch) == [1, 1]
     assert history.val_accuracy.tolist() == pytest.approx(df.objective.tolist())
     assert "folds: 3" in (run / "config.yaml").read_text()
+    with pytest.raises(ConfigError, match="is a k-fold trial: it kept one model per fold"):
+        mpiopt.load_model(run)
+    # `mpiopt train` trains the best trial's values once, on all the training data
+    p = run_cli(["train", space, "--trial", "best"], cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr
+    retrained = run / f"train-trial-{int(df.sort_values('objective').trial.iloc[-1])}"
+    assert (retrained / "history.csv").exists() and not (retrained / "fold_1").exists()
+    assert mpiopt.load_model(retrained) is not None
