@@ -71,6 +71,7 @@ def fold_dir(trial_dir: Path, fold: int) -> Path:
 def save_fold(folder: Path, result: TrialResult, history: list[dict[str, float]], trained_s: float) -> None:
     """Keep a completed fold's result for a re-run of its trial (written whole or not at all)."""
     record = {"result": result.to_json(), "history": history, "trained_s": trained_s}
+    folder.mkdir(parents=True, exist_ok=True)
     atomic_write(folder / FOLD_FILE, json.dumps(record, allow_nan=False).encode("utf-8"))
 
 
