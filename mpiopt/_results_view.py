@@ -24,7 +24,7 @@ def format_hours(hours: float) -> str:
 def table(top, goals: list[str] | None = None) -> str:
     """The trials of `top` as a text table: parameters without their `params_` prefix, errors cut;
     with `goals` (a Pareto search's metrics), those instead of the status and objective."""
-    lead = ["trial", *goals] if goals else ["trial", "status", "objective"]
+    lead = ["trial", *goals] if goals else ["trial", "status", "objective", "objective_std"]
     cols = lead + [c for c in top.columns if c.startswith("params_")] + \
         ["epochs", "rung"] + (["duration_s"] if "duration_s" not in lead else []) + ["group"]
     view = top[[c for c in cols if c in top.columns]].rename(columns=lambda c: c.removeprefix("params_"))

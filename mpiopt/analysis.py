@@ -69,7 +69,7 @@ def load_results(path: str | os.PathLike):
     for col in ("start", "end"):
         if col in df:
             df[col] = pd.to_datetime(df[col].replace("", None), utc=True, format="ISO8601")
-    for col in ("objective", "duration_s"):
+    for col in ("objective", "objective_std", "duration_s"):
         if col in df:
             df[col] = pd.to_numeric(df[col], errors="coerce")
     for col in ("epochs", "rung", "group", "ranks"):
@@ -239,6 +239,10 @@ def load_model(path: str | os.PathLike, trial: int | str = "best"):
         params, number = trial_params(p, trial)
         cfg = run_config(p)
         weights = p / "trials" / str(number) / "best.weights.h5"
+        if not weights.exists() and (weights.parent / "fold_1").is_dir():
+            raise ConfigError(f"trial {number} is a k-fold trial: it kept one model per fold (fold_<k>/"
+                              f"{weights.name}), none trained on all the data; `mpiopt train SPACE --trial {number} "
+                              f"--from {p}` trains that one", source=str(weights.parent))
         if not weights.exists():
             raise ConfigError(f"trial {number} kept no weights (no {weights.name}: a function objective, or a trial "
                               "that did not finish an epoch)", source=str(weights.parent))

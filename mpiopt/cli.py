@@ -510,7 +510,7 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
         how = f"{size} ranks, {cfg.training['mode']}" if size > 1 else "1 rank"
         log.info("training %r on %s with %s", cfg.name, how, params)
         log.info("devices: %s", placement)
-    runner = TrialRunner(cfg, resume_checkpoints=False)
+    runner = TrialRunner(cfg, resume_checkpoints=False, cross_validate=False)  # one model, on all the training data
     t0 = time.time()
     group = GroupComm(comm) if size > 1 else None
     reporter = Reporter(Task(0, params), lambda e, row: log.info("epoch %d: %s", e, "  ".join(
@@ -593,6 +593,8 @@ def cmd_check(args) -> int:
     if not plan.shared:
         for g, ranks in enumerate(plan.groups):
             lines.append(f"              group {g}: world ranks {', '.join(map(str, ranks))}")
+    if o.folds:
+        lines.append(f"  folds       {_describe_folds(o.folds, plan)}")
         if plan.requested_size > n - 1:
             lines.append(f"  note        group_size {plan.requested_size} > {n - 1} ranks available: one smaller group")
     state = "holds a search (use --resume)" if RunDir(out).holds_search() else "new"
@@ -611,6 +613,17 @@ def _algorithm_settings(search, pareto: bool) -> str:
     if search.algorithm == "evolution":
         return f" (population {search.population}, tournaments of {search.sample})"
     return ""
+
+
+def _describe_folds(folds: int, plan) -> str:
+    """`folds: 3, trained at once on sub-groups of 1, 1, 1 rank` (per group size where groups differ)."""
+    from .crossval import plan_folds
+
+    sizes = sorted({len(ranks) for ranks in plan.groups}, reverse=True)
+    ways = [plan_folds(n, folds).describe() for n in sizes]
+    if len(sizes) > 1:
+        ways = [f"groups of {n}: {way}" for n, way in zip(sizes, ways, strict=True)]
+    return f"{folds}, " + "; ".join(ways) + " (the figure of merit: the mean over the folds)"
 
 
 def _describe_param(p) -> str:

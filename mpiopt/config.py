@@ -28,7 +28,7 @@ from .pareto import MEASURED
 from .space import Space, parse_space
 
 TOP_KEYS = ("name", "objective", "parameters", "search", "training")
-OBJECTIVE_KEYS = ("model", "data", "loss", "metrics", "minimize", "maximize", "pareto", "function")
+OBJECTIVE_KEYS = ("model", "data", "loss", "metrics", "minimize", "maximize", "pareto", "function", "folds")
 SEARCH_DEFAULTS: dict[str, Any] = {
     "algorithm": "bayesian",
     "surrogate": "GP",
@@ -139,6 +139,7 @@ class Objective:
     takes_trial: bool = False  # function(params, ..., trial): reports steps and may be stopped
     model_params: frozenset[str] | None = None  # what build_model accepts by name; None = **kwargs
     pareto: tuple[tuple[str, str], ...] = ()  # a Pareto search's (metric, direction) goals
+    folds: int | None = None  # k-fold cross-validation on the training data (a model objective)
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,8 @@ class Config:
                 obj["loss"] = o.loss
             if o.metrics:
                 obj["metrics"] = list(o.metrics)
+            if o.folds is not None:  # only when given: the objective of an older run must read the same on --resume
+                obj["folds"] = o.folds
         else:
             obj["function"] = o.function
         if o.pareto:
@@ -280,6 +283,7 @@ def parse_config(raw: Any, *, path: Path, source: str, resolve: bool = True) -> 
     _check_gem_optimizer(training, raw.get("training"), space, source)
     _check_scheduler(search, training, source)
     _check_pareto(objective, search, source)
+    _check_folds(objective, search, source)
     cfg = Config(name=name, path=path, objective=objective, space=space, search=search, training=training, raw=raw,
                  source=source)
     if resolve:
@@ -305,6 +309,25 @@ def _check_scheduler(search: SearchSettings, training: dict[str, Any], source: s
         raise ConfigError(f"{search.min_epochs} is not below training.epochs ({training['epochs']}): the "
                           f"{search.scheduler} scheduler would never judge a trial before its end",
                           source=source, field="search.min_epochs")
+
+
+def _check_folds(objective: Objective, search: SearchSettings, source: str) -> None:
+    """A scheduler judges a trial by its per-epoch reports, and the folds of a k-fold trial train
+    their epochs apart (some at once, on sub-groups): no one report stands for the trial."""
+    if objective.folds is not None and search.scheduler != "none":
+        raise ConfigError(f"`objective.folds` cannot be used with the {search.scheduler} scheduler, which judges a "
+                          "trial by its epochs while its folds train apart; set search.scheduler: none",
+                          source=source, field="objective.folds")
+
+
+def _parse_folds(raw: dict, has_fn: bool, source: str) -> int | None:
+    """`objective.folds`: k-fold cross-validation of a model on its training data, k >= 2."""
+    if "folds" not in raw:
+        return None
+    if has_fn:
+        raise ConfigError("`folds` belongs to a `model` objective: mpiopt cuts a model's training data into folds, "
+                          "a `function` gets only the parameters", source=source, field="objective.folds")
+    return _int(raw["folds"], source, "objective.folds", minimum=2)
 
 
 def _check_searched_training_keys(space: Space, source: str) -> None:
@@ -560,6 +583,7 @@ def _parse_objective(raw: Any, source: str) -> Objective:
         raise ConfigError("missing: give `model` (with `data`) or `function`", source=source, field="objective")
     goals = _pareto_goals(raw, source)
     direction, metric = _figure_of_merit(raw, goals, has_model, source)
+    folds = _parse_folds(raw, has_fn, source)
     for key in ("model", "function"):
         if key in raw and not (isinstance(raw[key], str) and ":" in raw[key]):
             raise ConfigError(f"expected 'file.py:name' or 'package.module:name', got {raw[key]!r}",
@@ -605,7 +629,7 @@ def _parse_objective(raw: Any, source: str) -> Objective:
                                   f"{', '.join(sorted(known | set(MEASURED)))}){did_you_mean(name, known)}",
                                   source=source, field=f"objective.{field}")
     return Objective(kind="model", direction=direction, metric=metric, model=raw["model"], data=data, loss=loss,
-                     metrics=tuple(metrics), pareto=goals)
+                     metrics=tuple(metrics), pareto=goals, folds=folds)
 
 
 def _pareto_goals(raw: dict, source: str) -> tuple[tuple[str, str], ...]:

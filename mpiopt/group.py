@@ -17,20 +17,23 @@ SUCCESSFUL = (TrialStatus.COMPLETED, TrialStatus.PAUSED, TrialStatus.PRUNED)
 log = logging.getLogger(__name__)
 
 
-def merge(results: list[TrialResult]) -> TrialResult:
+def merge(results: list[TrialResult], ranks: list[int] | None = None) -> TrialResult:
     """The trial's result from every rank's: rank 0's, unless a rank failed.
 
-    The first rank with a failure of its own (not a "peer failed" echo) names the error.
+    The first rank with a failure of its own (not a "peer failed" echo) names the error, by its
+    number in `ranks` (default: its place in `results`). A result every rank reports alike is
+    one the group agreed on (a k-fold trial's, merged from its folds on every rank): it stands as is.
     """
     lead = results[0]
     bad = [(r, o) for r, o in enumerate(results) if o.status not in SUCCESSFUL]
-    if not bad or len(results) == 1:
+    if not bad or len(results) == 1 or all(o == lead for o in results):
         return lead
     own = [(r, o) for r, o in bad if not (o.error or "").startswith(GroupPeerFailed.__name__)]
+    name = ranks or list(range(len(results)))
     r, o = (own or bad)[0]
-    details = "\n".join(f"== group rank {k} ==\n{b.detail}" for k, b in (own or bad) if b.detail)
+    details = "\n".join(f"== group rank {name[k]} ==\n{b.detail}" for k, b in (own or bad) if b.detail)
     return TrialResult(status=o.status, metrics=lead.metrics, epochs=lead.epochs,
-                       error=f"group rank {r}: {o.error}", detail=details or None, misuse=o.misuse,
+                       error=f"group rank {name[r]}: {o.error}", detail=details or None, misuse=o.misuse,
                        resumed_s=lead.resumed_s)
 
 

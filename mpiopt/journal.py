@@ -133,7 +133,9 @@ def _columns(trials: list[TrialRecord], param_names: list[str],
     names = list(param_names) + extra
     rung = ["rung"] if any(t.rung is not None for t in trials) else []  # only where a scheduler judged trials
     marks = ["pareto"] if goals else []
-    columns = ["trial", "status", "objective", *marks, *(f"params_{n}" for n in names), *metric_names, "epochs", *rung,
+    std = ["objective_std"] if any(t.objective_std is not None for t in trials) else []  # only k-fold searches
+    columns = ["trial", "status", "objective", *std, *marks, *(f"params_{n}" for n in names), *metric_names,
+               "epochs", *rung,
                "start", "end",
                "duration_s", "group", "ranks", "dispatch_ms", "wait_ms", "error"]
     return columns, names, metric_names
@@ -146,6 +148,7 @@ def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool,
         status = TrialStatus.INTERRUPTED
     row: dict[str, Any] = {"trial": t.trial, "status": status.value,
                            "objective": t.objective if status == TrialStatus.COMPLETED else None,
+                           "objective_std": t.objective_std if status == TrialStatus.COMPLETED else None,
                            "pareto": on_front}
     for n in names:
         row[f"params_{n}"] = t.params.get(n)

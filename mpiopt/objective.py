@@ -174,11 +174,15 @@ class TrialContext:
 
 
 class TrialRunner:
-    """Runs trials of one configuration on one rank; user callables are imported once."""
+    """Runs trials of one configuration on one rank; user callables are imported once.
 
-    def __init__(self, cfg: Config, *, resume_checkpoints: bool = True) -> None:
+    `cross_validate` False trains a model objective with `folds` once, on all its training data
+    (`mpiopt train`)."""
+
+    def __init__(self, cfg: Config, *, resume_checkpoints: bool = True, cross_validate: bool = True) -> None:
         self.cfg = cfg
         self.resume_checkpoints = resume_checkpoints  # a re-run trial continues from its checkpoint
+        self.cross_validate = cross_validate
         self.last_training = None
         o = cfg.objective
         src = str(cfg.path)
@@ -224,18 +228,36 @@ class TrialRunner:
         return dataclasses.replace(result, epochs=context.steps) if context is not None and context.steps else result
 
     def _train(self, params, training, comm, trial, trial_dir, reporter) -> TrialResult:
+        source = self.source()
+        if self.cfg.objective.folds and self.cross_validate:
+            from .crossval import cross_validate
+
+            return cross_validate(self, source, params, training, comm, trial, trial_dir, reporter)
+        decide_at = reporter.decide_at if reporter is not None else frozenset()
+        return self.fit(source, params, training, comm, trial, trial_dir, reporter, decide_at)
+
+    def source(self):
+        """The objective's data (`learn.DataSource`), loaded once per process."""
         from . import learn
         from ._log import quiet_tensorflow
 
         with quiet_tensorflow():
             import keras  # noqa: F401  (first import here, before the user's loader imports it)
+        return learn.load_source(self.cfg.objective.data, self.cfg.base_dir, self.loader)
+
+    def fit(self, source, params, training, comm, trial: int, out_dir: Path | None, on_epoch=None,
+            decide_at: frozenset[int] = frozenset()) -> TrialResult:
+        """Train the model on `source` with the group `comm`; judged on group rank 0 (an empty
+        result elsewhere). `self.last_training` keeps rank 0's `learn.TrainOutcome`."""
+        from . import learn
+
         o = self.cfg.objective
-        source = learn.load_source(o.data, self.cfg.base_dir, self.loader)
+        self.last_training = None
         job = learn.Job(build=self.build, model_kwargs=self.cfg.model_kwargs(params), source=source,
                         training=training, loss=o.loss, metrics=o.metrics,
-                        seed=self.cfg.search.seed * 100003 + trial, out_dir=trial_dir, on_epoch=reporter,
-                        decide_at=reporter.decide_at if reporter is not None else frozenset(),
-                        resume=self.resume_checkpoints, hparams=dict(params), name=f"trial {trial}")
+                        seed=self.cfg.search.seed * 100003 + trial, out_dir=out_dir, on_epoch=on_epoch,
+                        decide_at=decide_at, resume=self.resume_checkpoints, hparams=dict(params),
+                        name=f"trial {trial}")
         outcome = learn.train(comm, job)
         if outcome is None:
             return TrialResult()
@@ -244,7 +266,6 @@ class TrialRunner:
         # the parameter count is a metric of every model trial (a Pareto search may minimise it)
         return dataclasses.replace(judged, resumed_s=outcome.resumed_s,
                                    metrics={**judged.metrics, "params": float(outcome.params)})
-
 
 
 def preflight(cfg: Config) -> None:
@@ -285,6 +306,7 @@ def preflight(cfg: Config) -> None:
         what = "reading the HDF5 files" if isinstance(o.data, dict) else "load_data"
         raise ConfigError(f"{what} failed: {type(exc).__name__}: {headline(exc)}",
                           source=src, field="objective.data") from None
+    _preflight_folds(cfg, source, src)
     try:
         _preflight_model(cfg, runner, source, batch, val, params, training)
         _preflight_mixed_precision(cfg, runner, batch, params, training)
@@ -292,6 +314,16 @@ def preflight(cfg: Config) -> None:
         raise ConfigError(exc.message, source=src, field=exc.field) from None
     finally:
         keras.backend.clear_session()
+
+
+def _preflight_folds(cfg: Config, source, src: str) -> None:
+    """Every fold needs a sample to validate on."""
+    from ._errors import ConfigError
+
+    folds, n = cfg.objective.folds, source.n_train()
+    if folds and n < folds:
+        raise ConfigError(f"{folds} folds, but the training data have {n} sample{'s' if n != 1 else ''}: "
+                          "every fold needs at least one", source=src, field="objective.folds")
 
 
 class _PreflightError(Exception):

@@ -554,6 +554,21 @@ class GroupComm:
             cancel(req)
             raise
 
+    def split(self, color: int) -> GroupComm:
+        """The ranks of this group that give the same `color`, as a failure-aware communicator of
+        their own (ranked in this group's order); every rank of the group calls it.
+
+        A k-fold trial trains its folds at once on such sub-groups: a fold that fails notifies
+        the ranks of its own sub-group only, and the others go on with theirs."""
+        # MPI's split blocks until every rank calls it: a failure-aware barrier first, so that a
+        # rank that failed before it (reading its data, say) is noticed here instead of hanging the rest
+        self.Barrier()
+        part = self._comm.Split(color, self.rank)
+        try:
+            return GroupComm(part)
+        finally:
+            part.Free()
+
     # -- mpi4py-like API ---------------------------------------------------------------------
     def Get_rank(self) -> int:
         return self.rank

@@ -80,6 +80,7 @@ class TrialResult:
 
     status: TrialStatus = TrialStatus.COMPLETED
     objective: float | None = None
+    objective_std: float | None = None  # k-fold cross-validation: the spread of the folds' figures of merit
     metrics: dict[str, float] = field(default_factory=dict)
     epochs: int | None = None
     error: str | None = None  # one line: the exception's type and the line that names the problem
@@ -115,6 +116,7 @@ class TrialRecord:
     params: dict[str, Any]
     status: TrialStatus = TrialStatus.RUNNING
     objective: float | None = None
+    objective_std: float | None = None  # k-fold cross-validation only
     metrics: dict[str, float] = field(default_factory=dict)
     epochs: int | None = None
     start: float | None = None
@@ -156,11 +158,15 @@ def finish_event(result: TrialResult, rec: TrialRecord, now: float) -> dict[str,
     """The journal's record of a trial's result: a figure of merit only for a completed trial, and
     the hand-out's times where the group did not report its own."""
     status = result.status
-    return clean({"event": "finish", "trial": rec.trial, "status": status.value,
-                  "objective": result.objective if status == TrialStatus.COMPLETED else None,
-                  "metrics": result.metrics, "epochs": result.epochs, "error": result.error,
-                  "start": result.start or rec.start, "end": result.end or now, "wait_s": result.wait_s,
-                  "dispatch_s": rec.dispatch_s, "resumed_s": result.resumed_s, "rung": rec.rung})
+    completed = status == TrialStatus.COMPLETED
+    event = {"event": "finish", "trial": rec.trial, "status": status.value,
+             "objective": result.objective if completed else None,
+             "metrics": result.metrics, "epochs": result.epochs, "error": result.error,
+             "start": result.start or rec.start, "end": result.end or now, "wait_s": result.wait_s,
+             "dispatch_s": rec.dispatch_s, "resumed_s": result.resumed_s, "rung": rec.rung}
+    if completed and result.objective_std is not None:  # only k-fold trials have one: other journals stay as they were
+        event["objective_std"] = result.objective_std
+    return clean(event)
 
 
 def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialRecord | None:
@@ -189,6 +195,7 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
         rec = trials[n] = TrialRecord(trial=n, params=dict(event.get("params") or {}))
     rec.status = TrialStatus.parse(event.get("status"))
     rec.objective = event.get("objective")
+    rec.objective_std = event.get("objective_std")
     rec.metrics = dict(event.get("metrics") or {})
     rec.epochs = event.get("epochs")
     rec.error = event.get("error")

@@ -102,6 +102,13 @@ def test_the_error_column_shows_the_line_that_names_the_problem():
     assert error_text(ValueError(traced)) == "ValueError: units must be even"
 
 
+def test_merge_keeps_a_result_every_rank_agreed_on():
+    # a k-fold trial's ranks each merge every fold's outcome: the error already names its fold and rank
+    agreed = TrialResult(status=TrialStatus.FAILED, error="fold 2 of 3: group rank 2: ValueError: x")
+    assert merge([agreed, agreed, agreed]) == agreed
+    assert merge([agreed, TrialResult()]).error == "group rank 0: fold 2 of 3: group rank 2: ValueError: x"
+
+
 def test_merge_keeps_every_failing_ranks_whole_text():
     ok = TrialResult(objective=1.0)
     bad = TrialResult(status=TrialStatus.FAILED, error="KeyError: 'x'",

@@ -172,6 +172,16 @@ BAD = [
      ["parameters.x.choices", "strings, numbers or booleans"]),
     ("objective: {function: objectives.py:branin}\nparameters: {1x: {type: real, low: 0, high: 1}}\n",
      ["parameters.1x", "Python identifier"]),
+    *[(f"objective: {{model: objectives.py:branin, data: objectives.py:branin, folds: {k}}}\n"
+       "parameters: {x: {type: real, low: 0, high: 1}}\n",
+       ["objective.folds", "expected an integer >= 2", f"got {got}"])
+      for k, got in [("1", 1), ("0", 0), ("2.5", 2.5), ("'3'", "'3'"), ("true", True), ("null", None),
+                     ("[2, 3]", [2, 3])]],
+    ("objective: {function: objectives.py:branin, folds: 3}\nparameters: {x: {type: real, low: 0, high: 1}}\n",
+     ["objective.folds", "belongs to a `model` objective"]),
+    ("objective: {model: objectives.py:branin, data: objectives.py:branin, folds: 3}\n"
+     "parameters: {x: {type: real, low: 0, high: 1}}\nsearch: {scheduler: asha}\n",
+     ["objective.folds", "asha scheduler", "search.scheduler: none"]),
 ]
 
 

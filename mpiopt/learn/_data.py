@@ -5,6 +5,9 @@ In-memory arrays come from the user's `load_data()`; HDF5 file lists are read th
 gets its shard for each epoch: by file when there are at least as many files as workers (each
 worker reads only its own files), otherwise by sample range of one permutation of the whole set.
 Either way every sample is seen once per epoch across the group, in an order drawn from the seed.
+
+For k-fold cross-validation (`objective.folds`) `fold_source` cuts the training data into folds:
+by file where there are at least as many training files as folds, by sample otherwise.
 """
 from __future__ import annotations
 
@@ -147,8 +150,13 @@ class DataSource:
     val_files: list[Path] = field(default_factory=list)
     features: Any = "features"
     labels: Any = "labels"
+    # the samples of the in-memory `train` this source trains on (a fold's training part), None: all;
+    # indices rather than a copy, so that the folds of a dataset share its one copy in memory
+    rows: np.ndarray | None = None
 
     def n_train(self) -> int:
+        if self.rows is not None:
+            return len(self.rows)
         return n_samples(self.train[0]) if self.train is not None else sum(self.counts)
 
     def validation(self) -> tuple[Any, Any]:
@@ -169,7 +177,7 @@ class DataSource:
     def first(self, n: int) -> Any:
         """The first `n` training inputs (of an HDF5 file, only those are read)."""
         if self.train is not None:
-            return take(self.train[0], slice(0, n))
+            return take(self.train[0], slice(0, n) if self.rows is None else self.rows[:n])
         import h5py
 
         f = self.train_files[0]
@@ -193,7 +201,9 @@ class DataSource:
         if self.train is None:  # fewer files than workers: everybody reads all, shards by range
             self.train = _read_all(self.train_files, self.features, self.labels)
         x, y = self.train
-        perm = rng.permutation(n_samples(x))
+        perm = rng.permutation(self.n_train())
+        if self.rows is not None:
+            perm = self.rows[perm]
         idx = np.array_split(perm, n_workers)[worker]
         return take(x, idx), take(y, idx)
 
@@ -225,3 +235,63 @@ def load_source(data: Any, base_dir: Path, loader=None) -> DataSource:
         src = DataSource(train=(xt, yt), val=(xv, yv))
     _cache[key] = src
     return src
+
+
+# -- k-fold cross-validation -------------------------------------------------------------------
+# the folds' own random stream: the assignment depends on the search seed alone, never on the
+# trial, so every trial is judged on the same folds and trials stay comparable
+_FOLD_STREAM = 0x6B666F6C64  # "kfold"
+
+
+def sample_folds(n: int, folds: int, seed: int) -> list[np.ndarray]:
+    """The sample indices of each fold: a permutation of `n` samples drawn from `seed`, cut into
+    `folds` parts whose sizes differ by one at most (each part sorted, for reading in order)."""
+    perm = np.random.default_rng([seed, _FOLD_STREAM]).permutation(n)
+    return [np.sort(part) for part in np.array_split(perm, folds)]
+
+
+def file_folds(counts: list[int], folds: int, seed: int) -> list[list[int]] | None:
+    """The training files (indices) of each fold, balanced by samples: in an order drawn from
+    `seed`, the largest file first goes onto the lightest fold. None where a fold would get no
+    sample (files without samples): the folds are then cut by sample."""
+    order = np.random.default_rng([seed, _FOLD_STREAM]).permutation(len(counts))
+    loads, members = [0] * folds, [[] for _ in range(folds)]
+    for i in sorted(order.tolist(), key=lambda i: -counts[i]):  # stable: equal files keep the drawn order
+        k = min(range(folds), key=lambda f: (loads[f], f))
+        members[k].append(i)
+        loads[k] += counts[i]
+    return [sorted(m) for m in members] if min(loads) > 0 else None
+
+
+def fold_source(source: DataSource, folds: int, k: int, seed: int) -> DataSource:
+    """Fold `k` (0-based) of `folds`: trains on the other folds' training data and validates on
+    fold k's. The given validation data play no part. Cached per process, so that every trial
+    trains on the same objects (and HDF5 files are read once)."""
+    key = ("fold", id(source), folds, k, seed)  # `source` is itself cached by load_source: its id is stable
+    if key not in _cache:
+        _cache[key] = _cut_fold(source, folds, k, seed)
+    return _cache[key]
+
+
+def _cut_fold(source: DataSource, folds: int, k: int, seed: int) -> DataSource:
+    if source.train is None and len(source.train_files) >= folds:
+        parts = file_folds(source.counts, folds, seed)
+        if parts is not None:
+            held = set(parts[k])
+            rest = [i for i in range(len(source.train_files)) if i not in held]
+            return DataSource(train_files=[source.train_files[i] for i in rest],
+                              counts=[source.counts[i] for i in rest],
+                              val_files=[source.train_files[i] for i in parts[k]],
+                              features=source.features, labels=source.labels)
+    x, y = source.train if source.train is not None else _h5_training(source)
+    parts = sample_folds(n_samples(x), folds, seed)
+    rows = np.sort(np.concatenate([p for i, p in enumerate(parts) if i != k]))
+    return DataSource(train=(x, y), rows=rows, val=(take(x, parts[k]), take(y, parts[k])))
+
+
+def _h5_training(source: DataSource) -> tuple[Any, Any]:
+    """Every training sample of an HDF5 source, read once per process (folds by sample)."""
+    key = ("h5 training", id(source))
+    if key not in _cache:
+        _cache[key] = _read_all(source.train_files, source.features, source.labels)
+    return _cache[key]
