@@ -98,9 +98,18 @@ def plot_pareto(df, goals):
         ax.plot(line[x], line[y], "o-", color="tab:red", markersize=5, label=f"front of all goals ({len(on)})")
         ax.set_xlabel(f"{x} ({dx})")
         ax.set_ylabel(f"{y} ({dy})")
+        for values, set_scale in ((done[x], ax.set_xscale), (done[y], ax.set_yscale)):
+            if _spans_decades(values.to_numpy(float)):  # parameter counts, durations
+                set_scale("log")
         ax.legend(fontsize="small")
     fig.suptitle("Pareto front")
     return fig
+
+
+def _spans_decades(values: np.ndarray) -> bool:
+    """Positive values two decades apart or more: drawn on a log axis."""
+    values = values[np.isfinite(values)]
+    return bool(len(values)) and values.min() > 0 and values.max() >= 100 * values.min()
 
 
 # -- parameter importance -------------------------------------------------------------------------
