@@ -195,7 +195,22 @@ def _search(args, job: _Job, comm, placement: str | None = None) -> int:
     from . import transport
 
     cfg, rank, size = job.cfg, comm.Get_rank(), comm.Get_size()
-    plan = transport.plan_groups(size, cfg.training["group_size"])
+    nodes = transport.node_layout(comm) if size > 1 else None
+    plan = transport.plan_groups(size, cfg.training["group_size"], nodes)
+    # from now on, the coordinator can tell a group that lost its node from a slow one
+    pulse = transport.Pulse(comm).start() if rank in transport.pulsing_ranks(plan) and size > 1 else None
+    try:
+        return _search_as(args, job, comm, placement, plan)
+    finally:
+        if pulse is not None:
+            pulse.stop()
+
+
+def _search_as(args, job: _Job, comm, placement: str | None, plan) -> int:
+    """This rank's part of the search: coordinate (world rank 0) or serve in its group."""
+    from . import transport
+
+    cfg, rank, size = job.cfg, comm.Get_rank(), comm.Get_size()
     run_dir, events, error = None, [], None
     if rank == 0:
         set_rank_tag("[coordinator]" if size > 1 else "")
@@ -268,7 +283,7 @@ def _run_search(cfg, plan, comm, run_dir, events, placement: str | None) -> int:
     if summary.retired:
         # their ranks are stuck in user code and would keep the job from ending: the journal and
         # table are complete, so end the MPI job here
-        log.warning("group%s %s never came back; ending the MPI job (MPI_Abort) to free their ranks",
+        log.warning("group%s %s did not come back (lost or stuck); ending the MPI job (MPI_Abort) to free their ranks",
                     "s" if len(summary.retired) > 1 else "", ", ".join(map(str, summary.retired)))
         abort_job(comm, code, END_GRACE_S)
     return code
@@ -561,19 +576,45 @@ def _write_train_info(out: Path, cfg, params: dict[str, Any]) -> None:
 
 # -- check -------------------------------------------------------------------------------------
 def cmd_check(args) -> int:
+    """Validate and print the plan; under mpiexec (without --np) the plan of the real layout,
+    each group's nodes included, printed once by world rank 0."""
+    if args.np is None and env_size() > 1:
+        return _check_under_mpi(args)
+    print("\n".join(_check_lines(args, args.np or 1)))
+    return 0
+
+
+def _check_under_mpi(args) -> int:
+    from . import transport
+
+    comm = transport.world()
+    nodes = transport.node_layout(comm)
+    lines, error = None, None
+    if comm.Get_rank() == 0:  # the preflight trains a model: once, not on every rank
+        try:
+            lines = _check_lines(args, comm.Get_size(), nodes, transport.library())
+        except ConfigError as exc:
+            error = exc
+    agree_or_raise(comm, error)
+    if lines is not None:
+        print("\n".join(lines), flush=True)
+    return 0
+
+
+def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: str | None = None) -> list[str]:
+    """What `mpiopt check` prints for `n` ranks on `nodes` (None: one node, MPI not started)."""
     from . import devices, transport
     from .journal import RunDir
     from .objective import preflight
 
     prepare_threads()
     cfg = _load(args.space, args)
-    n = args.np or env_size()
     found = devices.node_devices()
     placement = devices.deal(list(range(n)), found, cfg.training["ranks_per_gpu"], coordinator=0 if n > 1 else None,
                              node=f"this machine ({n} rank{'s' if n > 1 else ''})", source=cfg.source or str(cfg.path))
     devices.narrow(None, shared=False, devices=found)  # the preflight runs on the CPU, as the coordinator's does
     preflight(cfg)
-    plan = transport.plan_groups(n, cfg.training["group_size"])
+    plan = transport.plan_groups(n, cfg.training["group_size"], nodes)
     out = Path(args.out) if args.out else Path("runs") / cfg.name
     o = cfg.objective
     what = f"function {o.function}" + (" (params, comm) on every rank of its group" if o.takes_comm else "") \
@@ -590,9 +631,7 @@ def cmd_check(args) -> int:
         "  training    " + ", ".join(f"{k}={v}" for k, v in cfg.training.items() if v is not None),
         f"  plan        {plan.describe()}",
     ]
-    if not plan.shared:
-        for g, ranks in enumerate(plan.groups):
-            lines.append(f"              group {g}: world ranks {', '.join(map(str, ranks))}")
+    lines += _layout_lines(plan, library)
     if o.folds:
         lines.append(f"  folds       {_describe_folds(o.folds, plan)}")
         if plan.requested_size > n - 1:
@@ -601,8 +640,42 @@ def cmd_check(args) -> int:
     lines.append(f"  devices     {placement.describe()}"
                  + ("; on a cluster every node deals its own GPUs the same way" if found else ""))
     lines.append(f"  run dir     {out} ({state})")
-    print("\n".join(lines))
-    return 0
+    return lines
+
+
+def _layout_lines(plan, library: str | None) -> list[str]:
+    """Each group's world ranks and nodes, the nodes, and the MPI library (when MPI runs)."""
+    if plan.shared:
+        return []
+    lines = []
+    for g, ranks in enumerate(plan.groups):
+        on = plan.nodes_of(g)
+        where = f" on node{'s' if len(on) > 1 else ''} {', '.join(map(str, on))}" if plan.nodes is not None else ""
+        lines.append(f"              group {g}: world ranks {_ranges(ranks)}{where}")
+    if plan.nodes is None:
+        lines.append("              (one node assumed: under mpiexec, without --np, check shows the real layout)")
+        return lines
+    by_node: dict[int, list[int]] = {}
+    for rank, node in enumerate(plan.nodes):
+        by_node.setdefault(node, []).append(rank)
+    lines.append(f"  nodes       {len(by_node)}: " + "; ".join(f"node {i}: world ranks {_ranges(r)}"
+                                                            for i, r in enumerate(by_node.values())))
+    lines.append(f"  MPI         {library}")
+    return lines
+
+
+def _ranges(ranks) -> str:
+    """1, 2, 3, 5 as '1-3, 5'."""
+    out, ranks = [], sorted(ranks)
+    start = prev = ranks[0]
+    for r in ranks[1:] + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        out.append(f"{start}-{prev}" if prev > start + 1 else (f"{start}, {prev}" if prev == start + 1 else str(start)))
+        if r is not None:
+            start = prev = r
+    return ", ".join(out)
 
 
 def _algorithm_settings(search, pareto: bool) -> str:

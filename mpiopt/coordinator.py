@@ -32,6 +32,7 @@ class Transport(Protocol):
     """How the coordinator reaches its groups."""
 
     queues_tasks: bool  # a task sent to a busy group waits in its mailbox (what sending ahead needs)
+    watch_s: float | None  # how often to look for lost groups (`lost_groups`); None: never
 
     @property
     def n_groups(self) -> int: ...
@@ -55,6 +56,10 @@ class Transport(Protocol):
 
     def shutdown(self) -> None:
         """Tell every group to stop once it finished what it holds."""
+
+    def lost_groups(self) -> dict[int, str]:
+        """The groups whose ranks went silent (a node died), each with a line saying which; {} where
+        groups cannot be lost (in this process)."""
 
 
 @dataclass
@@ -95,6 +100,7 @@ class Summary:
     wall_s: float = 0.0
     target_reached: bool = False
     retired: list[int] = field(default_factory=list)  # groups that never came back
+    lost: list[int] = field(default_factory=list)  # those of them whose ranks went silent (a node died)
     stopped: str | None = None  # why the search stopped before its budget (max_failures, no groups left)
     exit_code: int = 0  # 1 when stopped, 2 when the objective broke its contract
     sent_ahead: int = 0  # trials sent to a group before it finished the one it was running
@@ -253,6 +259,7 @@ class Coordinator:
                 break
             got = self.transport.recv_message(timeout=self._wait_s(due_at))
             t_recv = self._last_recv = self._clock()
+            self._retire_lost()
             if got is None:  # a group is past its trial's time limit and grace period, or one is due
                 self._retire_silent()
             elif isinstance(got[1], Report):
@@ -431,6 +438,8 @@ class Coordinator:
             waits.append(HOLD_POLL_S)
         if self.run_dir is not None:
             waits.append(self._beat_at + HEARTBEAT_EVERY_S - time.monotonic())
+        if self.transport.watch_s is not None:
+            waits.append(self.transport.watch_s)
         return max(0.0, min(waits)) if waits else None
 
     def _start_running(self, group: int, n: int, at: float) -> None:
@@ -486,6 +495,28 @@ class Coordinator:
                 self._orphans.add(m)
                 state.ghost = m
 
+    def _retire_lost(self) -> None:
+        """Every group whose ranks went silent (its node died) is retired, and the trials it held
+        run again on live groups, before any new trial; if the group comes back, it works again."""
+        for group, why in sorted(self.transport.lost_groups().items()):
+            state = self.groups[group]
+            if state.retired:
+                continue
+            state.retired = True
+            self.summary.retired.append(group)
+            self.summary.lost.append(group)
+            again = [self._stop_running(state)] if state.running is not None else []
+            if state.ahead is not None:
+                again.append(self._take_ahead(state)[0])
+            for n in reversed(again):
+                self._rerun.appendleft(n)
+                self._orphans.add(n)
+            if group in self._idle:
+                self._idle.remove(group)
+            what = f"trial {', '.join(map(str, again))} runs again on another group" if again else "it held no trial"
+            log.warning("group %d lost: %s; %s; %d group(s) left", group, why, what,
+                        sum(not s.retired for s in self.groups))
+
     def _take_in(self, group: int, result: TrialResult, t_recv: float) -> None:
         """A group's result: the group goes on (with a trial sent ahead, or idle), the trial is
         recorded unless another group ran it too, and the search stops where it must."""
@@ -528,6 +559,8 @@ class Coordinator:
         state = self.groups[group]
         state.retired = False
         self.summary.retired.remove(group)
+        if group in self.summary.lost:
+            self.summary.lost.remove(group)
         log.warning("group %d came back after it was retired (its late result for trial %s is ignored)",
                     group, result.trial)
         if state.ghost is not None:  # it goes on with the trial it held, which another group runs too
@@ -712,10 +745,7 @@ class Coordinator:
         if summary.stopped:
             return
         if summary.retired:
-            lost = ", ".join(map(str, summary.retired))
-            summary.stopped = (f"group{'s' if len(summary.retired) > 1 else ''} {lost} never came back from a trial "
-                               f"and {'were' if len(summary.retired) > 1 else 'was'} lost; the finished trials are "
-                               "in the journal")
+            summary.stopped = _lost_line(summary)
             summary.exit_code = 1
             return
         finished = [t for t in self.trials.values() if t.status.is_finished()]
@@ -768,6 +798,21 @@ class Coordinator:
         where = self.cfg.objective.function or self.cfg.objective.model
         log.warning("trial %d completed without reporting a step, so search.scheduler %s could not judge it: "
                     "%s must call trial.report(step, ...) as it goes", n, self.scheduler.name, where)
+
+
+def _lost_line(summary: Summary) -> str:
+    """Why a search that finished its budget still fails: the groups it lost, and how."""
+    parts = []
+    silent = [g for g in summary.retired if g in summary.lost]
+    stuck = [g for g in summary.retired if g not in summary.lost]
+    if silent:
+        parts.append(f"group{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} lost "
+                     f"{'their' if len(silent) > 1 else 'its'} ranks (a node died?) and "
+                     f"{'their' if len(silent) > 1 else 'its'} trials ran again on other groups")
+    if stuck:
+        parts.append(f"group{'s' if len(stuck) > 1 else ''} {', '.join(map(str, stuck))} never came back from a "
+                     f"trial and {'were' if len(stuck) > 1 else 'was'} lost")
+    return "; ".join(parts) + "; the finished trials are in the journal"
 
 
 def commonest_error(trials: list[TrialRecord]) -> str:

@@ -15,10 +15,11 @@ import functools
 import json
 import os
 import pickle
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from . import _env
 from ._errors import GroupPeerFailed
@@ -26,6 +27,13 @@ from .trial import Report, Task, TrialResult
 
 TAG_TASK, TAG_RESULT, TAG_STOP, TAG_OUTCOME, TAG_FAIL, TAG_USER = 11, 12, 13, 14, 15, 16
 TAG_REPORT, TAG_DECISION = 17, 18  # a trial's epoch report to the coordinator, and the scheduler's word on it
+TAG_PULSE = 19  # "this rank lives": a group's ranks to the coordinator, every PULSE_S
+
+# A group whose watched ranks stayed silent this long is lost (its node died): with a pulse every
+# PULSE_S, a dead node is noticed 6-8 s after it died. A rank that is alive but slow still
+# pulses (from a thread), so a long trial never looks dead.
+PULSE_S = 2.0
+LOST_AFTER_S = 8.0
 
 
 @dataclass
@@ -199,6 +207,24 @@ def share_with_node(comm, mine: Any) -> dict[int, Any]:
         node.Free()
 
 
+def node_layout(comm) -> tuple[int, ...]:
+    """Each rank's node, named by the lowest rank on it: the launcher's idea of a node (MPI's
+    shared-memory split), which is a host name given to `mpiexec -hosts` or a batch system."""
+    node = comm.Split_type(_mpi().COMM_TYPE_SHARED)
+    try:
+        lowest = min(node.allgather(comm.Get_rank()))
+    finally:
+        node.Free()
+    return tuple(comm.allgather(lowest))
+
+
+def library() -> str:
+    """The MPI library in use, in one line (e.g. 'MPICH 4.2.0', 'Open MPI v5.0.3')."""
+    text = _mpi().Get_library_version().strip()
+    first = text.splitlines()[0] if text else "unknown"
+    return " ".join(first.replace("Version:", "").split())[:80]
+
+
 def gather_text(comm, text: str | None, root: int = 0) -> list[str | None] | None:
     """Every rank's `text` on `root` (in rank order), None elsewhere; a start-up report."""
     return comm.gather(text, root=root)
@@ -241,17 +267,29 @@ class GroupPlan:
     world_size: int
     groups: tuple[tuple[int, ...], ...]  # world ranks of each group; the first is its leader
     requested_size: int
+    nodes: tuple[int, ...] | None = None  # each world rank's node (the lowest world rank on it); None: not known
 
     @property
     def shared(self) -> bool:
         """One process: the coordinator and a one-rank group take turns."""
         return self.world_size == 1
 
+    @property
+    def n_nodes(self) -> int:
+        return len(set(self.nodes)) if self.nodes is not None else 1
+
     def group_of(self, world_rank: int) -> int | None:
         for g, ranks in enumerate(self.groups):
             if world_rank in ranks:
                 return g
         return None
+
+    def nodes_of(self, group: int) -> list[int]:
+        """The nodes (by their index in order of appearance) that group `group` runs on."""
+        if self.nodes is None:
+            return [0]
+        index = {n: i for i, n in enumerate(dict.fromkeys(self.nodes))}
+        return sorted({index[self.nodes[r]] for r in self.groups[group]})
 
     def describe(self) -> str:
         if self.shared:
@@ -261,26 +299,102 @@ class GroupPlan:
             sizes[len(ranks)] = sizes.get(len(ranks), 0) + 1
         parts = ", ".join(f"{n} group{'s' if n > 1 else ''} of {s} rank{'s' if s > 1 else ''}"
                           for s, n in sorted(sizes.items(), reverse=True))
-        return f"{self.world_size} ranks: 1 coordinator (rank 0) + {parts}"
+        where = f" on {self.n_nodes} nodes" if self.n_nodes > 1 else ""
+        return f"{self.world_size} ranks{where}: 1 coordinator (rank 0) + {parts}"
 
 
-def plan_groups(world_size: int, group_size: int) -> GroupPlan:
-    """Split ranks 1..world_size-1 into groups of `group_size`, as even as possible.
+def pulsing_ranks(plan: GroupPlan) -> dict[int, int]:
+    """The ranks that pulse, each with its group: the lowest rank of each group on each node.
+    A node dies whole, so one rank a group and node shows whether the group lost a node."""
+    out: dict[int, int] = {}
+    seen: set[tuple[int, int]] = set()
+    for g, ranks in enumerate(plan.groups):
+        for rank in ranks:
+            key = (g, plan.nodes[rank] if plan.nodes is not None else 0)
+            if key not in seen:
+                seen.add(key)
+                out[rank] = g
+    return out
 
-    Leftover ranks join groups (never an abort): 6 workers in groups of 4 make one group of 6,
-    7 workers in groups of 2 make groups of 3, 2 and 2.
+
+class Pulse:
+    """A daemon thread that sends the coordinator an empty TAG_PULSE message every `every_s`.
+
+    Only one send is in flight: while the coordinator has not taken the last one, no other is
+    posted, so a busy coordinator never finds a pile of them."""
+
+    def __init__(self, comm, every_s: float = PULSE_S) -> None:
+        self.comm = comm
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mpiopt-pulse", daemon=True)
+
+    def start(self) -> Pulse:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.every_s + 1.0)
+
+    def _run(self) -> None:
+        MPI = _mpi()
+        pending = None
+        while not self._stop.is_set():
+            if pending is None or pending.Test():
+                pending = self.comm.Isend([b"", MPI.BYTE], dest=0, tag=TAG_PULSE)
+            self._stop.wait(self.every_s)
+
+
+def plan_groups(world_size: int, group_size: int, nodes: Sequence[int] | None = None) -> GroupPlan:
+    """Split ranks 1..world_size-1 into groups of about `group_size`; `nodes[r]` says which node
+    world rank r runs on (None: all on one).
+
+    A group never straddles nodes when its node holds enough ranks: each node's ranks are cut
+    into groups of their own, leftover ranks joining them (6 ranks in groups of 4 make one group
+    of 6, 7 in groups of 2 make 3, 2 and 2), and a node with fewer ranks than `group_size` forms
+    one smaller group. A group larger than every node spans whole nodes, the fullest first, so
+    the coordinator's node (one rank short) is the one left with a smaller group.
     """
     if world_size <= 1:
         return GroupPlan(1, ((0,),), group_size)
-    workers = list(range(1, world_size))
-    n_groups = max(1, len(workers) // group_size)
-    base, extra = divmod(len(workers), n_groups)
+    owner = list(nodes) if nodes is not None else [0] * world_size
+    by_node: dict[int, list[int]] = {}
+    for rank in range(1, world_size):
+        by_node.setdefault(owner[rank], []).append(rank)
+    per_node = list(by_node.values())
+    if group_size > max(len(ranks) for ranks in per_node):
+        groups = _span_nodes(per_node, group_size)
+    else:
+        groups = [g for ranks in per_node for g in _cut(ranks, group_size)]
+    groups.sort(key=lambda g: g[0])
+    return GroupPlan(world_size, tuple(groups), group_size, tuple(owner) if nodes is not None else None)
+
+
+def _cut(ranks: list[int], group_size: int) -> list[tuple[int, ...]]:
+    """One node's ranks in groups of `group_size`, as even as possible (leftovers join groups)."""
+    n_groups = max(1, len(ranks) // group_size)
+    base, extra = divmod(len(ranks), n_groups)
     groups, i = [], 0
     for g in range(n_groups):
         size = base + (1 if g < extra else 0)
-        groups.append(tuple(workers[i:i + size]))
+        groups.append(tuple(ranks[i:i + size]))
         i += size
-    return GroupPlan(world_size, tuple(groups), group_size)
+    return groups
+
+
+def _span_nodes(per_node: list[list[int]], group_size: int) -> list[tuple[int, ...]]:
+    """Whole nodes joined into groups of at least `group_size` ranks, the fullest nodes first;
+    the nodes left over make one smaller group."""
+    groups, current = [], []
+    for ranks in sorted(per_node, key=len, reverse=True):
+        current += ranks
+        if len(current) >= group_size:
+            groups.append(tuple(sorted(current)))
+            current = []
+    if current:
+        groups.append(tuple(sorted(current)))
+    return groups
 
 
 # -- the coordinator's side --------------------------------------------------------------------
@@ -294,11 +408,15 @@ class MPITransport:
 
     queues_tasks = True
 
+    watch_s = 1.0  # how often the coordinator looks for lost groups
+
     def __init__(self, comm, plan: GroupPlan) -> None:
         self.comm = comm
         self.plan = plan
         self._leaders = {ranks[0]: g for g, ranks in enumerate(plan.groups)}
         self._sends: list[tuple[Any, bytes]] = []  # (request, buffer) of sends not known to be complete
+        self._watched = pulsing_ranks(plan)
+        self._heard = dict.fromkeys(self._watched, time.monotonic())  # each watched rank's last message
 
     @property
     def n_groups(self) -> int:
@@ -327,10 +445,16 @@ class MPITransport:
     def recv_message(self, timeout: float | None = None) -> tuple[int, TrialResult | Report] | None:
         """Wait until any group sends a result or an epoch's report (the first to arrive is served
         first), or None after `timeout` s."""
-        got = recv_bytes(self.comm, _mpi().ANY_SOURCE, _mpi().ANY_TAG, timeout=timeout, with_tag=True)
-        if got is None:
-            return None
-        data, source, tag = got
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            got = recv_bytes(self.comm, _mpi().ANY_SOURCE, _mpi().ANY_TAG, timeout=left, with_tag=True)
+            if got is None:
+                return None
+            data, source, tag = got
+            self._heard[source] = time.monotonic()
+            if tag != TAG_PULSE:
+                break
         message = decode(data)
         if tag == TAG_REPORT:
             return self._leaders[source], Report.from_json(message)
@@ -339,6 +463,17 @@ class MPITransport:
     def send_decision(self, group: int, decision: str) -> None:
         """The scheduler's word on a report that asked for one: `continue`, `pause` or `stop`."""
         self._isend(decision.encode("ascii"), self.plan.groups[group][0], TAG_DECISION)
+
+    def lost_groups(self) -> dict[int, str]:
+        """The groups with a rank silent for LOST_AFTER_S, each with a line saying which."""
+        now = time.monotonic()
+        lost: dict[int, str] = {}
+        for rank, g in self._watched.items():
+            silent = now - self._heard[rank]
+            if silent > LOST_AFTER_S and g not in lost:
+                lost[g] = (f"no word from world rank {rank} (node of world rank "
+                           f"{self.plan.nodes[rank] if self.plan.nodes is not None else 0}) for {silent:.0f} s")
+        return lost
 
     def listen(self, on_report) -> None:
         """Reports come through `recv_message` here."""
@@ -367,6 +502,7 @@ class InProcessTransport:
     """
 
     queues_tasks = False  # a task runs only when the coordinator waits for a result
+    watch_s = None  # a group in this process cannot be lost
 
     def __init__(self, run_task: Callable[[int, Task, Callable[[Report], str | None]], TrialResult],
                  n_groups: int = 1, ranks: int = 1) -> None:
@@ -403,6 +539,9 @@ class InProcessTransport:
 
     def has_result(self) -> bool:
         return False  # nothing is ever waiting: tasks run when their result is asked for
+
+    def lost_groups(self) -> dict[int, str]:
+        return {}
 
     def shutdown(self) -> None:
         self._queue.clear()

@@ -26,6 +26,10 @@ class SimTransport:
     """Groups with fixed trial durations on a simulated clock; results arrive in finishing order."""
 
     queues_tasks = False
+    watch_s = None  # simulated groups are never lost
+
+    def lost_groups(self):
+        return {}
 
     def __init__(self, durations, fn=branin):
         self.durations = durations
@@ -271,6 +275,10 @@ class MailboxSim:
     """
 
     queues_tasks = True
+    watch_s = None  # simulated groups are never lost
+
+    def lost_groups(self):
+        return {}
 
     def __init__(self, n_groups, duration):
         self.n = n_groups

@@ -32,6 +32,10 @@ class CurveGroups:
     """Groups in this process whose trials report a learning curve epoch by epoch."""
 
     queues_tasks = False
+    watch_s = None  # simulated groups are never lost
+
+    def lost_groups(self):
+        return {}
 
     def __init__(self, n_groups: int, kill_after: int | None = None, done_epochs: dict[int, int] | None = None,
                  fail_from: int | None = None):
