@@ -1,0 +1,223 @@
+"""Groups placed by node, and a lost node: the plan over many layouts, the coordinator in-process,
+and real `mpiexec` runs on simulated nodes (`-launcher fork -hosts`)."""
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+import mpiopt
+from conftest import MPIEXEC, SPACES
+from mpiopt.coordinator import Coordinator
+from mpiopt.search import make_searcher
+from mpiopt.transport import plan_groups, pulsing_ranks
+from mpiopt.trial import TrialStatus
+from test_coordinator import SimTransport, cfg  # noqa: F401  (the fixture)
+
+
+def layout(sizes: list[int]) -> list[int]:
+    """Each world rank's node (its lowest world rank), for nodes holding `sizes` ranks in turn."""
+    out, start = [], 0
+    for n in sizes:
+        out += [start] * n
+        start += n
+    return out
+
+
+LAYOUTS = [[n] * k for n, k in itertools.product([1, 2, 3, 4, 5, 8], [1, 2, 3, 4, 7])] + \
+          [[5, 4, 4, 4], [3, 4, 4], [2, 8, 3], [9, 1, 1], [4, 4, 2, 6]]
+
+
+@pytest.mark.parametrize("sizes", LAYOUTS, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("group_size", [1, 2, 3, 4, 6, 8])
+def test_every_layout_gets_groups_that_respect_its_nodes(sizes, group_size):
+    nodes = layout(sizes)
+    if len(nodes) < 2:
+        return
+    plan = plan_groups(len(nodes), group_size, nodes)
+    members = sorted(r for g in plan.groups for r in g)
+    assert members == list(range(1, len(nodes)))  # every rank but the coordinator, once
+    per_node = {}
+    for rank in range(1, len(nodes)):
+        per_node.setdefault(nodes[rank], []).append(rank)
+    if group_size <= max(len(r) for r in per_node.values()):
+        for g in plan.groups:  # no group straddles nodes, and each node has as many groups as fit
+            assert len({nodes[r] for r in g}) == 1, (plan.groups, nodes)
+        for node, ranks in per_node.items():
+            mine = [g for g in plan.groups if nodes[g[0]] == node]
+            assert len(mine) == max(1, len(ranks) // group_size)
+            assert all(len(g) >= group_size for g in mine) or len(mine) == 1
+    else:
+        for g in plan.groups:  # a group larger than any node is made of whole nodes
+            assert sorted(g) == sorted(r for n in {nodes[r] for r in g} for r in per_node[n])
+        assert sum(len(g) < group_size for g in plan.groups) <= 1
+    for g in plan.groups:  # the leader is the group's lowest rank
+        assert g[0] == min(g)
+    assert set(pulsing_ranks(plan).values()) == set(range(len(plan.groups)))
+
+
+def test_the_usual_gpu_layout_and_one_node_as_before():
+    # 16 nodes of 4 GPUs, the coordinator a fifth rank on the first node: one group a node
+    plan = plan_groups(65, 4, [0] * 5 + [5 + 4 * (i // 4) for i in range(60)])
+    assert plan.groups[0] == (1, 2, 3, 4) and len(plan.groups) == 16
+    assert all(len(g) == 4 and len({plan.nodes[r] for r in g}) == 1 for g in plan.groups)
+    # the issue's case: 4 ranks a node, -n 12, groups of 4: no group straddles any more
+    assert plan_groups(12, 4, layout([4, 4, 4])).groups == ((1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11))
+    assert plan_groups(12, 4).groups == ((1, 2, 3, 4, 5, 6), (7, 8, 9, 10, 11))  # no layout: one node
+    assert plan_groups(12, 8, layout([4, 4, 4])).groups == ((1, 2, 3), (4, 5, 6, 7, 8, 9, 10, 11))
+    assert pulsing_ranks(plan_groups(12, 8, layout([4, 4, 4]))) == {1: 0, 4: 1, 8: 1}
+
+
+class NodeLoss(SimTransport):
+    """Group `dead` stops answering at simulated time `at`, as a group on a node that died."""
+
+    def __init__(self, durations, dead: int, at: float):
+        super().__init__(durations)
+        self.dead, self.at, self.gone = dead, at, False
+
+    def recv_message(self, timeout=None):
+        while self.heap and self.heap[0][2] == self.dead and self.heap[0][0] > self.at:
+            heapq.heappop(self.heap)  # the dead group's result never arrives
+            self.gone = True
+        return super().recv_message(timeout)
+
+    def lost_groups(self):
+        return {self.dead: "no word from world rank 3 for 8 s"} if self.gone else {}
+
+
+def test_a_lost_group_s_trials_run_again_on_the_others(cfg):  # noqa: F811
+    t = NodeLoss([1.0, 1.3, 0.7], dead=1, at=5.0)
+    c = cfg()
+    summary = Coordinator(c, make_searcher(c.space, c.search), t).run()
+    assert sorted(summary.trials) == list(range(20))  # the budget, every trial once
+    assert all(r.status == TrialStatus.COMPLETED for r in summary.trials.values())
+    assert summary.retired == [1] and summary.lost == [1] and summary.exit_code == 1
+    assert summary.stopped.startswith("group 1 lost its ranks (a node died?) and its trials ran again")
+    lost_trial = next(n for k, g, n in t.log if k == "send" and g == 1 and (("recv", 1, n) not in t.log))
+    assert summary.trials[lost_trial].group != 1  # another group ran it
+
+
+# -- real mpiexec runs on simulated nodes ----------------------------------------------------------
+MPIOPT = str(MPIEXEC.parent / "mpiopt")  # the proxies do not search the venv's PATH
+
+SLEEPY = """
+name: {name}
+objective: {{function: objectives.py:branin}}
+parameters:
+  x: {{type: real, low: -5.0, high: 10.0}}
+  y: {{type: real, low: 0.0, high: 15.0}}
+search: {{initial_points: 4, trials: {trials}, seed: 0}}
+training: {{group_size: {group_size}}}
+"""
+
+
+def on_nodes(hosts: str, n: int, args, *, cwd, extra=(), env=None, **kw) -> subprocess.Popen:
+    """`mpiexec -launcher fork -hosts HOSTS -n N mpiopt ARGS`, started (not waited for)."""
+    cmd = [str(MPIEXEC), *extra, "-launcher", "fork", "-hosts", hosts, "-n", str(n), MPIOPT, *map(str, args)]
+    return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})}, start_new_session=True, **kw)
+
+
+def kill_node(job: subprocess.Popen, proxy: int) -> list[int]:
+    """SIGKILL the ranks of the `proxy`-th host (its proxy stays, as a node's kernel would not)."""
+    out = subprocess.run(["pgrep", "-P", str(job.pid), "-f", f"hydra_pmi_proxy.*--proxy-id {proxy}$"],
+                         capture_output=True, text=True)
+    proxies = [int(p) for p in out.stdout.split()]
+    ranks = [int(p) for q in proxies
+             for p in subprocess.run(["pgrep", "-P", str(q)], capture_output=True, text=True).stdout.split()]
+    for pid in ranks:
+        os.kill(pid, signal.SIGKILL)
+    return ranks
+
+
+def finished(run) -> int:
+    journal = run / "trials.jsonl"
+    return journal.read_text().count('"event":"finish"') if journal.exists() else 0
+
+
+def wait_until(test, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while not test():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.2)
+
+
+@pytest.mark.mpi
+def test_check_under_mpiexec_shows_groups_that_keep_to_their_nodes(write_yaml, tmp_path):
+    space = write_yaml(SLEEPY.format(name="layout", trials=4, group_size=4))
+    job = on_nodes("nodeA:4,nodeB:4,nodeC:4", 12, ["check", space], cwd=tmp_path)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    assert "12 ranks on 3 nodes: 1 coordinator (rank 0) + 2 groups of 4 ranks, 1 group of 3 ranks" in out
+    assert "group 0: world ranks 1-3 on node 0" in out and "group 2: world ranks 8-11 on node 2" in out
+    assert "node 1: world ranks 4-7" in out and "MPI         MPICH" in out
+    assert out.count("space.yaml: OK") == 1  # printed once, by world rank 0
+
+
+@pytest.mark.mpi
+def test_a_lost_node_costs_only_its_groups(write_yaml, tmp_path):
+    space = write_yaml(SLEEPY.format(name="lost", trials=80, group_size=1))
+    run = tmp_path / "runs" / "lost"
+    job = on_nodes("nodeA:3,nodeB:2", 5, ["search", space], cwd=tmp_path, extra=["-disable-auto-cleanup"],
+                   env={"MPIOPT_TEST_SLEEP": "0.3"})
+    wait_until(lambda: finished(run) >= 10, 120)
+    killed_at = time.monotonic()
+    assert len(kill_node(job, 1)) == 2
+    out, err = job.communicate(timeout=180)
+    assert job.returncode == 1, err
+    lost = [line for line in err.splitlines() if "lost: no word from world rank" in line]
+    assert len(lost) == 2 and "group 2 lost" in lost[0] and "group 3 lost" in lost[1]
+    assert "error: groups 2, 3 lost their ranks (a node died?) and their trials ran again on other groups" in err
+    df = mpiopt.load_results(run)
+    assert sorted(df.trial) == list(range(80)) and set(df.status) == {"completed"}  # every trial, once
+    assert set(df[df.end > df.end.min()].group) >= {0, 1}
+    assert time.monotonic() - killed_at < 170  # the end did not hang on the dead ranks
+
+
+@pytest.mark.mpi
+def test_without_survivors_the_job_ends_and_resume_loses_nothing(write_yaml, tmp_path):
+    space = write_yaml(SLEEPY.format(name="gone", trials=40, group_size=2))
+    run = tmp_path / "runs" / "gone"
+    job = on_nodes("nodeA:3,nodeB:2", 5, ["search", space], cwd=tmp_path, env={"MPIOPT_TEST_SLEEP": "0.3"})
+    wait_until(lambda: finished(run) >= 6, 120)
+    kill_node(job, 1)
+    job.communicate(timeout=60)
+    assert job.returncode != 0
+    before = mpiopt.load_results(run)
+    done = set(before.trial[before.status == "completed"])
+    job = on_nodes("nodeA:3,nodeB:2", 5, ["search", space, "--resume"], cwd=tmp_path,
+                   env={"MPIOPT_TEST_SLEEP": "0.05"})
+    _, err = job.communicate(timeout=180)
+    assert job.returncode == 0, err
+    df = mpiopt.load_results(run)
+    assert sorted(df.trial) == list(range(40)) and set(df.status) == {"completed"}
+    assert done <= set(df.trial)  # nothing finished was lost
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_allreduce_and_downpour_groups_that_span_two_nodes(tmp_path):
+    (tmp_path / "tiny_model.py").write_text((SPACES / "tiny_model.py").read_text())
+    space = tmp_path / "span.yaml"
+    space.write_text("""
+name: span
+objective: {model: tiny_model.py:build_model, data: tiny_model.py:load_data,
+            loss: sparse_categorical_crossentropy, metrics: [accuracy], maximize: val_accuracy}
+parameters:
+  mode: {type: categorical, choices: [allreduce, downpour]}   # the design's first two points differ
+  units: {type: integer, low: 4, high: 16}
+search: {trials: 2, initial_points: 2}
+training: {group_size: 4, epochs: 4, batch_size: 32, learning_rate: 0.02}
+""")
+    job = on_nodes("nodeA:3,nodeB:2", 5, ["search", space], cwd=tmp_path)
+    _, err = job.communicate(timeout=300)
+    assert job.returncode == 0, err
+    assert "5 ranks on 2 nodes: 1 coordinator (rank 0) + 1 group of 4 ranks" in err
+    df = mpiopt.load_results(tmp_path / "runs" / "span")
+    assert set(df.status) == {"completed"} and set(df.params_mode) == {"allreduce", "downpour"}
+    assert set(df.ranks) == {4} and (df.val_accuracy > 0.6).all()  # learned across the network path
