@@ -221,7 +221,7 @@ def node_layout(comm) -> tuple[int, ...]:
 def library() -> str:
     """The MPI library in use, in one line (e.g. 'MPICH 4.2.0', 'Open MPI v5.0.3')."""
     text = _mpi().Get_library_version().strip()
-    first = text.splitlines()[0] if text else "unknown"
+    first = text.splitlines()[0].split(",")[0] if text else "unknown"
     return " ".join(first.replace("Version:", "").split())[:80]
 
 

@@ -221,3 +221,28 @@ training: {group_size: 4, epochs: 4, batch_size: 32, learning_rate: 0.02}
     df = mpiopt.load_results(tmp_path / "runs" / "span")
     assert set(df.status) == {"completed"} and set(df.params_mode) == {"allreduce", "downpour"}
     assert set(df.ranks) == {4} and (df.val_accuracy > 0.6).all()  # learned across the network path
+
+
+@pytest.mark.mpi
+def test_a_search_under_open_mpi(write_yaml, tmp_path):
+    """Open MPI's own mpiexec and library (scripts/openmpi_env.sh makes the environment; CI sets
+    MPIOPT_OPENMPI to it): no MPICH involved, every trial recorded, the library named by check."""
+    env_dir = os.environ.get("MPIOPT_OPENMPI")
+    if not env_dir:
+        pytest.skip("no Open MPI environment (scripts/openmpi_env.sh DIR; MPIOPT_OPENMPI=DIR)")
+    bin_dir = os.path.join(env_dir, "bin")
+    space = write_yaml(SLEEPY.format(name="ompi", trials=12, group_size=1))
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"], "MPIOPT_TEST_SLEEP": "0.05"}
+    env.pop("VIRTUAL_ENV", None)
+    mpiexec = [os.path.join(bin_dir, "mpiexec"), "--oversubscribe", "-n", "3"]
+    if os.geteuid() == 0:
+        mpiexec.insert(1, "--allow-run-as-root")
+    check = subprocess.run([*mpiexec, os.path.join(bin_dir, "mpiopt"), "check", str(space)], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stderr
+    assert "MPI         Open MPI v" in check.stdout
+    p = subprocess.run([*mpiexec, os.path.join(bin_dir, "mpiopt"), "search", str(space)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "ompi")
+    assert sorted(df.trial) == list(range(12)) and set(df.status) == {"completed"} and set(df.group) == {0, 1}
