@@ -2,6 +2,7 @@
 
     python bench/coordinator.py [--layouts 64x1 33x1 33x4] [--sleeps 0.5 2] [--trials N]
                                 [--modes ahead sync] [--scheduler none|asha|hyperband|median] [--keep DIR]
+                                [--nodes 1 4]
 
 Runs `mpiexec -n RANKS mpiopt search bench/spaces/sleepy_hartmann6.yaml` (Hartmann-6 behind a
 sleep of 0.5 or 2 s, GP + gp_hedge, 10 initial points) for each layout (RANKS x group size) and
@@ -28,6 +29,9 @@ coordinator's dispatch latency (result received -> next trial sent) p50/p99 over
 that followed a result, the start-up wave (search start -> the last
 group's first trial sent), the group's wait (result sent -> next trial received, MPI included) p50/p99, the
 coordinator process's CPU time (both threads), and where the suggestions came from.
+With `--nodes K` (K > 1) the ranks are spread over K simulated nodes (`mpiexec -launcher fork
+-hosts node0:A,node1:B,...`, the first node taking the remainder): groups are then planned node by
+node and the coordinator's messages to all but its own node take MPICH's network path.
 Prints a table; asserts nothing.
 """
 from __future__ import annotations
@@ -47,7 +51,8 @@ MPIEXEC = Path(sys.executable).parent / "mpiexec"
 SPACE = ROOT / "bench" / "spaces" / "sleepy_hartmann6.yaml"
 
 
-def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path, scheduler: str = "none") -> dict:
+def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path, scheduler: str = "none",
+        nodes: int = 1) -> dict:
     from mpiopt.analysis import load_results, timeline
 
     env = dict(os.environ, MPIOPT_BENCH_SLEEP=str(sleep), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
@@ -65,8 +70,8 @@ def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path, 
     obj = out.parent / "sleepy_hartmann6.py"
     if not obj.exists():
         obj.write_text((SPACE.parent / "sleepy_hartmann6.py").read_text())
-    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "mpiopt", "search", str(space),
-           "--out", str(out / "run"), "--trials", str(trials)]
+    cmd = [str(MPIEXEC), *_hosts(ranks, nodes), "-n", str(ranks), sys.executable, "-m", "mpiopt", "search",
+           str(space), "--out", str(out / "run"), "--trials", str(trials)]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
@@ -90,6 +95,15 @@ def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path, 
     return out_row
 
 
+def _hosts(ranks: int, nodes: int) -> list[str]:
+    """mpiexec's arguments that spread `ranks` over `nodes` simulated nodes (none for one node)."""
+    if nodes <= 1:
+        return []
+    base, extra = divmod(ranks, nodes)
+    counts = [base + extra] + [base] * (nodes - 1)
+    return ["-launcher", "fork", "-hosts", ",".join(f"node{i}:{n}" for i, n in enumerate(counts))]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layouts", nargs="+", default=["64x1", "33x1", "33x4"], help="RANKSxGROUP_SIZE")
@@ -98,13 +112,14 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=["ahead", "sync"])
     ap.add_argument("--scheduler", default="none", help="none, or asha | hyperband | median: trials report 9 steps")
     ap.add_argument("--keep", type=Path, help="keep the run directories under this folder (default: a temporary one)")
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1], help="simulated nodes to spread the ranks over")
     args = ap.parse_args()
     print(f"Hartmann-6 behind a sleep, GP + gp_hedge, scheduler {args.scheduler}; {os.cpu_count()} cores\n")
-    print("| ranks | groups | trials | trial s | mode | search s | utilization | sent ahead / after a result "
+    print("| nodes | ranks | groups | trials | trial s | mode | search s | utilization | sent ahead / after a result "
           "| dispatch p50 / p99 ms after a result | group wait p50 / p99 ms | first wave ms "
           "| coordinator CPU s (% core) | model / fallback suggestions (results newer than the fit, p50) "
           "| waits for a round / last round ms | best |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         if args.keep:
             tmp = args.keep
@@ -112,19 +127,18 @@ def main() -> None:
             ranks, size = (int(v) for v in layout.split("x"))
             groups = (ranks - 1) // size
             trials = args.trials or groups * -(-300 // groups)
-            for sleep in args.sleeps:
-                for mode in args.modes:
-                    out = Path(tmp) / f"{layout}-{sleep}-{mode}"
-                    r = run(ranks, size, sleep, trials, mode, out, args.scheduler)
-                    sugg = f"{r['model']} / {r['fallback']} ({r['stale']})" if r["model"] is not None else "on demand"
-                    rounds = f"{r['waits']} / {r['round_ms']}" if r["model"] is not None else "-"
-                    nan = float("nan")
-                    print(f"| {ranks} | {groups} x {size} | {trials} | {sleep:g} | {mode} | {r['search']:.1f} "
-                          f"| {r['utilization']:.3f} | {r.get('sent_ahead', 0)} / {r.get('sent_after', 0)} "
-                          f"| {r.get('dispatch_p50_ms', nan):.2f} / {r.get('dispatch_p99_ms', nan):.2f} "
-                          f"| {r['wait_p50_ms']:.2f} / {r['wait_p99_ms']:.2f} | {r.get('first_wave_ms', nan):.1f} "
-                          f"| {r['cpu']:.1f} ({r['cpu_pct']}%) "
-                          f"| {sugg} | {rounds} | {r['best']:.3f} |", flush=True)
+            for sleep, mode, nodes in [(s, m, k) for s in args.sleeps for m in args.modes for k in args.nodes]:
+                out = Path(tmp) / f"{layout}-{sleep}-{mode}-{nodes}"
+                r = run(ranks, size, sleep, trials, mode, out, args.scheduler, nodes)
+                sugg = f"{r['model']} / {r['fallback']} ({r['stale']})" if r["model"] is not None else "on demand"
+                rounds = f"{r['waits']} / {r['round_ms']}" if r["model"] is not None else "-"
+                nan = float("nan")
+                print(f"| {nodes} | {ranks} | {groups} x {size} | {trials} | {sleep:g} | {mode} | {r['search']:.1f} "
+                      f"| {r['utilization']:.3f} | {r.get('sent_ahead', 0)} / {r.get('sent_after', 0)} "
+                      f"| {r.get('dispatch_p50_ms', nan):.2f} / {r.get('dispatch_p99_ms', nan):.2f} "
+                      f"| {r['wait_p50_ms']:.2f} / {r['wait_p99_ms']:.2f} | {r.get('first_wave_ms', nan):.1f} "
+                      f"| {r['cpu']:.1f} ({r['cpu_pct']}%) "
+                      f"| {sugg} | {rounds} | {r['best']:.3f} |", flush=True)
 
 
 if __name__ == "__main__":
