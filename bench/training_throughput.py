@@ -6,7 +6,10 @@ with the SAME optimizer and learning rate as the one process: a mode must work w
 that train one process well.
 
     python bench/training_throughput.py [--model mlp|cnn] [--optimizer adam] [--lr 0.003] [--modes gem ...]
-                                        [--epochs 15] [--batch 32] [--target 0.5] [--sizes 1 2 3]
+                                        [--epochs 15] [--batch 32] [--target 0.5] [--sizes 1 2 3] [--nodes 1 2]
+
+With `--nodes 2` a group's ranks are split over two simulated nodes (`mpiexec -launcher fork
+-hosts nodeA:A,nodeB:B`), so its messages take MPICH's network path instead of shared memory.
 
 Prints tables; asserts nothing. Each rank runs with one TensorFlow intra-op and one inter-op
 thread; on a machine with fewer cores than ranks the ranks share cores, which the tables show.
@@ -69,11 +72,16 @@ def child(mode: str, args: argparse.Namespace) -> None:
                           "wall": out.wall_s}), flush=True)
 
 
-def run(mode: str, size: int, args: argparse.Namespace) -> dict:
+def run(mode: str, size: int, args: argparse.Namespace, nodes: int = 1) -> dict:
     cmd = [sys.executable, __file__, "--child", mode, "--model", args.model, "--optimizer", args.optimizer,
            "--lr", str(args.lr), "--epochs", str(args.epochs), "--batch", str(args.batch)]
     if size > 1:
-        cmd = [str(MPIEXEC), "-n", str(size), *cmd]
+        hosts = []
+        if nodes > 1:  # the ranks split over simulated nodes, the first taking the remainder
+            base, extra = divmod(size, nodes)
+            counts = [base + extra] + [base] * (nodes - 1)
+            hosts = ["-launcher", "fork", "-hosts", ",".join(f"node{i}:{n}" for i, n in enumerate(counts))]
+        cmd = [str(MPIEXEC), *hosts, "-n", str(size), *cmd]
     env = {**os.environ, "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"}
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
     if p.returncode != 0:
@@ -104,30 +112,32 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--target", type=float, default=0.5, help="val_accuracy for time-to-accuracy")
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1], help="simulated nodes a group's ranks span")
     args = ap.parse_args()
     if args.child:
         child(args.child, args)
         return
     runs = []
     for size in args.sizes:
-        for mode in (("single",) if size == 1 else args.modes):
-            r = run(mode, size, args)
-            runs.append((mode, size, r))
-            print(f"  ran {mode} x{size}", file=sys.stderr, flush=True)
+        for mode, nodes in [(m, k) for m in (("single",) if size == 1 else args.modes)
+                            for k in (args.nodes if size > 1 else [1])]:
+            r = run(mode, size, args, nodes)
+            runs.append((mode if nodes == 1 else f"{mode}/{nodes}n", size, r))
+            print(f"  ran {mode} x{size} on {nodes} node(s)", file=sys.stderr, flush=True)
     base = next((r for m, s, r in runs if m == "single"), None)
     base_tps = base["wall"] / max(base["samples"], 1) if base else None
     print(f"{MODELS[args.model][2]}, {args.optimizer} at learning rate {args.lr} in every mode, batch {args.batch}, "
           f"{args.epochs} epochs, {os.cpu_count()} cores, 1 TF thread per rank; time-to-accuracy: first epoch with "
           f"val_accuracy >= {args.target}")
-    print(f"{'mode':<10} {'ranks':>5} {'samples/s':>10} {'us/sample':>10} {'vs 1 proc':>9} {'compute s':>10} "
+    print(f"{'mode':<14} {'ranks':>5} {'samples/s':>10} {'us/sample':>10} {'vs 1 proc':>9} {'compute s':>10} "
           f"{'comm s':>8} {'wait s':>8} {'t-to-acc s':>10} {'best val_acc':>12}")
     for mode, size, r in runs:
         tps = r["wall"] / max(r["samples"], 1)
-        c, m, w = split(r["timing"], mode)
+        c, m, w = split(r["timing"], mode.split("/")[0])
         accs = [row.get("val_accuracy", 0.0) for row in r["history"]]
         tta = next((t for t, a in zip(r["times"], accs, strict=True) if a >= args.target), None)
         rel = f"{tps / base_tps:>8.2f}x" if base_tps else "     n/a"
-        print(f"{mode:<10} {size:>5} {r['samples'] / r['wall']:>10.0f} {tps * 1e6:>10.1f} {rel} {c:>10.2f} "
+        print(f"{mode:<14} {size:>5} {r['samples'] / r['wall']:>10.0f} {tps * 1e6:>10.1f} {rel} {c:>10.2f} "
               f"{m:>8.2f} {w:>8.2f} {f'{tta:.1f}' if tta else '-':>10} {max(accs):>12.3f}")
     if base is None:
         return

@@ -194,16 +194,39 @@ def _search(args, job: _Job, comm, placement: str | None = None) -> int:
     """Every rank of a search: world rank 0 coordinates, the others serve in their group."""
     from . import transport
 
-    cfg, rank, size = job.cfg, comm.Get_rank(), comm.Get_size()
+    cfg, size = job.cfg, comm.Get_size()
     nodes = transport.node_layout(comm) if size > 1 else None
     plan = transport.plan_groups(size, cfg.training["group_size"], nodes)
-    # from now on, the coordinator can tell a group that lost its node from a slow one
-    pulse = transport.Pulse(comm).start() if rank in transport.pulsing_ranks(plan) and size > 1 else None
+    pulse = _start_pulse(comm, plan)
     try:
         return _search_as(args, job, comm, placement, plan)
     finally:
         if pulse is not None:
             pulse.stop()
+
+
+def _start_pulse(comm, plan):
+    """From now on the coordinator tells a group that lost its node from a slow one (one rank of
+    each group on each node pulses it), and those ranks see the coordinator's node die."""
+    from . import transport
+
+    if plan.shared:
+        return None
+    pulsing = transport.pulsing_ranks(plan)
+    rank = comm.Get_rank()
+    if rank == 0:
+        return transport.Pulse(comm, sorted(pulsing)).start()
+    if rank not in pulsing:
+        return None
+
+    def coordinator_lost(silent_s: float) -> None:
+        print(f"mpiopt: error: world rank {rank}: no word from the coordinator (world rank 0) for {silent_s:.0f} s: "
+              "its node is lost; ending the job (finished trials are in the journal: --resume)",
+              file=sys.stderr, flush=True)
+        comm.Abort(1)
+
+    return transport.Pulse(comm, [0], watch=0, silent_s=transport.COORDINATOR_SILENT_S,
+                           on_silence=coordinator_lost).start()
 
 
 def _search_as(args, job: _Job, comm, placement: str | None, plan) -> int:

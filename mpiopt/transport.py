@@ -34,6 +34,7 @@ TAG_PULSE = 19  # "this rank lives": a group's ranks to the coordinator, every P
 # pulses (from a thread), so a long trial never looks dead.
 PULSE_S = 2.0
 LOST_AFTER_S = 8.0
+COORDINATOR_SILENT_S = 30.0  # a group ends the job once the coordinator was silent this long (its node died)
 
 
 @dataclass
@@ -318,13 +319,19 @@ def pulsing_ranks(plan: GroupPlan) -> dict[int, int]:
 
 
 class Pulse:
-    """A daemon thread that sends the coordinator an empty TAG_PULSE message every `every_s`.
+    """A daemon thread that sends each rank of `to` an empty TAG_PULSE message every `every_s`,
+    and, with `watch`, listens for that rank's pulses and calls `on_silence(seconds)` once it has
+    been silent for `silent_s`.
 
-    Only one send is in flight: while the coordinator has not taken the last one, no other is
-    posted, so a busy coordinator never finds a pile of them."""
+    Group ranks pulse the coordinator (which notices a lost node) and watch it (a group whose
+    coordinator died would otherwise wait for a task for ever). Only one send a destination is in
+    flight: a busy receiver never finds a pile of pulses."""
 
-    def __init__(self, comm, every_s: float = PULSE_S) -> None:
+    def __init__(self, comm, to: Sequence[int], *, watch: int | None = None, silent_s: float = 0.0,
+                 on_silence: Callable[[float], None] | None = None, every_s: float = PULSE_S) -> None:
         self.comm = comm
+        self.to = list(to)
+        self.watch, self.silent_s, self.on_silence = watch, silent_s, on_silence
         self.every_s = every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mpiopt-pulse", daemon=True)
@@ -339,10 +346,20 @@ class Pulse:
 
     def _run(self) -> None:
         MPI = _mpi()
-        pending = None
+        sends: dict[int, Any] = {}
+        heard, listening = time.monotonic(), None
         while not self._stop.is_set():
-            if pending is None or pending.Test():
-                pending = self.comm.Isend([b"", MPI.BYTE], dest=0, tag=TAG_PULSE)
+            for dest in self.to:
+                if dest not in sends or sends[dest].Test():
+                    sends[dest] = self.comm.Isend([b"", MPI.BYTE], dest=dest, tag=TAG_PULSE)
+            if self.watch is not None:
+                while listening is None or listening.Test():  # take every pulse that came in
+                    if listening is not None:
+                        heard = time.monotonic()
+                    listening = self.comm.Irecv([bytearray(1), MPI.BYTE], source=self.watch, tag=TAG_PULSE)
+                if time.monotonic() - heard > self.silent_s and self.on_silence is not None:
+                    self.on_silence(time.monotonic() - heard)
+                    return
             self._stop.wait(self.every_s)
 
 
@@ -563,15 +580,17 @@ class GroupChannel:
             MPI = _mpi()
             status = MPI.Status()
             backoff = Backoff()
-            while True:
-                if self.world.Iprobe(source=0, tag=MPI.ANY_TAG, status=status):
-                    tag = status.Get_tag()
-                    if tag in (TAG_TASK, TAG_STOP):
+            while data is None:
+                # by tag, a task before a stop: the coordinator's pulses (another thread takes
+                # them) must not stand in front of either
+                for tag in (TAG_TASK, TAG_STOP):
+                    if self.world.Iprobe(source=0, tag=tag, status=status):
                         buf = bytearray(status.Get_count(MPI.BYTE))
                         self.world.Recv([buf, MPI.BYTE], source=0, tag=tag)
                         data = bytes(buf) if tag == TAG_TASK else b""
                         break
-                backoff.sleep()
+                else:
+                    backoff.sleep()
         data = bcast_bytes(self.comm, data)
         return Task.from_json(decode(data)) if data else None
 

@@ -246,3 +246,24 @@ def test_a_search_under_open_mpi(write_yaml, tmp_path):
     assert p.returncode == 0, p.stderr
     df = mpiopt.load_results(tmp_path / "runs" / "ompi")
     assert sorted(df.trial) == list(range(12)) and set(df.status) == {"completed"} and set(df.group) == {0, 1}
+
+
+@pytest.mark.mpi
+def test_the_coordinator_s_node_lost_ends_the_job_and_resume_covers_it(write_yaml, tmp_path):
+    space = write_yaml(SLEEPY.format(name="head", trials=60, group_size=1))
+    run = tmp_path / "runs" / "head"
+    job = on_nodes("nodeA:3,nodeB:2", 5, ["search", space], cwd=tmp_path, extra=["-disable-auto-cleanup"],
+                   env={"MPIOPT_TEST_SLEEP": "0.3"})
+    wait_until(lambda: finished(run) >= 6, 120)
+    killed_at = time.monotonic()
+    kill_node(job, 0)  # the coordinator's node: the survivors must not wait for a task for ever
+    _, err = job.communicate(timeout=120)
+    assert job.returncode != 0 and time.monotonic() - killed_at < 60
+    assert "no word from the coordinator (world rank 0) for 3" in err and "--resume" in err
+    done = set(mpiopt.load_results(run).query("status == 'completed'").trial)
+    again = on_nodes("nodeA:3,nodeB:2", 5, ["search", space, "--resume"], cwd=tmp_path,
+                     env={"MPIOPT_TEST_SLEEP": "0.05"})
+    _, err = again.communicate(timeout=180)
+    assert again.returncode == 0, err
+    df = mpiopt.load_results(run)
+    assert sorted(df.trial) == list(range(60)) and set(df.status) == {"completed"} and done <= set(df.trial)
