@@ -603,7 +603,9 @@ def cmd_check(args) -> int:
     each group's nodes included, printed once by world rank 0."""
     if args.np is None and env_size() > 1:
         return _check_under_mpi(args)
-    print("\n".join(_check_lines(args, args.np or 1)))
+    from .transport import library_or_why
+
+    print("\n".join(_check_lines(args, args.np or 1, library=library_or_why())))
     return 0
 
 
@@ -667,9 +669,9 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
 
 
 def _layout_lines(plan, library: str | None) -> list[str]:
-    """Each group's world ranks and nodes, the nodes, and the MPI library (when MPI runs)."""
+    """Each group's world ranks and nodes, the nodes, and the MPI library."""
     if plan.shared:
-        return []
+        return [f"  MPI         {library}"]
     lines = []
     for g, ranks in enumerate(plan.groups):
         on = plan.nodes_of(g)
@@ -677,7 +679,7 @@ def _layout_lines(plan, library: str | None) -> list[str]:
         lines.append(f"              group {g}: world ranks {_ranges(ranks)}{where}")
     if plan.nodes is None:
         lines.append("              (one node assumed: under mpiexec, without --np, check shows the real layout)")
-        return lines
+        return lines + [f"  MPI         {library}"]
     by_node: dict[int, list[int]] = {}
     for rank, node in enumerate(plan.nodes):
         by_node.setdefault(node, []).append(rank)

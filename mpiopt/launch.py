@@ -112,7 +112,7 @@ def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: boo
     try:
         comm = transport.world()
     except Exception as exc:  # no MPI library at all
-        say_error(f"cannot initialise MPI: {exc}")
+        say_error(f"cannot initialise MPI: {transport.why_no_mpi(exc)}")
         return 1
     rank, size = comm.Get_rank(), comm.Get_size()
     if size > 1:

@@ -219,6 +219,23 @@ def node_layout(comm) -> tuple[int, ...]:
     return tuple(comm.allgather(lowest))
 
 
+NO_MPI_HINT = 'pip install "mpiopt[mpich]" for an MPI of its own, or load your site\'s MPI (e.g. module load openmpi)'
+
+
+def why_no_mpi(exc: BaseException) -> str:
+    """One line for an MPI library that would not load, with what to do about it."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"{first}: {NO_MPI_HINT}"
+
+
+def library_or_why() -> str:
+    """The MPI library mpi4py loads (starting MPI in this process), or why there is none."""
+    try:
+        return library()
+    except Exception as exc:  # mpi4py found no libmpi
+        return f"none found ({why_no_mpi(exc)})"
+
+
 def library() -> str:
     """The MPI library in use, in one line (e.g. 'MPICH 4.2.0', 'Open MPI v5.0.3')."""
     text = _mpi().Get_library_version().strip()
