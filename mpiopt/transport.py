@@ -365,19 +365,33 @@ class Pulse:
         MPI = _mpi()
         sends: dict[int, Any] = {}
         heard, listening = time.monotonic(), None
-        while not self._stop.is_set():
-            for dest in self.to:
-                if dest not in sends or sends[dest].Test():
-                    sends[dest] = self.comm.Isend([b"", MPI.BYTE], dest=dest, tag=TAG_PULSE)
-            if self.watch is not None:
-                while listening is None or listening.Test():  # take every pulse that came in
-                    if listening is not None:
-                        heard = time.monotonic()
-                    listening = self.comm.Irecv([bytearray(1), MPI.BYTE], source=self.watch, tag=TAG_PULSE)
-                if time.monotonic() - heard > self.silent_s and self.on_silence is not None:
-                    self.on_silence(time.monotonic() - heard)
-                    return
-            self._stop.wait(self.every_s)
+        try:
+            while not self._stop.is_set():
+                for dest in self.to:
+                    if dest not in sends or sends[dest].Test():
+                        sends[dest] = self.comm.Isend([b"", MPI.BYTE], dest=dest, tag=TAG_PULSE)
+                if self.watch is not None:
+                    while listening is None or listening.Test():  # take every pulse that came in
+                        if listening is not None:
+                            heard = time.monotonic()
+                        listening = self.comm.Irecv([bytearray(1), MPI.BYTE], source=self.watch, tag=TAG_PULSE)
+                    if time.monotonic() - heard > self.silent_s and self.on_silence is not None:
+                        self.on_silence(time.monotonic() - heard)
+                        return
+                self._stop.wait(self.every_s)
+        finally:
+            self._settle(listening, list(sends.values()))
+
+    def _settle(self, listening, sends: list) -> None:
+        """No request left behind for MPI_Finalize: the posted receive is cancelled, and the last
+        sends (empty, so sent eagerly) are given a moment to complete."""
+        if listening is not None and not listening.Test():
+            listening.Cancel()
+            listening.Wait()
+        end = time.monotonic() + 1.0
+        while sends and time.monotonic() < end:
+            sends = [r for r in sends if not r.Test()]
+            time.sleep(0.01)
 
 
 def plan_groups(world_size: int, group_size: int, nodes: Sequence[int] | None = None) -> GroupPlan:
