@@ -3,7 +3,7 @@
     python bench/pareto.py [--seeds 10] [--widths 1 8] [--budgets 40 80] [--jobs 2]
                            [--methods mpiopt evolution random nsga2 motpe] [--functions zdt1 dtlz2]
 
-Simulated in virtual time as in bench/sample_efficiency.py (no MPI, no sleeping): `width` groups
+Simulated in virtual time by bench/sample_efficiency.py's `replay` (no MPI, no sleeping): `width` groups
 run trials whose durations are drawn from U(0.5, 1.5); when one finishes the searcher is told its
 two losses and asked for the next point while the other trials are still running. The score is
 the hypervolume of the first B trials asked (larger is better), against a fixed reference point.
@@ -28,7 +28,6 @@ Prints the median [25th, 75th percentile] of the hypervolume over seeds; asserts
 from __future__ import annotations
 
 import argparse
-import heapq
 import math
 import os
 import sys
@@ -41,6 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mpiopt.pareto import hypervolume_2d  # noqa: E402
+from sample_efficiency import replay  # noqa: E402  (bench/ is the script's folder)
 from mpiopt.space import Real, Space  # noqa: E402
 
 DIMS = 6
@@ -108,27 +108,7 @@ def make(method: str, seed: int):
 
 def simulate(method: str, function: str, width: int, budget: int, seed: int) -> tuple[list[tuple], float]:
     """The losses of trials 0..budget-1 (in the order asked) and the seconds spent in ask/tell."""
-    f = FUNCTIONS[function][0]
-    searcher = make(method, seed)
-    rng = np.random.default_rng(seed + 1000 * width)
-    values: dict[int, tuple] = {}
-    running: list[tuple[float, int, dict]] = []
-    clock, asked, spent = 0.0, 0, 0.0
-    while asked < min(width, budget):
-        t = time.perf_counter()
-        heapq.heappush(running, (clock + rng.uniform(0.5, 1.5), asked, searcher.ask(asked)))
-        spent += time.perf_counter() - t
-        asked += 1
-    while running:
-        clock, n, params = heapq.heappop(running)
-        values[n] = f(params)
-        t = time.perf_counter()
-        searcher.tell(n, params, values[n])
-        if asked < budget:
-            heapq.heappush(running, (clock + rng.uniform(0.5, 1.5), asked, searcher.ask(asked)))
-            asked += 1
-        spent += time.perf_counter() - t
-    return [values[i] for i in range(budget)], spent
+    return replay(make(method, seed), FUNCTIONS[function][0], width, budget, np.random.default_rng(seed + 1000 * width))
 
 
 def _job(args):

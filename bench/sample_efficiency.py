@@ -245,9 +245,14 @@ def make(method, space, seed, width=1):
 def simulate(method: str, function: str, width: int, budget: int, seed: int) -> tuple[list[float], float]:
     """Losses of trials 0..budget-1 (in the order asked) and the seconds spent in ask/tell."""
     f, space, _ = FUNCTIONS[function]
-    searcher = make(method, space, seed, width)
-    rng = np.random.default_rng(seed + 1000 * width)
-    values: dict[int, float] = {}
+    return replay(make(method, space, seed, width), f, width, budget, np.random.default_rng(seed + 1000 * width))
+
+
+def replay(searcher, f, width: int, budget: int, rng: np.random.Generator) -> tuple[list, float]:
+    """`budget` trials of `f` by `searcher` on `width` groups in virtual time, each trial lasting
+    U(0.5, 1.5): the values of trials 0..budget-1 (in the order asked) and the seconds spent in
+    ask/tell. The searcher is told a result and asked for the next point while the others run."""
+    values: dict[int, object] = {}
     running: list[tuple[float, int, dict]] = []
     clock, asked, spent = 0.0, 0, 0.0
     while asked < min(width, budget):
