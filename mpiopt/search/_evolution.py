@@ -18,12 +18,10 @@ import math
 from collections import deque
 from typing import Any
 
-import numpy as np
 
 from ..space import Categorical, Integer, Space, encode
-from ._base import Searcher
 from ._gp import UnitCoder
-from ._random import RandomDraw
+from ._random import RandomSearch
 
 POPULATION = 20
 SAMPLE = 5
@@ -31,37 +29,27 @@ STEP = 0.1  # the Gaussian step of a numeric mutation, in the unit scale of the 
 _MAX_TRIES = 50
 
 
-class EvolutionSearch(Searcher):
+class EvolutionSearch(RandomSearch):
+    """Random search's draws and known points (`RandomSearch`), with children of tournaments once
+    the population is full."""
+
     def __init__(self, space: Space, *, seed: int = 0, population: int = POPULATION, sample: int = SAMPLE) -> None:
         super().__init__(space, seed=seed)
         self.population = population
         self.sample = min(sample, population)
-        self.rng = np.random.RandomState(seed)
-        self._random = RandomDraw(space, self.rng)
-        self._coder = UnitCoder(space)
+        self.rng = self._random.rng  # one stream for the draws, the tournaments and the mutations
         self._members: deque[int] = deque(maxlen=population)  # trials, oldest first; their losses in `observed`
-        self._known: set[tuple] = set()
-
-    def ask(self, trial: int) -> dict[str, Any]:
-        params = super().ask(trial)
-        self._known.add(_key(self.space, params))
-        return params
 
     def tell(self, trial: int, params: dict[str, Any], loss: float | None) -> None:
         super().tell(trial, params, loss)
         self._members.append(trial)
-        self._known.add(_key(self.space, params))
-
-    def add_pending(self, trial: int, params: dict[str, Any]) -> None:
-        super().add_pending(trial, params)
-        self._known.add(_key(self.space, params))
 
     def _suggest(self) -> dict[str, Any]:
         if len(self._members) < self.population or all(self.observed[t][1] is None for t in self._members):
             return self._random.draw(self._known)
         for _ in range(_MAX_TRIES):
             child = self._mutate(self._tournament())
-            if _key(self.space, child) not in self._known:
+            if tuple(encode(self.space, child)) not in self._known:
                 return child
         return self._random.draw(self._known)  # the parents' neighbourhoods are used up
 
@@ -101,6 +89,3 @@ class EvolutionSearch(Searcher):
 def _can_move(p) -> bool:
     return not isinstance(p, Categorical) or len(p.choices) > 1
 
-
-def _key(space: Space, params: dict[str, Any]) -> tuple:
-    return tuple(encode(space, params))
