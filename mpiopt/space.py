@@ -81,6 +81,14 @@ class Categorical:
 Parameter = Real | Integer | Categorical
 
 
+class ConditionCycle(ValueError):
+    """Conditions that lead from parameter `name` back to it, through `loop`."""
+
+    def __init__(self, name: str, loop: list[str]) -> None:
+        super().__init__(" -> ".join(loop))
+        self.name, self.loop = name, loop
+
+
 @dataclass(frozen=True)
 class Space:
     """An ordered set of parameters."""
@@ -98,6 +106,28 @@ class Space:
     @property
     def conditional(self) -> bool:
         return any(p.when for p in self.params)
+
+    @cached_property
+    def parents_first(self) -> list[int]:
+        """Parameter indices, each after the parents of its condition; a `ConditionCycle` where a
+        chain of conditions comes back to where it started (it could never be active)."""
+        order: list[int] = []
+        done: set[str] = set()
+        index = {p.name: k for k, p in enumerate(self.params)}
+
+        def visit(name: str, path: list[str]) -> None:
+            if name in path:
+                raise ConditionCycle(name, path[path.index(name):] + [name])
+            if name in done:
+                return
+            for parent, _ in self._by_name[name].when:
+                visit(parent, path + [name])
+            done.add(name)
+            order.append(index[name])
+
+        for p in self.params:
+            visit(p.name, [])
+        return order
 
     def __len__(self) -> int:
         return len(self.params)
@@ -258,22 +288,11 @@ def _condition(name: str, raw: Any, by_name: dict[str, Parameter], *, source: st
 
 
 def _refuse_cycles(space: Space, *, source: str) -> None:
-    """A chain of conditions that comes back to where it started can never be active."""
-    done: set[str] = set()
-
-    def visit(name: str, path: list[str]) -> None:
-        if name in path:
-            loop = " -> ".join(path[path.index(name):] + [name])
-            raise ConfigError(f"the conditions form a cycle ({loop})", source=source,
-                              field=f"parameters.{name}.when")
-        if name in done:
-            return
-        for parent, _ in space[name].when:
-            visit(parent, path + [name])
-        done.add(name)
-
-    for p in space.params:
-        visit(p.name, [])
+    try:
+        space.parents_first  # noqa: B018 - ordering the parameters finds any cycle
+    except ConditionCycle as cycle:
+        raise ConfigError(f"the conditions form a cycle ({' -> '.join(cycle.loop)})", source=source,
+                          field=f"parameters.{cycle.name}.when") from None
 
 
 def _categorical(name: str, spec: dict, *, source: str, field: str) -> Categorical:

@@ -60,21 +60,21 @@ class UnitCoder:
                 self.blocks.append(slice(d, d + width))
             d += width
         self.dim = d
-        self.order = _parents_first(space)  # parameter indices, each after the parents of its condition
+        # each condition as (child, parent, the parent's one-hot columns that make the child active),
+        # parents first, so one pass over them settles a chain
+        index = {p.name: k for k, p in enumerate(space.params)}
+        self._conditions = [(k, index[parent], [self.cols[index[parent]].start + i
+                                                 for i, c in enumerate(space[parent].choices) if is_choice(c, allowed)])
+                            for k in space.parents_first for parent, allowed in space.params[k].when]
 
     # Conditional spaces: an inactive parameter sits at a constant (a numeric column at 0.5, a
     # one-hot block all zeros), the imputation of Levesque et al. (2017), so points that differ
     # only in inactive values are one point to the GP, neither invented nor fitted as noise.
     def active_mask(self, X: np.ndarray) -> np.ndarray:
         """Which parameters (columns of the result, in space order) are active at each row of X."""
-        params = self.space.params
-        index = {p.name: k for k, p in enumerate(params)}
-        act = np.ones((len(X), len(params)), dtype=bool)
-        for k in self.order:
-            for parent, allowed in params[k].when:
-                j = index[parent]
-                hot = [self.cols[j].start + i for i, c in enumerate(params[j].choices) if is_choice(c, allowed)]
-                act[:, k] &= act[:, j] & (X[:, hot].max(axis=1) > 0.5)
+        act = np.ones((len(X), len(self.space.params)), dtype=bool)
+        for k, j, hot in self._conditions:
+            act[:, k] &= act[:, j] & (X[:, hot].max(axis=1) > 0.5)
         return act
 
     def canonical(self, X: np.ndarray) -> np.ndarray:
@@ -162,23 +162,6 @@ class UnitCoder:
             else:
                 X[:, c.start] = U[:, k]
         return self.canonical(X)
-
-
-def _parents_first(space: Space) -> list[int]:
-    """Parameter indices ordered so that each comes after the parents of its condition."""
-    index = {p.name: k for k, p in enumerate(space.params)}
-    order: list[int] = []
-
-    def visit(k: int) -> None:
-        if k in order:
-            return
-        for parent, _ in space.params[k].when:
-            visit(index[parent])
-        order.append(k)
-
-    for k in range(len(space.params)):
-        visit(k)
-    return order
 
 
 def sobol(n_dims: int, start: int, count: int, seed: int) -> np.ndarray:
