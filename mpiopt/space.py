@@ -139,17 +139,13 @@ class Space:
         """The active parameters of `values` (which holds at least every active one), in order.
 
         A parameter is active when each parent of its condition is active and holds one of the
-        listed values; conditions have no cycles (`parse_space` checks), so this terminates.
+        listed values: settled parents first, in one pass.
         """
-        state: dict[str, bool] = {}
-
-        def on(name: str) -> bool:
-            if name not in state:
-                state[name] = all(on(parent) and is_choice(values.get(parent), allowed)
-                                  for parent, allowed in self._by_name[name].when)
-            return state[name]
-
-        return {p.name: values[p.name] for p in self.params if on(p.name)}
+        on: dict[str, bool] = {}
+        for k in self.parents_first:
+            p = self.params[k]
+            on[p.name] = all(on[parent] and is_choice(values.get(parent), allowed) for parent, allowed in p.when)
+        return {p.name: values[p.name] for p in self.params if on[p.name]}
 
     def middle(self) -> dict[str, Any]:
         return self.complete({})
