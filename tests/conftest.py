@@ -21,6 +21,25 @@ def mnist1d_objective(builder: str = "build_model") -> str:
   metrics: [accuracy]
   maximize: val_accuracy
 """
+def two_goals_space(name: str, goal: str, search: str) -> str:
+    """A search of slow_branin.py's `two_goals` (copied as objectives.py by `write_yaml`) over a
+    conditional space: momentum only with sgd, width2 only with two layers. `goal`: the
+    objective's `minimize: ...` or `pareto: {...}` line."""
+    return f"""
+name: {name}
+objective:
+  function: objectives.py:two_goals
+  {goal}
+parameters:
+  optimizer: {{choices: [sgd, adam]}}
+  momentum: {{type: real, low: 0.0, high: 0.99, when: {{optimizer: sgd}}}}
+  layers: {{choices: [1, 2]}}
+  width1: {{type: integer, low: 1, high: 64}}
+  width2: {{type: integer, low: 1, high: 64, when: {{layers: 2}}}}
+search: {search}
+"""
+
+
 BIN = Path(sys.executable).parent
 MPIEXEC = BIN / "mpiexec"
 

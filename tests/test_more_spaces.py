@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, two_goals_space
 from mpiopt import load_results
 from mpiopt._errors import ConfigError
 from mpiopt.config import load_config
@@ -145,17 +145,8 @@ def test_the_gp_finds_the_best_branch_of_a_conditional_space():
 
 
 def test_a_search_table_leaves_inactive_parameters_empty(write_yaml, tmp_path):
-    space = write_yaml("""
-        name: cond
-        objective: {function: objectives.py:two_goals, minimize: loss}
-        parameters:
-          optimizer: {choices: [sgd, adam]}
-          momentum: {type: real, low: 0.0, high: 0.99, when: {optimizer: sgd}}
-          layers: {choices: [1, 2]}
-          width1: {type: integer, low: 1, high: 64}
-          width2: {type: integer, low: 1, high: 64, when: {layers: 2}}
-        search: {trials: 12, algorithm: evolution, population: 4, sample: 2}
-    """)
+    space = write_yaml(two_goals_space("cond", "minimize: loss",
+                                       "{trials: 12, algorithm: evolution, population: 4, sample: 2}"))
     p = run_cli(["search", space], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     df = load_results(tmp_path / "runs" / "cond")
@@ -265,19 +256,8 @@ def test_pareto_config_errors(write_yaml):
 
 
 def test_a_pareto_search_marks_and_prints_its_front(write_yaml, tmp_path):
-    space = write_yaml("""
-        name: front
-        objective:
-          function: objectives.py:two_goals
-          pareto: {loss: minimize, size: minimize}
-        parameters:
-          optimizer: {choices: [sgd, adam]}
-          momentum: {type: real, low: 0.0, high: 0.99, when: {optimizer: sgd}}
-          layers: {choices: [1, 2]}
-          width1: {type: integer, low: 1, high: 64}
-          width2: {type: integer, low: 1, high: 64, when: {layers: 2}}
-        search: {trials: 16, initial_points: 6}
-    """)
+    space = write_yaml(two_goals_space("front", "pareto: {loss: minimize, size: minimize}",
+                                       "{trials: 16, initial_points: 6}"))
     p = run_cli(["search", space], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     df = load_results(tmp_path / "runs" / "front")

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import mpiopt
-from conftest import MPIEXEC, run_cli
+from conftest import MPIEXEC, run_cli, two_goals_space
 
 pytestmark = pytest.mark.mpi
 
@@ -285,19 +285,8 @@ def _read(path) -> str:
 
 
 def test_a_pareto_evolution_over_a_conditional_space_under_mpiexec(write_yaml, tmp_path):
-    space = write_yaml("""
-        name: more
-        objective:
-          function: objectives.py:two_goals
-          pareto: {loss: minimize, size: minimize}
-        parameters:
-          optimizer: {choices: [sgd, adam]}
-          momentum: {type: real, low: 0.0, high: 0.99, when: {optimizer: sgd}}
-          layers: {choices: [1, 2]}
-          width1: {type: integer, low: 1, high: 64}
-          width2: {type: integer, low: 1, high: 64, when: {layers: 2}}
-        search: {trials: 24, algorithm: evolution, population: 6, sample: 3}
-    """)
+    space = write_yaml(two_goals_space("more", "pareto: {loss: minimize, size: minimize}",
+                                       "{trials: 24, algorithm: evolution, population: 6, sample: 3}"))
     p = run_cli(["search", space], cwd=tmp_path, np=3)
     assert p.returncode == 0, p.stderr
     df = mpiopt.load_results(tmp_path / "runs" / "more")

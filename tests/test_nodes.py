@@ -147,6 +147,16 @@ def wait_until(test, timeout: float) -> None:
         time.sleep(0.2)
 
 
+def search_then_lose_a_node(space, run, cwd, node: int, after: int) -> tuple[subprocess.Popen, float, list[int]]:
+    """A search on nodes A (3 ranks: the coordinator and groups 0, 1) and B (groups 2, 3), survivors
+    kept alive, whose node number `node` loses its ranks once `after` trials finished: (the job,
+    when, the ranks killed)."""
+    job = on_nodes("nodeA:3,nodeB:2", 5, ["search", space], cwd=cwd, extra=["-disable-auto-cleanup"],
+                   env={"MPIOPT_TEST_SLEEP": "0.3"})
+    wait_until(lambda: finished(run) >= after, 120)
+    return job, time.monotonic(), kill_node(job, node)
+
+
 @pytest.mark.mpi
 def test_check_under_mpiexec_shows_groups_that_keep_to_their_nodes(write_yaml, tmp_path):
     space = write_yaml(SLEEPY.format(name="layout", trials=4, group_size=4))
@@ -163,11 +173,8 @@ def test_check_under_mpiexec_shows_groups_that_keep_to_their_nodes(write_yaml, t
 def test_a_lost_node_costs_only_its_groups(write_yaml, tmp_path):
     space = write_yaml(SLEEPY.format(name="lost", trials=80, group_size=1))
     run = tmp_path / "runs" / "lost"
-    job = on_nodes("nodeA:3,nodeB:2", 5, ["search", space], cwd=tmp_path, extra=["-disable-auto-cleanup"],
-                   env={"MPIOPT_TEST_SLEEP": "0.3"})
-    wait_until(lambda: finished(run) >= 10, 120)
-    killed_at = time.monotonic()
-    assert len(kill_node(job, 1)) == 2
+    job, killed_at, killed = search_then_lose_a_node(space, run, tmp_path, node=1, after=10)
+    assert len(killed) == 2
     out, err = job.communicate(timeout=180)
     assert job.returncode == 1, err
     lost = [line for line in err.splitlines() if "lost: no word from world rank" in line]
@@ -252,11 +259,8 @@ def test_a_search_under_open_mpi(write_yaml, tmp_path):
 def test_the_coordinator_s_node_lost_ends_the_job_and_resume_covers_it(write_yaml, tmp_path):
     space = write_yaml(SLEEPY.format(name="head", trials=60, group_size=1))
     run = tmp_path / "runs" / "head"
-    job = on_nodes("nodeA:3,nodeB:2", 5, ["search", space], cwd=tmp_path, extra=["-disable-auto-cleanup"],
-                   env={"MPIOPT_TEST_SLEEP": "0.3"})
-    wait_until(lambda: finished(run) >= 6, 120)
-    killed_at = time.monotonic()
-    kill_node(job, 0)  # the coordinator's node: the survivors must not wait for a task for ever
+    # the coordinator's node: the survivors must not wait for a task for ever
+    job, killed_at, _ = search_then_lose_a_node(space, run, tmp_path, node=0, after=6)
     _, err = job.communicate(timeout=120)
     assert job.returncode != 0 and time.monotonic() - killed_at < 60
     assert "no word from the coordinator (world rank 0) for 3" in err and "--resume" in err
