@@ -191,6 +191,7 @@ class Coordinator:
         self._best_so_far: dict[int, float | None] = {}  # per trial: its best reported loss
         self._warned_unjudged = False
         self._beat_at = -math.inf  # time.monotonic() of the last heartbeat
+        self._watch_at = -math.inf  # time.monotonic() of the next look for lost groups
         self._progress = Progress(cfg.search.trials, self._finished)
         self._paused = {n for n, t in self.trials.items() if t.status == TrialStatus.PAUSED}
         self._replay_scheduler(history)
@@ -497,7 +498,12 @@ class Coordinator:
 
     def _retire_lost(self) -> None:
         """Every group whose ranks went silent (its node died) is retired, and the trials it held
-        run again on live groups, before any new trial; if the group comes back, it works again."""
+        run again on live groups, before any new trial; if the group comes back, it works again.
+        Looked for every `watch_s`, not on every message: the look walks every group."""
+        now = time.monotonic()
+        if self.transport.watch_s is None or now < self._watch_at:
+            return
+        self._watch_at = now + self.transport.watch_s
         for group, why in sorted(self.transport.lost_groups().items()):
             state = self.groups[group]
             if state.retired:

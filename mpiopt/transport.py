@@ -29,9 +29,10 @@ TAG_TASK, TAG_RESULT, TAG_STOP, TAG_OUTCOME, TAG_FAIL, TAG_USER = 11, 12, 13, 14
 TAG_REPORT, TAG_DECISION = 17, 18  # a trial's epoch report to the coordinator, and the scheduler's word on it
 TAG_PULSE = 19  # "this rank lives": a group's ranks to the coordinator, every PULSE_S
 
-# A group whose watched ranks stayed silent this long is lost (its node died): with a pulse every
-# PULSE_S, a dead node is noticed 6-8 s after it died. A rank that is alive but slow still
-# pulses (from a thread), so a long trial never looks dead.
+# A group whose watched ranks stayed silent this long is lost (its node died): a dead node is
+# noticed LOST_AFTER_S after the last word from it (a pulse every PULSE_S, or a result), looked
+# for every `watch_s`. A rank that is alive but slow still pulses (from a thread), so a long
+# trial never looks dead.
 PULSE_S = 2.0
 LOST_AFTER_S = 8.0
 COORDINATOR_SILENT_S = 30.0  # a group ends the job once the coordinator was silent this long (its node died)
