@@ -17,6 +17,12 @@ STATUS_COLOURS = {"completed": "tab:blue", "pruned": "tab:gray", "paused": "tab:
                   "running": "tab:green"}
 # enough completed trials for a random forest to say more than noise about the parameters
 MIN_FOR_IMPORTANCE = 8
+# Past these sizes a plot draws a part of a search (`_thinned`: the best trials and an even draw of
+# the rest): 100,000 markers take minutes to render and show no more than 2,000 do.
+MAX_POINTS = 2000  # markers of a scatter plot
+MAX_LINES = 500  # lines of parallel coordinates and learning curves
+MAX_FIT = 2000  # trials the importance model is fitted on
+MAX_GROUPS = 64  # groups of the timeline
 
 
 class PlotUnavailable(ValueError):
@@ -51,6 +57,31 @@ def _best_so_far(values: np.ndarray, direction: str) -> np.ndarray:
     return np.minimum.accumulate(values) if direction == "minimize" else np.maximum.accumulate(values)
 
 
+def _thinned(done, limit: int, direction: str = "minimize"):
+    """`done`, or past `limit` rows: its best `limit // 10` rows and an even draw (seeded) of the
+    others, `limit` in all, in their order."""
+    if len(done) <= limit:
+        return done
+    rank = done["objective"].rank(method="first", ascending=direction == "minimize").to_numpy()
+    keep = rank <= limit // 10
+    others = np.flatnonzero(~keep)
+    keep[np.random.default_rng(0).choice(others, size=limit - int(keep.sum()), replace=False)] = True
+    return done[keep]
+
+
+def _drawn(shown, done) -> str:
+    """A title's note when a plot draws only part of the trials."""
+    return f", {len(shown):,} of {len(done):,} drawn" if len(shown) < len(done) else ""
+
+
+def _steps(x: np.ndarray, best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The points of a best-so-far line where it changes (and its last), enough to draw its steps."""
+    keep = np.ones(len(best), dtype=bool)
+    keep[1:] = best[1:] != best[:-1]
+    keep[-1] = True
+    return x[keep], best[keep]
+
+
 def _categories(series) -> list:
     return sorted(series.dropna().unique(), key=str)
 
@@ -60,22 +91,27 @@ def plot_history(df, *, direction: str = "minimize", metric: str = "objective"):
     """Each completed trial's figure of merit and the best so far, against the trial number and
     against wall time since the search's first trial started."""
     done = _completed(df).sort_values("end")
+    shown = _thinned(done, MAX_POINTS, direction)
     fig = _figure(10.0, 4.2)
     by_trial, by_time = fig.subplots(1, 2, sharey=True)
     ordered = done.sort_values("trial")
-    by_trial.scatter(ordered["trial"], ordered["objective"], s=14, color="tab:blue", label="trial")
-    by_trial.step(ordered["trial"], _best_so_far(ordered["objective"].to_numpy(float), direction), where="post",
-                  color="tab:red", label="best so far")
+    by_trial.scatter(shown["trial"], shown["objective"], s=14, color="tab:blue", label="trial")
+    by_trial.step(*_steps(ordered["trial"].to_numpy(), _best_so_far(ordered["objective"].to_numpy(float), direction)),
+                  where="post", color="tab:red", label="best so far")
     by_trial.set_xlabel("trial")
     by_trial.set_ylabel(metric)
     t0 = df["start"].dropna().min()
-    minutes = (done["end"] - t0).dt.total_seconds().to_numpy() / 60.0
-    by_time.scatter(minutes, done["objective"], s=14, color="tab:blue")
-    by_time.step(minutes, _best_so_far(done["objective"].to_numpy(float), direction), where="post", color="tab:red")
+
+    def minutes(rows):
+        return (rows["end"] - t0).dt.total_seconds().to_numpy() / 60.0
+
+    by_time.scatter(minutes(shown), shown["objective"], s=14, color="tab:blue")
+    by_time.step(*_steps(minutes(done), _best_so_far(done["objective"].to_numpy(float), direction)), where="post",
+                 color="tab:red")
     by_time.set_xlabel("minutes since the search started")
     others = int((df["status"] != "completed").sum())
     by_trial.legend(title=f"{len(done)} completed, {others} not", fontsize="small")
-    fig.suptitle(f"Optimization history ({direction} {metric})")
+    fig.suptitle(f"Optimization history ({direction} {metric}{_drawn(shown, done)})")
     return fig
 
 
@@ -115,7 +151,8 @@ def _spans_decades(values: np.ndarray) -> bool:
 # -- parameter importance -------------------------------------------------------------------------
 def parameter_importance(df, *, log_params: Iterable[str] = ()) -> dict[str, float]:
     """Each parameter's share of the figure of merit's variation, by permutation importance of a
-    random forest fitted on the completed trials (scikit-learn), normalised to sum to 1."""
+    random forest fitted on the completed trials (scikit-learn; a draw of MAX_FIT of them past
+    that), normalised to sum to 1."""
     from sklearn.ensemble import RandomForestRegressor
     from sklearn.inspection import permutation_importance
 
@@ -123,6 +160,7 @@ def parameter_importance(df, *, log_params: Iterable[str] = ()) -> dict[str, flo
     names = _params(df)
     if len(done) < MIN_FOR_IMPORTANCE:
         raise PlotUnavailable(f"needs at least {MIN_FOR_IMPORTANCE} completed trials, has {len(done)}")
+    done = done.sample(n=MAX_FIT, random_state=0) if len(done) > MAX_FIT else done
     X = np.column_stack([_numeric(done[c], c[len("params_"):] in set(log_params)) for c in names])
     y = done["objective"].to_numpy(float)
     forest = RandomForestRegressor(n_estimators=200, min_samples_leaf=2, random_state=0).fit(X, y)
@@ -163,7 +201,8 @@ def plot_parallel(df, *, direction: str = "minimize", metric: str = "objective",
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
-    done = _completed(df)
+    every = _completed(df)
+    done = _thinned(every, MAX_LINES, direction)
     done = done.sort_values("objective", ascending=direction != "minimize")  # best last
     names = _params(df)
     axes_values, labels = [], []
@@ -187,7 +226,7 @@ def plot_parallel(df, *, direction: str = "minimize", metric: str = "objective",
     ax.set_yticks([])
     ax.set_ylim(-0.05, 1.05)
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=metric)
-    ax.set_title(f"Parallel coordinates ({len(done)} completed trials)")
+    ax.set_title(f"Parallel coordinates ({len(every):,} completed trials{_drawn(done, every)})")
     return fig
 
 
@@ -208,7 +247,8 @@ def _unit_axis(series, log: bool) -> tuple[np.ndarray, list[tuple[float, str]]]:
 # -- slices ---------------------------------------------------------------------------------------
 def plot_slices(df, *, direction: str = "minimize", metric: str = "objective", log_params: Iterable[str] = ()):
     """The figure of merit against each parameter (one panel a parameter), coloured by trial number."""
-    done = _completed(df)
+    every = _completed(df)
+    done = _thinned(every, MAX_POINTS, direction)
     names = _params(df)
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
@@ -233,7 +273,7 @@ def plot_slices(df, *, direction: str = "minimize", metric: str = "objective", l
     for ax in panels[::cols]:
         ax.set_ylabel(metric)
     fig.colorbar(points, ax=list(panels[:len(names)]), label="trial")
-    fig.suptitle(f"Slices: {metric} against each parameter ({direction})")
+    fig.suptitle(f"Slices: {metric} against each parameter ({direction}{_drawn(done, every)})")
     return fig
 
 
@@ -247,7 +287,11 @@ def plot_curves(history, df, *, metric: str = "objective", direction: str = "min
     fig = _figure(8.0, 4.5)
     ax = fig.subplots()
     counts: dict[str, int] = {}
-    for trial, rows in history.groupby("trial"):
+    curves = history.groupby("trial")
+    drawn = _drawn_curves(curves, metric, direction)
+    for trial, rows in curves:
+        if drawn is not None and trial not in drawn:
+            continue
         s = status.get(trial, "running")
         counts[s] = counts.get(s, 0) + 1
         colour = STATUS_COLOURS.get(s, "black")
@@ -261,8 +305,17 @@ def plot_curves(history, df, *, metric: str = "objective", direction: str = "min
               [f"{s} ({n})" for s, n in counts.items()], fontsize="small")
     ax.set_xlabel("epoch")
     ax.set_ylabel(metric)
-    ax.set_title(f"Learning curves ({direction} {metric})")
+    note = f", {len(drawn):,} of {curves.ngroups:,} trials drawn" if drawn is not None else ""
+    ax.set_title(f"Learning curves ({direction} {metric}{note})")
     return fig
+
+
+def _drawn_curves(curves, metric: str, direction: str) -> set | None:
+    """The trials whose curves are drawn past MAX_LINES (None: all): by their last value, as `_thinned`."""
+    if curves.ngroups <= MAX_LINES:
+        return None
+    last = curves[metric].last().rename("objective").to_frame()
+    return set(_thinned(last, MAX_LINES, direction).index)
 
 
 # -- the group timeline ---------------------------------------------------------------------------
@@ -272,19 +325,23 @@ def plot_timeline(df, *, now=None):
     latest time in the table)."""
     from .analysis import timeline
 
-    started = df.dropna(subset=["start", "group"])
-    if started.empty:
+    every = df.dropna(subset=["start", "group"])
+    if every.empty:
         raise PlotUnavailable("no trial has started")
-    t0 = started["start"].min()
-    end = started["end"].fillna(now if now is not None else started[["start", "end"]].max().max())
-    fig = _figure(10.0, 1.5 + 0.35 * started["group"].nunique())
+    t0 = every["start"].min()
+    groups = np.sort(every["group"].unique())
+    started = every[every["group"].isin(groups[:MAX_GROUPS])]
+    end = started["end"].fillna(now if now is not None else every[["start", "end"]].max().max())
+    fig = _figure(10.0, 1.5 + 0.35 * min(len(groups), MAX_GROUPS))
     ax = fig.subplots()
     seen: set[str] = set()
-    for status, rows in started.assign(stop=end).groupby("status"):
-        left = (rows["start"] - t0).dt.total_seconds() / 60.0
-        width = (rows["stop"] - rows["start"]).dt.total_seconds() / 60.0
-        ax.barh(rows["group"].astype(int), width, left=left, height=0.8, color=STATUS_COLOURS.get(status, "black"),
-                edgecolor="white", linewidth=0.4, label=status)
+    # one collection of bars a group and status (barh would make an artist a trial)
+    for (status, group), rows in started.assign(stop=end).groupby(["status", "group"]):
+        left = (rows["start"] - t0).dt.total_seconds().to_numpy() / 60.0
+        width = (rows["stop"] - rows["start"]).dt.total_seconds().to_numpy() / 60.0
+        ax.broken_barh(list(zip(left, width, strict=True)), (int(group) - 0.4, 0.8),
+                       facecolors=STATUS_COLOURS.get(status, "black"), edgecolor="white", linewidth=0.4,
+                       label=None if status in seen else status)
         seen.add(status)
     ax.set_xlabel("minutes since the search started")
     ax.set_ylabel("group")
@@ -292,5 +349,6 @@ def plot_timeline(df, *, now=None):
     ax.legend(fontsize="small", loc="upper right")
     _, summary = timeline(df)
     share = summary.get("utilization", float("nan"))
-    ax.set_title(f"Groups over time: utilization {share:.0%}" if share == share else "Groups over time")
+    shown = f" (the first {MAX_GROUPS} of {len(groups)} groups drawn)" if len(groups) > MAX_GROUPS else ""
+    ax.set_title((f"Groups over time: utilization {share:.0%}" if share == share else "Groups over time") + shown)
     return fig

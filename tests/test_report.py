@@ -101,9 +101,39 @@ def test_learning_curves_say_why_without_reports(df):
 def test_timeline_draws_a_bar_a_trial_on_its_group_with_the_utilization(df):
     fig = plots.plot_timeline(df)
     ax = fig.axes[0]
-    assert len(ax.patches) == len(df)
-    assert {round(p.get_y() + p.get_height() / 2) for p in ax.patches} == set(df.group.astype(int))
+    bars = [path.get_extents() for c in ax.collections for path in c.get_paths()]
+    assert len(bars) == len(df)
+    assert {round((b.y0 + b.y1) / 2) for b in bars} == set(df.group.astype(int))
     assert "utilization" in ax.get_title()
+
+
+def big_table(n: int, groups: int):
+    """A results table of `n` completed trials of a 2-parameter search on `groups` groups."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    start = pd.Timestamp("2026-01-01") + pd.to_timedelta(np.arange(n) * 0.01, unit="s")
+    x = rng.random(n)
+    return pd.DataFrame({"trial": np.arange(n), "status": "completed", "objective": (x - 0.3) ** 2 + rng.random(n),
+                         "params_x": x, "params_y": rng.random(n), "group": np.arange(n) % groups, "start": start,
+                         "end": start + pd.to_timedelta(1.0, unit="s")})
+
+
+def test_plots_of_a_large_search_draw_its_best_trials_and_a_sample_of_the_rest():
+    df = big_table(20000, 500)
+    fig = plots.plot_history(df)
+    by_trial = fig.axes[0]
+    points = by_trial.collections[0].get_offsets()
+    assert len(points) == plots.MAX_POINTS and "2,000 of 20,000 drawn" in fig.texts[0].get_text()
+    best = np.sort(df.objective)[:plots.MAX_POINTS // 10]
+    assert set(best) <= set(points[:, 1])  # the best trials are always drawn
+    assert by_trial.lines[0].get_ydata().min() == df.objective.min()  # the best-so-far line from every trial
+    ax = plots.plot_timeline(df).axes[0]
+    assert len(ax.collections) == plots.MAX_GROUPS and "the first 64 of 500 groups" in ax.get_title()
+    ax = plots.plot_parallel(df).axes[0]
+    assert len(ax.lines) == plots.MAX_LINES + 2  # and an axis a parameter
+    fig = plots.plot_slices(df)
+    assert all(len(c.get_offsets()) == plots.MAX_POINTS for a in fig.axes[:2] for c in a.collections)
 
 
 def test_the_search_never_imports_matplotlib_and_no_plot_needs_pyplot():

@@ -34,4 +34,6 @@ def make_searcher(space: Space, settings, *, prefetch: int = 0, goals: int = 1) 
         return EvolutionSearch(space, seed=settings.seed, population=settings.population, sample=settings.sample)
     searcher = BayesianSearch(space, seed=settings.seed, surrogate=settings.surrogate,
                               acquisition=settings.acquisition, initial_points=settings.initial_points)
-    return Prefetching(searcher, groups=prefetch, policy=RoundPolicy.from_env()) if prefetch else searcher
+    # rounds are GP posteriors; a tree surrogate is asked on demand
+    ahead = prefetch and settings.surrogate == "GP"
+    return Prefetching(searcher, groups=prefetch, policy=RoundPolicy.from_env()) if ahead else searcher

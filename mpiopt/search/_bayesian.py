@@ -46,6 +46,13 @@ warnings.filterwarnings("ignore", module=r"skopt\.")
 
 PESSIMISM = 0.2  # the prior mean sits this share of the losses' range above the worst loss seen
 
+# Past these sizes the GP works on a bounded part of its data, so that a round costs about the same
+# after 20,000 results as after a few hundred and its memory stays bounded (docs/design.md, "The
+# search at scale"); below them nothing changes.
+MAX_TRAIN = 500  # results fitted: the best half, the most recent quarter of the rest, a spread of the others
+MAX_FANTASIES = 512  # running trials conditioned on: the latest hand-outs
+MAX_ROUND_GROWTH = 512  # hand-outs a round conditions on before the next round replaces it
+
 Checkpoint = Callable[[], None]
 
 
@@ -110,7 +117,7 @@ class BayesianSearch(Searcher):
         import scipy.special  # noqa: F401
         from scipy.stats import qmc  # noqa: F401
         self.hyper: _gp.Hyper | None = None
-        self.fitted_on = 0  # the number of points `hyper` was fitted on
+        self.fitted_on = 0  # the number of results when `hyper` was fitted
         self.gains = np.zeros(len(_gp.ACQUISITIONS))
         self._proposals: np.ndarray | None = None  # each acquisition's favourite at the last fit (gp_hedge)
 
@@ -194,13 +201,32 @@ class BayesianSearch(Searcher):
         return out
 
     def _data(self) -> tuple[np.ndarray, np.ndarray, int]:
-        """Encoded points and losses: completed ones first, then the failed ones at the worst loss."""
+        """Encoded points and losses: completed ones first, then the failed ones at the worst loss;
+        past MAX_TRAIN results, the part `_bounded` keeps."""
         done = self.completed
+        failed = [p for p, v in self.observed.values() if v is None]
         worst = max(v for _, v in done)
-        pts = [p for p, _ in done] + [p for p, v in self.observed.values() if v is None]
-        y = np.array([float(v) for _, v in done] + [worst] * (len(pts) - len(done)))
+        if len(done) + len(failed) > MAX_TRAIN:
+            done, failed = self._bounded()
+        pts = [p for p, _ in done] + failed
+        y = np.array([float(v) for _, v in done] + [worst] * len(failed))
         X = np.array([self.coder.encode(p) for p in pts])
         return X, y, len(done)
+
+    def _bounded(self) -> tuple[list[tuple[dict[str, Any], float]], list[dict[str, Any]]]:
+        """MAX_TRAIN results (completed, failed), in the order they came: the best half of the
+        completed ones, where the search refines; the most recent quarter of the rest, where the
+        groups work now; and a draw from the others (seeded), for the shape of the whole space."""
+        entries = list(self.observed.values())
+        losses = np.array([np.inf if v is None else v for _, v in entries])
+        keep = np.zeros(len(entries), dtype=bool)
+        keep[np.argsort(losses, kind="stable")[:MAX_TRAIN // 2]] = True
+        keep[np.flatnonzero(~keep)[-(MAX_TRAIN // 4):]] = True
+        rest = np.flatnonzero(~keep)
+        rng = np.random.default_rng([self.seed, len(entries)])
+        keep[rng.choice(rest, size=MAX_TRAIN - int(keep.sum()), replace=False)] = True
+        chosen = [entries[i] for i in np.flatnonzero(keep)]
+        return [(p, v) for p, v in chosen if v is not None], [p for p, v in chosen if v is None]
 
     def _posterior(self, extra: int, *, defer_fit: bool = False, checkpoint: Checkpoint | None = None):
         """The GP on the data, with every pending point added at its fantasy value; the kernel is
@@ -212,12 +238,13 @@ class BayesianSearch(Searcher):
         if self.hyper is None or not defer_fit:
             self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=3 if self.hyper is None else 2, rng=rng,
                                        checkpoint=checkpoint)
-            self.fitted_on = len(X)
-        post = _gp.Posterior(self.hyper, X, ys, capacity=len(X) + len(self.pending) + extra)
+            self.fitted_on = len(self.observed)
+        running = list(self.pending.values())[-MAX_FANTASIES:]
+        post = _gp.Posterior(self.hyper, X, ys, capacity=len(X) + len(running) + extra)
         best = float(ys[:n_done].min())
         known = {tuple(np.round(x, 9)) for x in X}
         rows: dict[tuple, tuple[int, float]] = {}  # pending point -> (its row in `post`, its fantasy value)
-        for p in self.pending.values():
+        for p in running:
             if checkpoint is not None:
                 checkpoint()
             x = self.coder.encode(p)
@@ -255,7 +282,7 @@ class BayesianSearch(Searcher):
         `deadline`, a `time.perf_counter()` value) and join the candidate set. `defer_fit` and
         `checkpoint` as for `suggest_batch`.
         """
-        post, (mean, sd, best, worst), rng, known, rows = self._posterior(256, defer_fit=defer_fit,
+        post, (mean, sd, best, worst), rng, known, rows = self._posterior(MAX_ROUND_GROWTH, defer_fit=defer_fit,
                                                                            checkpoint=checkpoint)
         probs = self._kinds(post, 1, rng, probabilities=True)
         self._propose(post, best)
@@ -292,7 +319,7 @@ class BayesianSearch(Searcher):
         mean, sd = prior_mean(y)
         ys = (y - mean) / sd
         self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=1, maxiter=maxiter, checkpoint=checkpoint)
-        self.fitted_on = len(X)
+        self.fitted_on = len(self.observed)
 
     def _kinds(self, post: _gp.Posterior, k: int, rng: np.random.Generator, probabilities: bool = False):
         """The acquisition of each pick; gp_hedge draws one by the gains of its past proposals."""
@@ -366,6 +393,7 @@ class Round:
         self.known = set(known)
         self.applied: set[tuple] = set()
         self.polished = 0  # hand-outs whose pick was polished
+        self.limit = post.n + MAX_ROUND_GROWTH  # past it, a hand-out is only kept from being handed out again
 
     def add_pending(self, params: dict[str, Any]) -> None:
         """A trial handed out by someone else (an older round, a re-run) is running too."""
@@ -373,6 +401,9 @@ class Round:
         if key in self.rows:
             return
         x = self.owner.coder.encode(params)
+        if self.post.n >= self.limit:
+            self.known.add(tuple(np.round(x, 9)))
+            return
         mu, _ = self.post.predict(x[None, :])
         f = _gp.fantasy(self.owner.batch_rule, float(mu[0]), self.best)
         self.rows[key] = (self.post.n, f)

@@ -1,0 +1,215 @@
+"""The search at allocation scale: the real coordinator and searcher, N simulated groups, real time.
+
+    python bench/scale.py --groups N --trials T --search default|ET|random --function hartmann6|ackley20
+                          [--seed S] [--spread 0.2] [--rate 68] [--json]
+
+One process, no MPI: the coordinator (`mpiopt.coordinator.Coordinator`, journal and results table
+in a temporary run directory) and the searcher the CLI would make (`default`: `algorithm:
+bayesian`, GP + gp_hedge, suggestions prepared in the background; `ET`: the extra-trees
+surrogate; `random`) hand trials to N simulated groups. A group "trains" for a duration drawn
+uniformly within +-spread of the mean N/rate seconds (about 1 s, 7.5 s and 60 s at 64, 512 and
+4,096 groups with rate 68), so results arrive at `rate` a second at every N; the trial's value is
+the test function at its parameters (bench/spaces/scale_functions.py).
+
+Prints, per run: group utilization (busy time over N x the time until the last trial was handed
+out: after that, idle groups are the budget's doing), dispatch latency p50/p99 (a result taken in
+-> that group's next trial sent), the coordinator process's CPU seconds (all its threads) and CPU
+per trial, its peak resident memory, the best value after 1k, 2k, 5k, 10k and 20k trials, and
+where the suggestions came from. A run stops at its wall budget (`--wall`, default 1.5 x
+trials / rate: a searcher too slow to keep up, e.g. `ET` past a few thousand results, is cut
+off there, with the trials it finished). With --json, one JSON object on the last line (keys
+`utilization`, `dispatch_p99_ms`, `coordinator_cpu_s`, `peak_rss_mb`, `best`, and more). Asserts
+nothing.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # the coordinator's numpy on one core, as under mpiexec
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import heapq  # noqa: E402
+import json  # noqa: E402
+import resource  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench" / "spaces"))
+
+from scale_functions import SPACES  # noqa: E402
+
+from mpiopt.trial import TrialResult  # noqa: E402
+
+CHECKPOINTS = (1000, 2000, 5000, 10000, 20000, 50000, 100000)
+
+
+class WallReached(Exception):
+    """The run's wall-clock budget is spent (a searcher too slow to hand out `--trials` in it)."""
+
+
+class SimulatedGroups:
+    """N groups in this process: a trial "ends" after its duration, in real time."""
+
+    queues_tasks = False  # a group gets a task only when it is free
+    watch_s = None  # simulated groups are never lost
+
+    def __init__(self, n: int, mean_s: float, spread: float, fn, seed: int, wall_s: float) -> None:
+        self.n = n
+        self.wall_s = wall_s
+        self.mean_s, self.spread = mean_s, spread
+        self.fn = fn
+        self.rng = np.random.default_rng(seed)
+        self.heap: list[tuple[float, int, int, dict, float]] = []  # (due, trial, group, params, sent)
+        self.taken_at: dict[int, float] = {}  # group -> when its result was taken in
+        self.busy: list[tuple[float, float]] = []  # (sent, due) of every trial
+        self.dispatch: list[float] = []
+        self.values: list[float] = []  # in the order results were taken in
+        self.t0 = time.perf_counter()
+        self.last_send = self.t0
+
+    @property
+    def n_groups(self) -> int:
+        return self.n
+
+    def group_ranks(self, group: int) -> int:
+        return 1
+
+    def lost_groups(self) -> dict[int, str]:
+        return {}
+
+    def send_task(self, group: int, task) -> None:
+        now = time.perf_counter()
+        if group in self.taken_at:
+            self.dispatch.append(now - self.taken_at.pop(group))
+        due = now + self.mean_s * self.rng.uniform(1.0 - self.spread, 1.0 + self.spread)
+        heapq.heappush(self.heap, (due, task.trial, group, task.params, now))
+        self.busy.append((now, due))
+        self.last_send = now
+
+    def has_result(self) -> bool:
+        return bool(self.heap) and self.heap[0][0] <= time.perf_counter()
+
+    def recv_message(self, timeout: float | None = None):
+        now = time.perf_counter()
+        if now - self.t0 > self.wall_s:
+            raise WallReached
+        wait = self.heap[0][0] - now
+        if timeout is not None and wait > timeout:
+            time.sleep(max(0.0, timeout))
+            return None
+        if wait > 0:
+            time.sleep(wait)
+        due, trial, group, params, sent = heapq.heappop(self.heap)
+        value = self.fn(params)
+        self.values.append(value)
+        self.taken_at[group] = time.perf_counter()
+        end = time.time()
+        return group, TrialResult(trial=trial, objective=value, metrics={"objective": value},
+                                  start=end - (due - sent), end=end)
+
+    def send_decision(self, group: int, decision: str) -> None:
+        raise AssertionError("no scheduler here")
+
+    def listen(self, on_report) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def utilization(self) -> float:
+        end = self.last_send
+        busy = sum(max(0.0, min(due, end) - max(sent, self.t0)) for sent, due in self.busy)
+        return busy / (self.n * max(end - self.t0, 1e-9))
+
+
+def space_yaml(function: str, search: str, trials: int, seed: int) -> str:
+    _, bounds = SPACES[function]
+    params = "\n".join(f"  {k}: {{type: real, low: {lo}, high: {hi}}}" for k, (lo, hi) in bounds.items())
+    algorithm = {"default": "", "ET": "  surrogate: ET\n", "random": "  algorithm: random\n"}[search]
+    return (f"name: scale\nobjective: {{function: scale_functions.py:{function}}}\nparameters:\n{params}\n"
+            f"search:\n{algorithm}  trials: {trials}\n  seed: {seed}\n")
+
+
+def run(groups: int, trials: int, search: str, function: str, seed: int, spread: float, rate: float,
+        wall_s: float) -> dict:
+    from mpiopt.cli import _make_searcher
+    from mpiopt.config import load_config
+    from mpiopt.coordinator import Coordinator
+    from mpiopt.journal import RunDir
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "scale_functions.py").write_text((ROOT / "bench" / "spaces" / "scale_functions.py").read_text())
+        (tmp / "space.yaml").write_text(space_yaml(function, search, trials, seed))
+        cfg = load_config(tmp / "space.yaml")
+        run_dir = RunDir(tmp / "run")
+        run_dir.open(resume=False, config_text=(tmp / "space.yaml").read_text())
+        fn, _ = SPACES[function]
+        link = SimulatedGroups(groups, groups / rate, spread, fn, seed, wall_s)
+        searcher = _make_searcher(cfg, link)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        link.t0 = wall0
+        stopped = False
+        try:
+            Coordinator(cfg, searcher, link, run_dir).run()
+        except WallReached:
+            stopped = True
+        finally:
+            searcher.close()
+            run_dir.close()
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        best = np.minimum.accumulate(np.array(link.values))
+        d = np.array(link.dispatch) * 1000 if link.dispatch else np.zeros(1)
+        out = {
+            "groups": groups, "trials": trials, "search": search, "function": function, "seed": seed,
+            "utilization": round(link.utilization(), 4),
+            "dispatch_p50_ms": round(float(np.percentile(d, 50)), 3),
+            "dispatch_p99_ms": round(float(np.percentile(d, 99)), 3),
+            "coordinator_cpu_s": round(cpu, 1), "cpu_ms_per_trial": round(1000 * cpu / trials, 2),
+            "wall_s": round(wall, 1),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "best": float(best[-1]), "finished": len(link.values), "stopped_at_wall": stopped,
+            "best_at": {str(k): float(best[k - 1]) for k in CHECKPOINTS if k <= len(best)},
+            "suggestions": searcher.report() or "",
+        }
+        return out
+
+
+def print_row(r: dict) -> None:
+    at = "  ".join(f"@{int(k) // 1000}k {v:.4g}" for k, v in r["best_at"].items())
+    print(f"{r['groups']:>5} groups  {r['search']:<7} {r['function']:<9} seed {r['seed']}: utilization "
+          f"{r['utilization']:.3f}, dispatch p50 {r['dispatch_p50_ms']:.2f} ms p99 {r['dispatch_p99_ms']:.2f} ms, "
+          f"CPU {r['coordinator_cpu_s']:.0f} s ({r['cpu_ms_per_trial']:.1f} ms a trial) in {r['wall_s']:.0f} s, "
+          f"peak RSS {r['peak_rss_mb']:.0f} MB, best {r['best']:.5g} ({at})"
+          + (f"; stopped at the wall budget after {r['finished']} trials" if r["stopped_at_wall"] else ""), flush=True)
+    if r["suggestions"]:
+        print(f"      {r['suggestions']}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--groups", type=int, default=512)
+    ap.add_argument("--trials", type=int, default=20000)
+    ap.add_argument("--search", choices=["default", "ET", "random"], default="default")
+    ap.add_argument("--function", choices=sorted(SPACES), default="hartmann6")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--spread", type=float, default=0.2, help="durations uniform within +-spread of the mean")
+    ap.add_argument("--rate", type=float, default=68.0, help="results a second (the mean duration is groups/rate)")
+    ap.add_argument("--wall", type=float, help="stop after this many seconds (default: 1.5 x trials / rate)")
+    ap.add_argument("--json", action="store_true", help="one JSON object on the last line")
+    a = ap.parse_args()
+    r = run(a.groups, a.trials, a.search, a.function, a.seed, a.spread, a.rate, a.wall or 1.5 * a.trials / a.rate)
+    print_row(r)
+    if a.json:
+        print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The default search at allocation scale (in-process, no MPI): the GP's bounded data and memory,
+small searches unchanged, and a simulated 512-group search (bench/scale.py's groups, sped up)."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mpiopt.search import BayesianSearch
+from mpiopt.search import _bayesian, _gp
+from mpiopt.space import Categorical, Integer, Real, Space
+
+FIXTURE = Path(__file__).parent / "fixtures" / "gp_suggestions.json"
+
+
+def mixed_space() -> Space:
+    return Space([Real(f"x{i}", 0.0, 1.0) for i in range(1, 5)]
+                 + [Real("lr", 1e-4, 1e-1, prior="log-uniform"), Integer("units", 4, 64),
+                    Categorical("act", ["relu", "tanh", "elu"])])
+
+
+def loss(p: dict) -> float:
+    x = np.array([p[f"x{i}"] for i in range(1, 5)])
+    return float(((x - 0.3) ** 2).sum() + 0.1 * abs(math.log10(p["lr"]) + 2.5) + 0.002 * abs(p["units"] - 24)
+                 + {"relu": 0.0, "tanh": 0.05, "elu": 0.1}[p["act"]])
+
+
+def scripted_suggestions(n: int = 48, running: int = 3) -> list[dict]:
+    """A small search's suggestions: `n` asked with `running` trials always pending (ask and tell
+    in turn), then a round prepared and six hand-outs from it, one result learned in between."""
+    s = BayesianSearch(mixed_space(), seed=7, initial_points=8)
+    out, pending = [], deque()
+    for trial in range(n):
+        if len(pending) == running:
+            t, p = pending.popleft()
+            s.tell(t, p, loss(p))
+        params = s.ask(trial)
+        out.append(params)
+        pending.append((trial, params))
+    t, p = pending.popleft()
+    r = s.prepare_round(polish=2)
+    for i in range(6):
+        out.append(r.hand_out(polish_s=0.0))
+        if i == 2:
+            s.tell(t, p, loss(p))
+            r.learn(p, loss(p))
+    return out
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        a[k] == b[k] if isinstance(a[k], str) else math.isclose(a[k], b[k], rel_tol=1e-9, abs_tol=1e-12) for k in a)
+
+
+@pytest.mark.slow
+def test_a_small_search_suggests_what_it_suggested_before_the_bounds():
+    """The fixture was written by `scripted_suggestions` before the GP's data was bounded."""
+    want = json.loads(FIXTURE.read_text())
+    got = scripted_suggestions()
+    assert len(got) == len(want)
+    assert all(same(g, w) for g, w in zip(got, want, strict=True)), next(
+        (i, g, w) for i, (g, w) in enumerate(zip(got, want, strict=True)) if not same(g, w))
+
+
+def random_params(space: Space, rng: np.random.Generator) -> dict:
+    out = {f"x{i}": float(rng.random()) for i in range(1, 5)}
+    out.update(lr=float(10 ** rng.uniform(-4, -1)), units=int(rng.integers(4, 65)),
+               act=str(rng.choice(["relu", "tanh", "elu"])))
+    return out
+
+
+@pytest.mark.slow
+def test_the_gp_s_data_and_memory_stay_bounded():
+    rng = np.random.default_rng(0)
+    s = BayesianSearch(mixed_space(), seed=1, initial_points=8)
+    for trial in range(3000):
+        p = random_params(s.space, rng)
+        s.tell(trial, p, None if trial % 50 == 0 else loss(p))  # some failed
+    for trial in range(3000, 4500):
+        s.add_pending(trial, random_params(s.space, rng))
+    X, y, n_done = s._data()
+    assert len(X) == _bayesian.MAX_TRAIN and 0 < n_done < len(X)
+    best = sorted(v for _, v in s.completed)[:_bayesian.MAX_TRAIN // 2]
+    assert np.allclose(np.sort(y[:n_done])[:len(best)], best)  # the best half is kept
+    s.hyper = _gp.Hyper(np.full(s.coder.dim, 0.3), 1.0, 1e-3)  # a kernel fit is not what is tested here
+    r = s.prepare_round(polish=0, defer_fit=True)
+    bound = _bayesian.MAX_TRAIN + _bayesian.MAX_FANTASIES + _bayesian.MAX_ROUND_GROWTH + 8
+    assert r.post.n == _bayesian.MAX_TRAIN + _bayesian.MAX_FANTASIES and r.post.Li.shape[0] <= bound
+    handed = [r.hand_out(polish_s=0.0) for _ in range(_bayesian.MAX_ROUND_GROWTH + 200)]
+    assert all(p is not None for p in handed)
+    assert len({tuple(sorted(p.items())) for p in handed}) == len(handed)  # never the same point twice
+    assert r.post.n == r.limit and r.post.Li.shape[0] <= bound  # hand-outs past the limit are not conditioned on
+
+
+if __name__ == "__main__":  # python tests/test_scale.py write: the fixture, from the code as it is
+    if sys.argv[1:] == ["write"]:
+        FIXTURE.write_text(json.dumps(scripted_suggestions(), indent=1) + "\n")
