@@ -49,9 +49,9 @@ PESSIMISM = 0.2  # the prior mean sits this share of the losses' range above the
 # Past these sizes the GP works on a bounded part of its data, so that a round costs about the same
 # after 20,000 results as after a few hundred and its memory stays bounded (docs/design.md, "The
 # search at scale"); below them nothing changes.
-MAX_TRAIN = 500  # results fitted: the best half, the most recent quarter of the rest, a spread of the others
-MAX_FANTASIES = 512  # running trials conditioned on: the latest hand-outs
-MAX_ROUND_GROWTH = 512  # hand-outs a round conditions on before the next round replaces it
+MAX_TRAIN = 300  # results fitted: the best half, the most recent quarter of the rest, a spread of the others
+MAX_FANTASIES = 256  # running trials conditioned on: the latest hand-outs
+MAX_ROUND_GROWTH = 256  # hand-outs a round conditions on before the next round replaces it
 
 Checkpoint = Callable[[], None]
 
@@ -118,6 +118,7 @@ class BayesianSearch(Searcher):
         from scipy.stats import qmc  # noqa: F401
         self.hyper: _gp.Hyper | None = None
         self.fitted_on = 0  # the number of results when `hyper` was fitted
+        self._ready = False  # see `model_ready`
         self.gains = np.zeros(len(_gp.ACQUISITIONS))
         self._proposals: np.ndarray | None = None  # each acquisition's favourite at the last fit (gp_hedge)
 
@@ -165,10 +166,13 @@ class BayesianSearch(Searcher):
         return self._random.draw(self.known_points())
 
     def model_ready(self) -> bool:
-        """The surrogate is used once the design is handed out and half of it has completed."""
-        known = len(self.observed) + len(self.pending)
-        done = len(self.completed)
-        return known >= self.initial_points and done >= max(2, math.ceil(self.initial_points / 2))
+        """The surrogate is used once the design is handed out and half of it has completed (and
+        from then on: results are never taken back, and counting them is a walk of all of them)."""
+        if not self._ready:
+            known = len(self.observed) + len(self.pending)
+            done = len(self.completed)
+            self._ready = known >= self.initial_points and done >= max(2, math.ceil(self.initial_points / 2))
+        return self._ready
 
     # -- batches -------------------------------------------------------------------------------
     def suggest_batch(self, k: int, *, defer_fit: bool = False, deadline: float | None = None,
@@ -236,8 +240,9 @@ class BayesianSearch(Searcher):
         ys = (y - mean) / sd
         rng = np.random.default_rng([self.seed, len(self.observed), len(self.pending)])
         if self.hyper is None or not defer_fit:
-            self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=3 if self.hyper is None else 2, rng=rng,
-                                       checkpoint=checkpoint)
+            # on a bounded part of many results one start is enough, and three cost seconds
+            restarts = 1 if len(self.observed) > MAX_TRAIN else 3 if self.hyper is None else 2
+            self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=restarts, rng=rng, checkpoint=checkpoint)
             self.fitted_on = len(self.observed)
         running = list(self.pending.values())[-MAX_FANTASIES:]
         post = _gp.Posterior(self.hyper, X, ys, capacity=len(X) + len(running) + extra)
