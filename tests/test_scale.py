@@ -97,6 +97,48 @@ def test_the_gp_s_data_and_memory_stay_bounded():
     assert r.post.n == r.limit and r.post.Li.shape[0] <= bound  # hand-outs past the limit are not conditioned on
 
 
+@pytest.mark.slow
+def test_a_simulated_512_group_search_records_every_trial_once(tmp_path, write_yaml):
+    """The default search (GP rounds in the background) over 512 simulated groups (bench/scale.py's,
+    in real time, 1 s trials: results faster than the coordinator hands out), 3,000 trials, past
+    the GP's bounds: each trial in the journal once, every one completed."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from scale import SimulatedGroups
+
+    import mpiopt
+    from mpiopt.config import load_config
+    from mpiopt.coordinator import Coordinator
+    from mpiopt.journal import RunDir, read_journal
+    from mpiopt.search import make_searcher
+
+    space = write_yaml("""
+        name: wide
+        objective: {function: objectives.py:branin}
+        parameters:
+          x: {type: real, low: -5.0, high: 10.0}
+          y: {type: real, low: 0.0, high: 15.0}
+        search: {trials: 3000, seed: 0}
+    """)
+    cfg = load_config(space)
+    transport = SimulatedGroups(512, 1.0, 0.2, lambda p: (p["x"] - 2.0) ** 2 + (p["y"] - 3.0) ** 2, 0, wall_s=300)
+    searcher = make_searcher(cfg.space, cfg.search, prefetch=512)
+    run = RunDir(tmp_path / "run")
+    run.open(resume=False, config_text=Path(space).read_text())
+    try:
+        summary = Coordinator(cfg, searcher, transport, run).run()
+    finally:
+        searcher.close()
+        run.close()
+    assert searcher.counts["model"] > 2000, searcher.report()  # the surrogate chose most trials
+    events, problems = read_journal(tmp_path / "run" / "trials.jsonl")
+    assert not problems
+    for kind in ("start", "finish"):
+        assert sorted(e["trial"] for e in events if e.get("event") == kind) == list(range(3000))
+    df = mpiopt.load_results(tmp_path / "run")
+    assert list(df.trial) == list(range(3000)) and set(df.status) == {"completed"}
+    assert summary.best.objective == df.objective.min()
+
+
 if __name__ == "__main__":  # python tests/test_scale.py write: the fixture, from the code as it is
     if sys.argv[1:] == ["write"]:
         FIXTURE.write_text(json.dumps(scripted_suggestions(), indent=1) + "\n")
