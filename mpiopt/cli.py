@@ -197,19 +197,7 @@ def _search(args, job: _Job, comm, placement: str | None = None) -> int:
     cfg, size = job.cfg, comm.Get_size()
     nodes = transport.node_layout(comm) if size > 1 else None
     plan = transport.plan_groups(size, cfg.training["group_size"], nodes)
-    pulse = _start_pulse(comm, plan)
-    if pulse is None:
-        return _search_as(args, job, comm, placement, plan, pulse)
-    try:
-        code = _search_as(args, job, comm, placement, plan, pulse)
-    except ConfigError:  # raised on every rank alike
-        pulse.stop()
-        raise
-    except BaseException:  # this rank's error ends the job (or an interrupt does): no collective now
-        pulse.halt()
-        raise
-    pulse.stop()
-    return code
+    return _search_as(args, job, comm, placement, plan)
 
 
 def _start_pulse(comm, plan):
@@ -224,7 +212,7 @@ def _start_pulse(comm, plan):
     if rank == 0:
         return transport.Pulse(comm, sorted(pulsing)).start()
     if rank not in pulsing:
-        return transport.Pulse(comm, [])  # stopping pulses is collective: every rank has one
+        return None
 
     def coordinator_lost(silent_s: float) -> None:
         print(f"mpiopt: error: world rank {rank}: no word from the coordinator (world rank 0) for {silent_s:.0f} s: "
@@ -232,15 +220,15 @@ def _start_pulse(comm, plan):
               file=sys.stderr, flush=True)
         comm.Abort(1)
 
-    return transport.Pulse(comm, [0], silent_s=transport.COORDINATOR_SILENT_S, on_silence=coordinator_lost).start()
+    return transport.Pulse(comm, [0], watch=0, silent_s=transport.COORDINATOR_SILENT_S,
+                           on_silence=coordinator_lost).start()
 
 
-def _search_as(args, job: _Job, comm, placement: str | None, plan, pulse) -> int:
+def _search_as(args, job: _Job, comm, placement: str | None, plan) -> int:
     """This rank's part of the search: coordinate (world rank 0) or serve in its group."""
-    from . import transport
 
     cfg, rank, size = job.cfg, comm.Get_rank(), comm.Get_size()
-    run_dir, events, error = None, [], None
+    run_dir, events, error, runner = None, [], None, None
     if rank == 0:
         set_rank_tag("[coordinator]" if size > 1 else "")
         run_dir, events, error = _open_run_dir(cfg, job.out, args.resume)
@@ -254,9 +242,20 @@ def _search_as(args, job: _Job, comm, placement: str | None, plan, pulse) -> int
         except ConfigError as exc:
             error = exc
     agree_or_raise(comm, error)
+    # pulses only once the input is agreed good: a search that ends on a bad input would leave
+    # pulses unreceived at MPI_Finalize, and MPICH killed their sender (the job exited 9, not 2)
+    pulse = _start_pulse(comm, plan)
+    try:
+        return _coordinate(cfg, plan, comm, run_dir, events, placement) if rank == 0 \
+            else _serve(plan, comm, rank, runner)
+    finally:
+        if pulse is not None:
+            pulse.stop()
 
-    if rank == 0:
-        return _coordinate(cfg, plan, comm, run_dir, events, placement, pulse)
+
+def _serve(plan, comm, rank: int, runner) -> int:
+    """A group rank's part: train the trials its group is given until the search ends."""
+    from . import transport
     from .group import serve
 
     g = plan.group_of(rank)
@@ -291,25 +290,23 @@ def _open_run_dir(cfg, out: Path, resume: bool) -> tuple[Any, list[dict], Config
     return run_dir, events, None
 
 
-def _coordinate(cfg, plan, comm, run_dir, events, placement: str | None, pulse) -> int:
+def _coordinate(cfg, plan, comm, run_dir, events, placement: str | None = None) -> int:
     """The coordinator's part of a search, its lines also kept in the run's search.log."""
     from .journal import LOG
 
     logfile = log_to_file(run_dir.path / LOG)
     try:
-        return _run_search(cfg, plan, comm, run_dir, events, placement, pulse)
+        return _run_search(cfg, plan, comm, run_dir, events, placement)
     finally:
         stop_logging_to(logfile)
 
 
-def _run_search(cfg, plan, comm, run_dir, events, placement: str | None, pulse) -> int:
+def _run_search(cfg, plan, comm, run_dir, events, placement: str | None) -> int:
     _announce(cfg, plan, run_dir, placement)
-    link = _make_link(cfg, comm, plan, pulse)
+    link = _make_link(cfg, comm, plan)
     searcher = _make_searcher(cfg, link)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     summary = _run_coordinator(cfg, searcher, link, run_dir, events)
-    if pulse is not None and not summary.retired:
-        pulse.stop()  # every group has its stop and stops its pulses now, not after the table is written
     code = _finish(cfg, summary, searcher, run_dir, cpu0, wall0)
     if summary.retired:
         # their ranks are stuck in user code and would keep the job from ending: the journal and
@@ -335,12 +332,12 @@ def _announce(cfg, plan, run_dir, placement: str | None) -> None:
                     plan.requested_size, plan.world_size - 1, plan.world_size - 1)
 
 
-def _make_link(cfg, comm, plan, pulse):
+def _make_link(cfg, comm, plan):
     """How the coordinator reaches its groups: over MPI, or one group in this same process."""
     from . import transport
 
     if not plan.shared:
-        return transport.MPITransport(comm, plan, pulse)
+        return transport.MPITransport(comm, plan)
     from .group import run_task
     from .objective import TrialRunner
 

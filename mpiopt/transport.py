@@ -27,12 +27,12 @@ from .trial import Report, Task, TrialResult
 
 TAG_TASK, TAG_RESULT, TAG_STOP, TAG_OUTCOME, TAG_FAIL, TAG_USER = 11, 12, 13, 14, 15, 16
 TAG_REPORT, TAG_DECISION = 17, 18  # a trial's epoch report to the coordinator, and the scheduler's word on it
-TAG_PULSE = 19  # "this rank lives", every PULSE_S, on the Pulse's own communicator
+TAG_PULSE = 19  # "this rank lives": a group's ranks to the coordinator, every PULSE_S
 
 # A group whose watched ranks stayed silent this long is lost (its node died): a dead node is
-# noticed LOST_AFTER_S after its last pulse (one every PULSE_S) or message, looked for every
-# `watch_s`. A rank that is alive but slow still pulses (from a thread), so a long trial never
-# looks dead.
+# noticed LOST_AFTER_S after the last word from it (a pulse every PULSE_S, or a result), looked
+# for every `watch_s`. A rank that is alive but slow still pulses (from a thread), so a long
+# trial never looks dead.
 PULSE_S = 2.0
 LOST_AFTER_S = 8.0
 COORDINATOR_SILENT_S = 30.0  # a group ends the job once the coordinator was silent this long (its node died)
@@ -337,129 +337,62 @@ def pulsing_ranks(plan: GroupPlan) -> dict[int, int]:
 
 
 class Pulse:
-    """A daemon thread that pulses each rank of `to` (an empty message every `every_s`) and
-    notes when each of them last pulsed back; `on_silence(seconds)` is called once if one of
-    them stays silent for `silent_s`.
+    """A daemon thread that sends each rank of `to` an empty TAG_PULSE message every `every_s`,
+    and, with `watch`, listens for that rank's pulses and calls `on_silence(seconds)` once it has
+    been silent for `silent_s`.
 
-    Group ranks pulse the coordinator (which notices a lost node by `silent_for`) and watch it (a
-    group whose coordinator died would otherwise wait for a task for ever). Pulses travel on
-    their own communicator, so no other receive has to step over them, and `stop` accounts for
-    every one. Only one send a destination is in flight: a busy receiver never finds a pile.
+    Group ranks pulse the coordinator (which notices a lost node) and watch it (a group whose
+    coordinator died would otherwise wait for a task for ever). Only one send a destination is in
+    flight: a busy receiver never finds a pile of pulses."""
 
-    Making one is collective over `comm` (it duplicates it), and so is `stop`: every rank makes
-    one, those with nobody to pulse included."""
-
-    def __init__(self, comm, to: Sequence[int], *, silent_s: float | None = None,
+    def __init__(self, comm, to: Sequence[int], *, watch: int | None = None, silent_s: float = 0.0,
                  on_silence: Callable[[float], None] | None = None, every_s: float = PULSE_S) -> None:
-        self.comm = comm.Dup()
+        self.comm = comm
         self.to = list(to)
-        self.silent_s, self.on_silence, self.every_s = silent_s, on_silence, every_s
-        self._heard = dict.fromkeys(self.to, time.monotonic())
-        self._sent = [0] * comm.Get_size()  # pulses sent to each rank
-        self._received = 0
-        self._sends: dict[int, Any] = {}
-        self._listening = None
+        self.watch, self.silent_s, self.on_silence = watch, silent_s, on_silence
+        self.every_s = every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mpiopt-pulse", daemon=True)
 
     def start(self) -> Pulse:
-        if self.to:
-            self._thread.start()
+        self._thread.start()
         return self
 
-    def silent_for(self, rank: int, now: float) -> float:
-        """Seconds since `rank` (one of `to`) last pulsed, or since the start."""
-        return now - self._heard[rank]
-
-    def stop(self, within_s: float = COORDINATOR_SILENT_S) -> None:
-        """End the pulses on every rank (collective; once): each rank receives every pulse sent
-        to it, so that MPI_Finalize finds none unreceived (the sender of one was killed at exit
-        under MPICH). Gives up after `within_s`, when another rank never comes to stop."""
-        if self._stop.is_set():
-            return
-        self.halt()
-        if self._account(time.monotonic() + within_s):
-            self.comm.Free()
-
-    def halt(self) -> None:
-        """End this rank's pulses alone (not collective), where the job ends anyway (an error
-        that aborts it, an interrupt)."""
+    def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=self.every_s + 1.0)
-        self._cancel_listening()
+        self._thread.join(timeout=self.every_s + 1.0)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            self._send_pulses()
-            self._take_pulses()
-            if self._watch_silence():
-                return
-            self._stop.wait(self.every_s)
-
-    def _send_pulses(self) -> None:
         MPI = _mpi()
-        for dest in self.to:
-            if dest not in self._sends or self._sends[dest].Test():
-                self._sends[dest] = self.comm.Isend([b"", MPI.BYTE], dest=dest, tag=TAG_PULSE)
-                self._sent[dest] += 1
+        sends: dict[int, Any] = {}
+        heard, listening = time.monotonic(), None
+        try:
+            while not self._stop.is_set():
+                for dest in self.to:
+                    if dest not in sends or sends[dest].Test():
+                        sends[dest] = self.comm.Isend([b"", MPI.BYTE], dest=dest, tag=TAG_PULSE)
+                if self.watch is not None:
+                    while listening is None or listening.Test():  # take every pulse that came in
+                        if listening is not None:
+                            heard = time.monotonic()
+                        listening = self.comm.Irecv([bytearray(1), MPI.BYTE], source=self.watch, tag=TAG_PULSE)
+                    if time.monotonic() - heard > self.silent_s and self.on_silence is not None:
+                        self.on_silence(time.monotonic() - heard)
+                        return
+                self._stop.wait(self.every_s)
+        finally:
+            self._settle(listening, list(sends.values()))
 
-    def _take_pulses(self) -> None:
-        MPI = _mpi()
-        status = MPI.Status()
-        while self._listening is None or self._listening.Test(status):
-            if self._listening is not None:
-                self._heard[status.Get_source()] = time.monotonic()
-                self._received += 1
-            self._listening = self.comm.Irecv([bytearray(1), MPI.BYTE], source=MPI.ANY_SOURCE, tag=TAG_PULSE)
-
-    def _watch_silence(self) -> bool:
-        if self.silent_s is None or self.on_silence is None:
-            return False
-        now = time.monotonic()
-        silent = max(self.silent_for(rank, now) for rank in self.to)
-        if silent > self.silent_s:
-            self.on_silence(silent)
-            return True
-        return False
-
-    def _cancel_listening(self) -> None:
-        if self._listening is None:
-            return
-        status = _mpi().Status()
-        if not self._listening.Test(status):
-            self._listening.Cancel()
-            self._listening.Wait(status)
-        if not status.Is_cancelled():
-            self._received += 1
-        self._listening = None
-
-    def _account(self, deadline: float) -> bool:
-        """Receive the pulses still due to this rank and complete its own sends; False if that
-        did not happen by `deadline`."""
-        MPI = _mpi()
-        import numpy as np
-
-        sent = np.array(self._sent, dtype=np.int64)
-        due = np.empty_like(sent)
-        if not _test_until(self.comm.Iallreduce([sent, MPI.INT64_T], [due, MPI.INT64_T], op=MPI.SUM), deadline):
-            return False
-        while self._received < due[self.comm.Get_rank()]:
-            if not _test_until(self.comm.Irecv([bytearray(1), MPI.BYTE], source=MPI.ANY_SOURCE, tag=TAG_PULSE),
-                               deadline):
-                return False
-            self._received += 1
-        return all(_test_until(req, deadline) for req in self._sends.values())
-
-
-def _test_until(request, deadline: float) -> bool:
-    """Whether `request` completed by `deadline` (it is left pending otherwise)."""
-    backoff = Backoff()
-    while not request.Test():
-        if time.monotonic() > deadline:
-            return False
-        backoff.sleep()
-    return True
+    def _settle(self, listening, sends: list) -> None:
+        """No request left behind for MPI_Finalize: the posted receive is cancelled, and the last
+        sends (empty, so sent eagerly) are given a moment to complete."""
+        if listening is not None and not listening.Test():
+            listening.Cancel()
+            listening.Wait()
+        end = time.monotonic() + 1.0
+        while sends and time.monotonic() < end:
+            sends = [r for r in sends if not r.Test()]
+            time.sleep(0.01)
 
 
 def plan_groups(world_size: int, group_size: int, nodes: Sequence[int] | None = None) -> GroupPlan:
@@ -526,10 +459,9 @@ class MPITransport:
 
     watch_s = 1.0  # how often the coordinator looks for lost groups
 
-    def __init__(self, comm, plan: GroupPlan, pulse: Pulse) -> None:
+    def __init__(self, comm, plan: GroupPlan) -> None:
         self.comm = comm
         self.plan = plan
-        self.pulse = pulse  # the coordinator's, pulsing every rank of `pulsing_ranks(plan)`
         self._leaders = {ranks[0]: g for g, ranks in enumerate(plan.groups)}
         self._sends: list[tuple[Any, bytes]] = []  # (request, buffer) of sends not known to be complete
         self._watched = pulsing_ranks(plan)
@@ -562,11 +494,16 @@ class MPITransport:
     def recv_message(self, timeout: float | None = None) -> tuple[int, TrialResult | Report] | None:
         """Wait until any group sends a result or an epoch's report (the first to arrive is served
         first), or None after `timeout` s."""
-        got = recv_bytes(self.comm, _mpi().ANY_SOURCE, _mpi().ANY_TAG, timeout=timeout, with_tag=True)
-        if got is None:
-            return None
-        data, source, tag = got
-        self._heard[source] = time.monotonic()  # a message is as good as a pulse
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            got = recv_bytes(self.comm, _mpi().ANY_SOURCE, _mpi().ANY_TAG, timeout=left, with_tag=True)
+            if got is None:
+                return None
+            data, source, tag = got
+            self._heard[source] = time.monotonic()
+            if tag != TAG_PULSE:
+                break
         message = decode(data)
         if tag == TAG_REPORT:
             return self._leaders[source], Report.from_json(message)
@@ -581,7 +518,7 @@ class MPITransport:
         now = time.monotonic()
         lost: dict[int, str] = {}
         for rank, g in self._watched.items():
-            silent = min(self.pulse.silent_for(rank, now), now - self._heard[rank])
+            silent = now - self._heard[rank]
             if silent > LOST_AFTER_S and g not in lost:
                 lost[g] = (f"no word from world rank {rank} (node of world rank "
                            f"{self.plan.nodes[rank] if self.plan.nodes is not None else 0}) for {silent:.0f} s")
@@ -676,7 +613,8 @@ class GroupChannel:
             status = MPI.Status()
             backoff = Backoff()
             while data is None:
-                # by tag: a task before a stop
+                # by tag, a task before a stop: the coordinator's pulses (another thread takes
+                # them) must not stand in front of either
                 for tag in (TAG_TASK, TAG_STOP):
                     if self.world.Iprobe(source=0, tag=tag, status=status):
                         buf = bytearray(status.Get_count(MPI.BYTE))

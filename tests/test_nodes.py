@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -275,13 +274,3 @@ def test_the_coordinator_s_node_lost_ends_the_job_and_resume_covers_it(write_yam
     df = mpiopt.load_results(run)
     assert sorted(df.trial) == list(range(60)) and set(df.status) == {"completed"} and done <= set(df.trial)
 
-
-@pytest.mark.mpi
-def test_every_pulse_is_received_before_the_ranks_exit(tmp_path):
-    """An unreceived pulse at MPI_Finalize got its sender killed (the job exited 9, not 2)."""
-    script = Path(__file__).parent / "fixtures" / "pulses.py"
-    p = subprocess.run([str(MPIEXEC), "-n", "3", str(MPIEXEC.parent / "python"), str(script)],
-                       capture_output=True, text=True, timeout=60)
-    assert p.returncode == 3, p.stdout + p.stderr
-    counts = [tuple(map(int, line.split()[3::2])) for line in p.stdout.splitlines()]
-    assert len(counts) == 3 and sum(s for s, _ in counts) == sum(r for _, r in counts) > 3 * 10, p.stdout
