@@ -36,8 +36,9 @@ sys.path.insert(0, str(ROOT / "bench" / "spaces"))
 from scale_functions import hartmann6  # noqa: E402
 
 MPIOPT = [sys.executable, "-m", "mpiopt"]
+FUNCTIONS = ROOT / "bench" / "spaces" / "scale_functions.py"
 SPACE = """name: big
-objective: {{function: scale_functions.py:hartmann6}}
+objective: {{function: {functions}:hartmann6}}
 parameters:
 {params}
 search: {{trials: {trials}, seed: 0}}
@@ -46,9 +47,8 @@ search: {{trials: {trials}, seed: 0}}
 
 def write_run(where: Path, trials: int) -> Path:
     """A real search of 20 trials, then its journal extended to `trials` (same event format)."""
-    (where / "scale_functions.py").write_text((ROOT / "bench" / "spaces" / "scale_functions.py").read_text())
     params = "\n".join(f"  x{i}: {{type: real, low: 0.0, high: 1.0}}" for i in range(1, 7))
-    (where / "space.yaml").write_text(SPACE.format(params=params, trials=20))
+    (where / "space.yaml").write_text(SPACE.format(functions=FUNCTIONS, params=params, trials=20))
     subprocess.run([*MPIOPT, "search", "space.yaml"], cwd=where, check=True, capture_output=True)
     run = where / "runs" / "big"
     rng = np.random.default_rng(0)
@@ -64,7 +64,7 @@ def write_run(where: Path, trials: int) -> Path:
                                 "end": t + 0.01, "wait_s": 0.001, "dispatch_s": 0.001, "resumed_s": None,
                                 "rung": None}, separators=(",", ":")) + "\n")
             t += 0.015
-    (where / "space.yaml").write_text(SPACE.format(params=params, trials=trials))
+    (where / "space.yaml").write_text(SPACE.format(functions=FUNCTIONS, params=params, trials=trials))
     text = (run / "config.yaml").read_text()
     (run / "config.yaml").write_text(text.replace("trials: 20\n", f"trials: {trials}\n"))
     return run

@@ -47,6 +47,7 @@ from scale_functions import SPACES  # noqa: E402
 
 from mpiopt.trial import TrialResult  # noqa: E402
 
+FUNCTIONS = ROOT / "bench" / "spaces" / "scale_functions.py"
 CHECKPOINTS = (1000, 2000, 5000, 10000, 20000, 50000, 100000)
 
 
@@ -133,7 +134,7 @@ def space_yaml(function: str, search: str, trials: int, seed: int) -> str:
     _, bounds = SPACES[function]
     params = "\n".join(f"  {k}: {{type: real, low: {lo}, high: {hi}}}" for k, (lo, hi) in bounds.items())
     algorithm = {"default": "", "ET": "  surrogate: ET\n", "random": "  algorithm: random\n"}[search]
-    return (f"name: scale\nobjective: {{function: scale_functions.py:{function}}}\nparameters:\n{params}\n"
+    return (f"name: scale\nobjective: {{function: {FUNCTIONS}:{function}}}\nparameters:\n{params}\n"
             f"search:\n{algorithm}  trials: {trials}\n  seed: {seed}\n")
 
 
@@ -146,7 +147,6 @@ def run(groups: int, trials: int, search: str, function: str, seed: int, spread:
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        (tmp / "scale_functions.py").write_text((ROOT / "bench" / "spaces" / "scale_functions.py").read_text())
         (tmp / "space.yaml").write_text(space_yaml(function, search, trials, seed))
         cfg = load_config(tmp / "space.yaml")
         run_dir = RunDir(tmp / "run")

@@ -226,7 +226,6 @@ def _start_pulse(comm, plan):
 
 def _search_as(args, job: _Job, comm, placement: str | None, plan) -> int:
     """This rank's part of the search: coordinate (world rank 0) or serve in its group."""
-
     cfg, rank, size = job.cfg, comm.Get_rank(), comm.Get_size()
     run_dir, events, error, runner = None, [], None, None
     if rank == 0:
@@ -242,8 +241,8 @@ def _search_as(args, job: _Job, comm, placement: str | None, plan) -> int:
         except ConfigError as exc:
             error = exc
     agree_or_raise(comm, error)
-    # pulses only once the input is agreed good: a search that ends on a bad input would leave
-    # pulses unreceived at MPI_Finalize, and MPICH killed their sender (the job exited 9, not 2)
+    # pulses only once the input is agreed good: a search ended by a bad input would leave pulses
+    # unreceived at MPI_Finalize, where MPICH kills their sender (and the exit code is no longer 2)
     pulse = _start_pulse(comm, plan)
     try:
         return _coordinate(cfg, plan, comm, run_dir, events, placement) if rank == 0 \

@@ -15,13 +15,13 @@ STEPS = 9  # the epochs of a trial that reports (training.epochs of bench/coordi
 
 def hartmann6(params):
     time.sleep(float(os.environ.get("MPIOPT_BENCH_SLEEP", "0")))
-    return _value(params)
+    return hartmann6_value(params)
 
 
 def hartmann6_curve(params, trial):
     """The same sleep in STEPS steps, each reporting a value that falls towards Hartmann-6's: a
     learning curve for a scheduler to judge."""
-    final = _value(params)
+    final = hartmann6_value(params)
     for step in range(1, STEPS + 1):
         time.sleep(float(os.environ.get("MPIOPT_BENCH_SLEEP", "0")) / STEPS)
         trial.report(step, objective=final + 1.0 / step)
@@ -30,6 +30,6 @@ def hartmann6_curve(params, trial):
     return final + 1.0 / step
 
 
-def _value(params):
+def hartmann6_value(params):
     x = [params[f"x{i}"] for i in range(1, 7)]
     return -sum(ALPHA[i] * math.exp(-sum(A[i][j] * (x[j] - P[i][j]) ** 2 for j in range(6))) for i in range(4))

@@ -207,22 +207,26 @@ class BayesianSearch(Searcher):
     def _data(self) -> tuple[np.ndarray, np.ndarray, int]:
         """Encoded points and losses: completed ones first, then the failed ones at the worst loss;
         past MAX_TRAIN results, the part `_bounded` keeps."""
-        done = self.completed
-        failed = [p for p, v in self.observed.values() if v is None]
-        worst = max(v for _, v in done)
-        if len(done) + len(failed) > MAX_TRAIN:
-            done, failed = self._bounded()
+        if len(self.observed) > MAX_TRAIN:
+            done, failed, worst = self._bounded()
+        else:
+            done = self.completed
+            failed = [p for p, v in self.observed.values() if v is None]
+            worst = max(v for _, v in done)
         pts = [p for p, _ in done] + failed
         y = np.array([float(v) for _, v in done] + [worst] * len(failed))
         X = np.array([self.coder.encode(p) for p in pts])
         return X, y, len(done)
 
-    def _bounded(self) -> tuple[list[tuple[dict[str, Any], float]], list[dict[str, Any]]]:
-        """MAX_TRAIN results (completed, failed), in the order they came: the best half of the
-        completed ones, where the search refines; the most recent quarter of the rest, where the
-        groups work now; and a draw from the others (seeded), for the shape of the whole space."""
+    def _bounded(self) -> tuple[list[tuple[dict[str, Any], float]], list[dict[str, Any]], float]:
+        """MAX_TRAIN results (completed, failed), in the order they came, and the worst loss of all:
+        the best half of the completed ones, where the search refines; the most recent quarter of
+        the rest, where the groups work now; and a draw from the others (seeded), for the shape of
+        the whole space."""
         entries = list(self.observed.values())
+        failed = np.array([v is None for _, v in entries])
         losses = np.array([np.inf if v is None else v for _, v in entries])
+        worst = float(losses[~failed].max())
         keep = np.zeros(len(entries), dtype=bool)
         keep[np.argsort(losses, kind="stable")[:MAX_TRAIN // 2]] = True
         keep[np.flatnonzero(~keep)[-(MAX_TRAIN // 4):]] = True
@@ -230,7 +234,7 @@ class BayesianSearch(Searcher):
         rng = np.random.default_rng([self.seed, len(entries)])
         keep[rng.choice(rest, size=MAX_TRAIN - int(keep.sum()), replace=False)] = True
         chosen = [entries[i] for i in np.flatnonzero(keep)]
-        return [(p, v) for p, v in chosen if v is not None], [p for p, v in chosen if v is None]
+        return [(p, v) for p, v in chosen if v is not None], [p for p, v in chosen if v is None], worst
 
     def _posterior(self, extra: int, *, defer_fit: bool = False, checkpoint: Checkpoint | None = None):
         """The GP on the data, with every pending point added at its fantasy value; the kernel is
