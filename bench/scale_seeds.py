@@ -7,10 +7,10 @@
 Runs `bench/scale.py --json` once per (function, search, seed), each in a fresh process one after
 the other (runs share the machine's cores, so never two at once in one invocation), appends each
 run's JSON object to `--out`, and prints per group count, function and search: the median best
-value [25th, 75th percentile] over seeds, the median trials finished, utilization, dispatch p99
-and CPU a trial, and the largest peak memory. `--summary` reads such files (several invocations,
-e.g. one per search, can be merged) and prints the same table. `--wall` is passed to scale.py
-(its default: 1.5 x trials / 68 s). Asserts nothing.
+value [25th, 75th percentile] over seeds (and after 1,000 and 5,000 trials), the median trials
+finished, utilization, dispatch p99 and CPU a trial, and the largest peak memory. `--summary`
+reads such files (several invocations, e.g. one per search, can be merged) and prints the same
+table. `--wall` is passed to scale.py (its default: 1.5 x trials / 68 s). Asserts nothing.
 """
 from __future__ import annotations
 
@@ -44,19 +44,26 @@ def median_of(runs: list[dict], key: str) -> float:
     return float(np.median([r[key] for r in runs]))
 
 
+def best_at(runs: list[dict], trials: int) -> str:
+    """The median best after `trials` trials, or "" where a run did not get that far."""
+    values = [r["best_at"].get(str(trials)) for r in runs]
+    return "" if None in values else f"{np.median(values):.4g}"
+
+
 def summary_rows(runs: list[dict]) -> list[str]:
     by_case: dict[tuple, list[dict]] = defaultdict(list)
     for r in runs:
         by_case[(r["groups"], r["function"], r["search"])].append(r)
-    rows = ["| groups | function | search | seeds | best: median [25th, 75th] | trials done | utilization "
+    rows = ["| groups | function | search | seeds | best: median [25th, 75th] | @1k | @5k | trials done | utilization "
             "| dispatch p99 (median, max) | CPU a trial | peak RSS (max) |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (groups, function, search), rs in sorted(by_case.items()):
         best = np.array([r["best"] for r in rs])
         p99 = np.array([r["dispatch_p99_ms"] for r in rs])
         rows.append(
             f"| {groups:,} | {function} | {search} | {len(rs)} | {np.median(best):.4g} "
-            f"[{np.percentile(best, 25):.4g}, {np.percentile(best, 75):.4g}] | {median_of(rs, 'finished'):,.0f} "
+            f"[{np.percentile(best, 25):.4g}, {np.percentile(best, 75):.4g}] | {best_at(rs, 1000)} "
+            f"| {best_at(rs, 5000)} | {median_of(rs, 'finished'):,.0f} "
             f"| {median_of(rs, 'utilization'):.3f} | {np.median(p99):.2f}, {p99.max():.2f} ms "
             f"| {median_of(rs, 'cpu_ms_per_trial'):.1f} ms | {max(r['peak_rss_mb'] for r in rs):.0f} MB |")
     return rows
