@@ -33,10 +33,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench" / "spaces"))
+from scale_functions import FILE as FUNCTIONS  # noqa: E402
 from scale_functions import hartmann6  # noqa: E402
 
 MPIOPT = [sys.executable, "-m", "mpiopt"]
-FUNCTIONS = ROOT / "bench" / "spaces" / "scale_functions.py"
 SPACE = """name: big
 objective: {{function: {functions}:hartmann6}}
 parameters:

@@ -43,11 +43,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench" / "spaces"))
 
+from scale_functions import FILE as FUNCTIONS  # noqa: E402
 from scale_functions import SPACES  # noqa: E402
 
 from mpiopt.trial import TrialResult  # noqa: E402
 
-FUNCTIONS = ROOT / "bench" / "spaces" / "scale_functions.py"
 CHECKPOINTS = (1000, 2000, 5000, 10000, 20000, 50000, 100000)
 
 

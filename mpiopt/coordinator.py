@@ -435,8 +435,9 @@ class Coordinator:
     def _wait_s(self, due_at: float | None) -> float | None:
         """How long to wait for a result: until the next deadline or send-ahead, or for ever."""
         now = self._clock()
-        waits = [s.deadline - now for s in self.groups if s.running is not None and s.deadline is not None] \
-            if self._limit else []  # deadlines come only from a time limit (a walk of thousands of groups)
+        waits = []
+        if self._limit:  # deadlines come only from a time limit: no walk of thousands of groups without one
+            waits = [s.deadline - now for s in self.groups if s.running is not None and s.deadline is not None]
         if due_at is not None:
             waits.append(due_at - now)
         if self._holding:
