@@ -3,7 +3,7 @@ and Optuna's pruned TPE, with 1, 8 and 32 groups.
 
     python bench/multifidelity.py [--seeds 50] [--widths 1 8 32] [--budget 60] [--jobs 2]
                                   [--methods bayes random+asha bayes+asha hyperband optuna]
-                                  [--curves bench/data/mnist1d_cnn_curves.jsonl]
+                                  [--curves bench/data/mnist1d_cnn_curves.jsonl] [--oracle-at K ...]
 
 The curves are real: bench/record_curves.py trained 200 random configurations of the MNIST-1D CNN
 space (searchspaces/mnist1d_cnn.yaml) for 27 epochs each on one process and kept every epoch's
@@ -28,6 +28,9 @@ searcher as a failure.
   optuna        Optuna's TPESampler(constant_liar=True, seed) with HyperbandPruner(1, 27, 3), a
                 trial reporting every epoch and stopping when should_prune() says so
                 (`pip install optuna` for this benchmark only; mpiopt does not depend on it)
+  oracle@K      (with --oracle-at K) random+asha whose trial K trains the best configuration of
+                the table not trained yet: what handing out the winner at trial K costs under
+                ASHA, a bound on what any searcher's steering can gain
 
 A search's best is the best figure of merit (its best epoch's val_accuracy) among its trials trained
 to the end: what `mpiopt results` calls the best. The target is the best such value in the table
@@ -96,6 +99,12 @@ class Curves:
         distance[list(used)] = np.inf
         best = int(np.argmin(distance))
         return None if math.isinf(distance[best]) else best
+
+    def best_unused(self, used: set[int]) -> int:
+        """The configuration with the best final value among those not in `used`."""
+        final = self.acc.max(axis=1)
+        final[list(used)] = -np.inf
+        return int(np.argmax(final))
 
     def target(self) -> float:
         return float(self.acc.max()) - TARGET_GAP
@@ -184,8 +193,9 @@ def simulate(policy, curves: Curves, width: int, budget_epochs: float) -> Trace:
 class MpioptPolicy:
     """The coordinator's rules with mpiopt's searcher and scheduler."""
 
-    def __init__(self, curves: Curves, searcher, scheduler) -> None:
+    def __init__(self, curves: Curves, searcher, scheduler, oracle_at: int | None = None) -> None:
         self.curves, self.searcher, self.scheduler = curves, searcher, scheduler
+        self.oracle_at = oracle_at  # the trial that trains the table's best configuration
         self.rungs = frozenset(scheduler.rung_epochs())
         self.used: set[int] = set()
         self.config: dict[int, int] = {}
@@ -207,6 +217,8 @@ class MpioptPolicy:
         self.next_trial += 1
         self.params[n] = params = self.searcher.ask(n)
         self.config[n] = self.curves.nearest_unused(params, self.used)
+        if n == self.oracle_at:
+            self.config[n] = self.curves.best_unused(self.used)
         self.used.add(self.config[n])
         self.scheduler.start(n)
         return self._segment(n, 0)
@@ -295,7 +307,8 @@ class OptunaPolicy:
 def make_policy(method: str, curves: Curves, cfg, seed: int):
     if method == "optuna":
         return OptunaPolicy(curves, cfg.space, seed)
-    algorithm, scheduler = METHODS[method]
+    oracle_at = int(method.split("@")[1]) if method.startswith("oracle@") else None
+    algorithm, scheduler = METHODS["random+asha" if oracle_at is not None else method]
     settings = cfg.with_search(seed=seed, algorithm=algorithm, scheduler=scheduler, min_epochs=MIN_EPOCHS,
                                reduction_factor=REDUCTION).search
     sched = make_scheduler(settings.scheduler, epochs=EPOCHS, min_epochs=MIN_EPOCHS,
@@ -305,7 +318,7 @@ def make_policy(method: str, curves: Curves, cfg, seed: int):
     else:  # as mpiopt search builds it (cli._make_searcher)
         searcher = RungModel(lambda: make_searcher(cfg.space, settings), cfg.space, top=EPOCHS,
                              enough=settings.initial_points, seed=seed)
-    return MpioptPolicy(curves, searcher, sched)
+    return MpioptPolicy(curves, searcher, sched, oracle_at)
 
 
 # -- the experiment ------------------------------------------------------------------------------
@@ -366,9 +379,12 @@ def main() -> None:
     parser.add_argument("--widths", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--budget", type=float, default=60, help="full trainings of compute per search")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--oracle-at", type=int, nargs="+", default=[], metavar="K",
+                        help="also random+asha handing out the table's best configuration as trial K")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--curves", type=Path, default=ROOT / "bench" / "data" / "mnist1d_cnn_curves.jsonl")
     args = parser.parse_args()
+    args.methods += [f"oracle@{k}" for k in args.oracle_at]
     cfg = load_config(ROOT / "searchspaces" / "mnist1d_cnn.yaml")
     curves = Curves.load(args.curves, cfg.space)
     jobs = [(m, w, s, args.budget, args.curves) for w in args.widths for m in args.methods
