@@ -245,11 +245,15 @@ def _search_as(args, job: _Job, comm, placement: str | None, plan) -> int:
     # unreceived at MPI_Finalize, where MPICH kills their sender (and the exit code is no longer 2)
     pulse = _start_pulse(comm, plan)
     try:
-        return _coordinate(cfg, plan, comm, run_dir, events, placement) if rank == 0 \
+        code = _coordinate(cfg, plan, comm, run_dir, events, placement) if rank == 0 \
             else _serve(plan, comm, rank, runner)
-    finally:
+    except BaseException:
         if pulse is not None:
-            pulse.stop()
+            pulse.stop(last_word=False)
+        raise
+    if pulse is not None:
+        pulse.stop()
+    return code
 
 
 def _serve(plan, comm, rank: int, runner) -> int:

@@ -36,6 +36,10 @@ TAG_PULSE = 19  # "this rank lives": a group's ranks to the coordinator, every P
 PULSE_S = 2.0
 LOST_AFTER_S = 8.0
 COORDINATOR_SILENT_S = 30.0  # a group ends the job once the coordinator was silent this long (its node died)
+# A rank's last pulse to a peer is this one byte (the others are empty). MPI_Finalize must find no
+# pulse unreceived (MPICH kills the sender of one), so at the end each side takes in its peers'
+# pulses up to their last one.
+LAST_PULSE = b"\x01"
 
 
 @dataclass
@@ -343,7 +347,11 @@ class Pulse:
 
     Group ranks pulse the coordinator (which notices a lost node) and watch it (a group whose
     coordinator died would otherwise wait for a task for ever). Only one send a destination is in
-    flight: a busy receiver never finds a pile of pulses."""
+    flight: a busy receiver never finds a pile of pulses.
+
+    On `stop` each rank of `to` gets LAST_PULSE, and the watched rank's pulses are taken in up to
+    its own LAST_PULSE (for at most `silent_s`): no pulse is left for MPI_Finalize. The
+    coordinator takes in the groups' last pulses itself (`MPITransport.shutdown`)."""
 
     def __init__(self, comm, to: Sequence[int], *, watch: int | None = None, silent_s: float = 0.0,
                  on_silence: Callable[[float], None] | None = None, every_s: float = PULSE_S) -> None:
@@ -353,46 +361,75 @@ class Pulse:
         self.every_s = every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mpiopt-pulse", daemon=True)
+        self._last_word_due = True  # False once stopped on a failing rank
 
     def start(self) -> Pulse:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, *, last_word: bool = True) -> None:
+        """Stop pulsing; `last_word` False (the rank is failing, and the job will be aborted)
+        skips the exchange of last pulses, which would wait for a peer."""
+        self._last_word_due = last_word
         self._stop.set()
-        self._thread.join(timeout=self.every_s + 1.0)
+        self._thread.join(timeout=self.every_s + self.silent_s + 2.0)
 
     def _run(self) -> None:
         MPI = _mpi()
         sends: dict[int, Any] = {}
         heard, listening = time.monotonic(), None
+        self._watched_ended = False  # the watched rank's LAST_PULSE came in
         try:
             while not self._stop.is_set():
                 for dest in self.to:
                     if dest not in sends or sends[dest].Test():
                         sends[dest] = self.comm.Isend([b"", MPI.BYTE], dest=dest, tag=TAG_PULSE)
                 if self.watch is not None:
-                    while listening is None or listening.Test():  # take every pulse that came in
+                    while not self._watched_ended and (listening is None or self._took_pulse(listening)):
                         if listening is not None:
                             heard = time.monotonic()
-                        listening = self.comm.Irecv([bytearray(1), MPI.BYTE], source=self.watch, tag=TAG_PULSE)
-                    if time.monotonic() - heard > self.silent_s and self.on_silence is not None:
-                        self.on_silence(time.monotonic() - heard)
+                        listening = None if self._watched_ended else self._listen()
+                    silent = time.monotonic() - heard
+                    if silent > self.silent_s and not self._watched_ended and self.on_silence is not None:
+                        self.on_silence(silent)
                         return
                 self._stop.wait(self.every_s)
+            if self._last_word_due:
+                listening = self._last_word(listening, list(sends.values()))
         finally:
-            self._settle(listening, list(sends.values()))
+            if listening is not None and not listening.Test():
+                listening.Cancel()
+                listening.Wait()
 
-    def _settle(self, listening, sends: list) -> None:
-        """No request left behind for MPI_Finalize: the posted receive is cancelled, and the last
-        sends (empty, so sent eagerly) are given a moment to complete."""
-        if listening is not None and not listening.Test():
-            listening.Cancel()
-            listening.Wait()
+    def _listen(self):
+        self._buffer = bytearray(len(LAST_PULSE))
+        return self.comm.Irecv([self._buffer, _mpi().BYTE], source=self.watch, tag=TAG_PULSE)
+
+    def _took_pulse(self, listening) -> bool:
+        """Whether the posted receive got a pulse (noting a LAST_PULSE)."""
+        status = _mpi().Status()
+        if not listening.Test(status):
+            return False
+        self._watched_ended = status.Get_count(_mpi().BYTE) == len(LAST_PULSE)
+        return True
+
+    def _last_word(self, listening, sends: list):
+        """LAST_PULSE to each rank of `to`; the watched rank's pulses up to its LAST_PULSE (for at
+        most `silent_s`); then a moment for the sends (tiny, so sent eagerly) to complete. Returns
+        the receive still posted, if the watched rank's LAST_PULSE never came."""
+        MPI = _mpi()
+        sends += [self.comm.Isend([LAST_PULSE, MPI.BYTE], dest=dest, tag=TAG_PULSE) for dest in self.to]
+        end = time.monotonic() + self.silent_s
+        while listening is not None and time.monotonic() < end:
+            if self._took_pulse(listening):
+                listening = None if self._watched_ended else self._listen()
+            else:
+                time.sleep(0.01)
         end = time.monotonic() + 1.0
         while sends and time.monotonic() < end:
             sends = [r for r in sends if not r.Test()]
             time.sleep(0.01)
+        return listening
 
 
 def plan_groups(world_size: int, group_size: int, nodes: Sequence[int] | None = None) -> GroupPlan:
@@ -466,6 +503,7 @@ class MPITransport:
         self._sends: list[tuple[Any, bytes]] = []  # (request, buffer) of sends not known to be complete
         self._watched = pulsing_ranks(plan)
         self._heard = dict.fromkeys(self._watched, time.monotonic())  # each watched rank's last message
+        self._pulses_ended: set[int] = set()  # the watched ranks whose LAST_PULSE came in
 
     @property
     def n_groups(self) -> int:
@@ -504,6 +542,8 @@ class MPITransport:
             self._heard[source] = time.monotonic()
             if tag != TAG_PULSE:
                 break
+            if len(data) == len(LAST_PULSE):
+                self._pulses_ended.add(source)
         message = decode(data)
         if tag == TAG_REPORT:
             return self._leaders[source], Report.from_json(message)
@@ -532,15 +572,32 @@ class MPITransport:
         return bool(self.comm.Iprobe(source=_mpi().ANY_SOURCE, tag=TAG_RESULT))
 
     def shutdown(self, wait_s: float = 5.0) -> None:
-        """Tell every group to stop (after any task it still holds). Waits at most `wait_s` for the
-        sends: a group that never came back from a trial never receives them."""
+        """Tell every group to stop (after any task it still holds), and take in the pulses of
+        every live watched rank up to its LAST_PULSE. Waits at most `wait_s`: a group that never
+        came back from a trial never receives the stop, and a lost one pulses no more."""
         for ranks in self.plan.groups:
             self._isend(b"", ranks[0], TAG_STOP)
         end = time.monotonic() + wait_s
         backoff = Backoff()
-        while self._sends and time.monotonic() < end:
+        while (self._sends or self._pulsing()) and time.monotonic() < end:
             self._reap()
+            self._take_pulses()
             backoff.sleep()
+
+    def _pulsing(self) -> list[int]:
+        """The watched ranks heard from lately whose LAST_PULSE has not come in."""
+        now = time.monotonic()
+        return [r for r in self._watched if r not in self._pulses_ended and now - self._heard[r] <= LOST_AFTER_S]
+
+    def _take_pulses(self) -> None:
+        MPI = _mpi()
+        status = MPI.Status()
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_PULSE, status=status):
+            source, size = status.Get_source(), status.Get_count(MPI.BYTE)
+            self.comm.Recv([bytearray(size), MPI.BYTE], source=source, tag=TAG_PULSE)
+            self._heard[source] = time.monotonic()
+            if size == len(LAST_PULSE):
+                self._pulses_ended.add(source)
 
 
 class InProcessTransport:
