@@ -362,6 +362,8 @@ class Pulse:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mpiopt-pulse", daemon=True)
         self._last_word_due = True  # False once stopped on a failing rank
+        self._watched_ended = False  # the watched rank's LAST_PULSE came in
+        self._buffer = bytearray(len(LAST_PULSE))  # of the one receive posted at a time
 
     def start(self) -> Pulse:
         self._thread.start()
@@ -378,7 +380,6 @@ class Pulse:
         MPI = _mpi()
         sends: dict[int, Any] = {}
         heard, listening = time.monotonic(), None
-        self._watched_ended = False  # the watched rank's LAST_PULSE came in
         try:
             while not self._stop.is_set():
                 for dest in self.to:
@@ -402,7 +403,6 @@ class Pulse:
                 listening.Wait()
 
     def _listen(self):
-        self._buffer = bytearray(len(LAST_PULSE))
         return self.comm.Irecv([self._buffer, _mpi().BYTE], source=self.watch, tag=TAG_PULSE)
 
     def _took_pulse(self, listening) -> bool:

@@ -129,7 +129,9 @@ def test_a_simulated_512_group_search_records_every_trial_once(tmp_path, write_y
     finally:
         searcher.close()
         run.close()
-    assert searcher.counts["model"] > 2000, searcher.report()  # the surrogate chose most trials
+    # the surrogate chose most trials (over half: how many hand-outs get design points before its
+    # first round is ready depends on the machine's load)
+    assert searcher.counts["model"] > 1500, searcher.report()
     events, problems = read_journal(tmp_path / "run" / "trials.jsonl")
     assert not problems
     for kind in ("start", "finish"):
