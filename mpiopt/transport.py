@@ -539,11 +539,10 @@ class MPITransport:
             if got is None:
                 return None
             data, source, tag = got
-            self._heard[source] = time.monotonic()
             if tag != TAG_PULSE:
+                self._heard[source] = time.monotonic()
                 break
-            if len(data) == len(LAST_PULSE):
-                self._pulses_ended.add(source)
+            self._note_pulse(source, len(data))
         message = decode(data)
         if tag == TAG_REPORT:
             return self._leaders[source], Report.from_json(message)
@@ -595,9 +594,13 @@ class MPITransport:
         while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_PULSE, status=status):
             source, size = status.Get_source(), status.Get_count(MPI.BYTE)
             self.comm.Recv([bytearray(size), MPI.BYTE], source=source, tag=TAG_PULSE)
-            self._heard[source] = time.monotonic()
-            if size == len(LAST_PULSE):
-                self._pulses_ended.add(source)
+            self._note_pulse(source, size)
+
+    def _note_pulse(self, source: int, size: int) -> None:
+        """A pulse of `size` bytes came in from `source`: it lives, and a LAST_PULSE is its last."""
+        self._heard[source] = time.monotonic()
+        if size == len(LAST_PULSE):
+            self._pulses_ended.add(source)
 
 
 class InProcessTransport:
