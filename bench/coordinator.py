@@ -2,7 +2,7 @@
 
     python bench/coordinator.py [--layouts 64x1 33x1 33x4] [--sleeps 0.5 2] [--trials N]
                                 [--modes ahead sync] [--scheduler none|asha|hyperband|median] [--keep DIR]
-                                [--nodes 1 4]
+                                [--nodes 1 4] [--own-core]
 
 Runs `mpiexec -n RANKS mpiopt search bench/spaces/sleepy_hartmann6.yaml` (Hartmann-6 behind a
 sleep of 0.5 or 2 s, GP + gp_hedge, 10 initial points) for each layout (RANKS x group size) and
@@ -32,6 +32,9 @@ coordinator process's CPU time (both threads), and where the suggestions came fr
 With `--nodes K` (K > 1) the ranks are spread over K simulated nodes (`mpiexec -launcher fork
 -hosts node0:A,node1:B,...`, the first node taking the remainder): groups are then planned node by
 node and the coordinator's messages to all but its own node take MPICH's network path.
+With `--own-core` the coordinator (rank 0) is bound to core 0 and the groups' ranks to the other
+cores (`mpiexec -bind-to user:...`), as on a cluster node where each rank has a core: without it,
+the coordinator's latency on an oversubscribed machine is mostly its wait for a core.
 Prints a table; asserts nothing.
 """
 from __future__ import annotations
@@ -52,7 +55,7 @@ SPACE = ROOT / "bench" / "spaces" / "sleepy_hartmann6.yaml"
 
 
 def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path, scheduler: str = "none",
-        nodes: int = 1) -> dict:
+        nodes: int = 1, own_core: bool = False) -> dict:
     from mpiopt.analysis import load_results, timeline
 
     env = dict(os.environ, MPIOPT_BENCH_SLEEP=str(sleep), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
@@ -70,8 +73,8 @@ def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path, 
     obj = out.parent / "sleepy_hartmann6.py"
     if not obj.exists():
         obj.write_text((SPACE.parent / "sleepy_hartmann6.py").read_text())
-    cmd = [str(MPIEXEC), *_hosts(ranks, nodes), "-n", str(ranks), sys.executable, "-m", "mpiopt", "search",
-           str(space), "--out", str(out / "run"), "--trials", str(trials)]
+    cmd = [str(MPIEXEC), *_hosts(ranks, nodes), *_binding(ranks, own_core), "-n", str(ranks), sys.executable,
+           "-m", "mpiopt", "search", str(space), "--out", str(out / "run"), "--trials", str(trials)]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
@@ -104,6 +107,16 @@ def _hosts(ranks: int, nodes: int) -> list[str]:
     return ["-launcher", "fork", "-hosts", ",".join(f"node{i}:{n}" for i, n in enumerate(counts))]
 
 
+def _binding(ranks: int, own_core: bool) -> list[str]:
+    """mpiexec's arguments that give rank 0 (the coordinator) core 0 to itself and spread the
+    groups' ranks over the other cores, as on a cluster node where every rank has a core."""
+    if not own_core:
+        return []
+    others = list(range(1, os.cpu_count() or 2)) or [0]
+    cores = ["0"] + [str(others[i % len(others)]) for i in range(ranks - 1)]
+    return ["-bind-to", "user:" + ",".join(cores)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layouts", nargs="+", default=["64x1", "33x1", "33x4"], help="RANKSxGROUP_SIZE")
@@ -113,6 +126,8 @@ def main() -> None:
     ap.add_argument("--scheduler", default="none", help="none, or asha | hyperband | median: trials report 9 steps")
     ap.add_argument("--keep", type=Path, help="keep the run directories under this folder (default: a temporary one)")
     ap.add_argument("--nodes", type=int, nargs="+", default=[1], help="simulated nodes to spread the ranks over")
+    ap.add_argument("--own-core", action="store_true",
+                    help="bind the coordinator to core 0 and the groups to the other cores")
     args = ap.parse_args()
     print(f"Hartmann-6 behind a sleep, GP + gp_hedge, scheduler {args.scheduler}; {os.cpu_count()} cores\n")
     print("| nodes | ranks | groups | trials | trial s | mode | search s | utilization | sent ahead / after a result "
@@ -129,7 +144,7 @@ def main() -> None:
             trials = args.trials or groups * -(-300 // groups)
             for sleep, mode, nodes in [(s, m, k) for s in args.sleeps for m in args.modes for k in args.nodes]:
                 out = Path(tmp) / f"{layout}-{sleep}-{mode}-{nodes}"
-                r = run(ranks, size, sleep, trials, mode, out, args.scheduler, nodes)
+                r = run(ranks, size, sleep, trials, mode, out, args.scheduler, nodes, args.own_core)
                 sugg = f"{r['model']} / {r['fallback']} ({r['stale']})" if r["model"] is not None else "on demand"
                 rounds = f"{r['waits']} / {r['round_ms']}" if r["model"] is not None else "-"
                 nan = float("nan")

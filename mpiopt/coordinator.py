@@ -390,6 +390,8 @@ class Coordinator:
                 return at + typical - lead
             if self._model_holds(0):
                 return None
+            if self._holding or self.transport.has_result():
+                return self._clock()  # a free group (held for the model until now) or a result goes first
             heapq.heappop(self._starts)
             self._send_next(group)
         return None

@@ -568,3 +568,39 @@ def test_a_searcher_holds_at_most_a_few_groups_and_its_hold_is_not_dispatch_time
     # next message after the hold): 1.0 of their 2.0 was the searcher's hold
     held = sorted(s.trials.values(), key=lambda r: r.trial)[8:12]
     assert [r.dispatch_s for r in held] == [1.0] * 4
+
+
+def sends_ahead_while_a_group_waits(sim) -> list[tuple[int, int, float]]:
+    """The trials sent ahead (to a busy group) while another group sat free without a trial, from
+    MailboxSim's log: (group, trial, clock) of each."""
+    free, busy, out = set(range(sim.n)), set(), []
+    for kind, group, trial, clock in sim.log:
+        if kind == "send" and group in busy and free:
+            out.append((group, trial, clock))
+        elif kind == "run":
+            free.discard(group)
+            busy.add(group)
+        elif kind == "recv":
+            busy.discard(group)
+            free.add(group)
+    return out
+
+
+def test_groups_held_for_the_model_get_their_trials_before_any_is_sent_ahead(cfg):
+    """The model's round can get ready while the coordinator serves free groups: the groups it held
+    back until then are waiting, and are served before running groups get a trial ahead."""
+    c = cfg("{initial_points: 3, trials: 60, seed: 0}")
+    sim = MailboxSim(8, lambda g, k: 1.0 + 0.01 * g)
+    # the round gets ready while group 0, back first at 1.03, is served: groups 1-4 were held
+    searcher = HoldingSearch(c.space, sim, until=1.045)
+    ask = searcher.ask
+
+    def slow_ask(n):  # a hand-out takes a while
+        sim.clock += 0.03
+        return ask(n)
+
+    searcher.ask = slow_ask
+    s = Coordinator(c, searcher, sim, clock=lambda: sim.clock, send_ahead=SendAhead(worth=-1.0)).run()
+    assert sorted(s.trials) == list(range(60)) and s.sent_ahead > 0
+    assert any(at < 1.045 and may for at, may in searcher.looks)  # groups were held back
+    assert sends_ahead_while_a_group_waits(sim) == []
