@@ -281,11 +281,14 @@ class Coordinator:
         for n in sorted(self._finished_trials):
             t = self.trials[n]
             self.searcher.tell(n, t.params, self.search_loss(t))
+        kept = f"{len(self._finished_trials)} finished trials kept"
+        if self._paused:
+            kept += f", {len(self._paused)} paused trials waiting for a promotion"
         if self._rerun:
-            log.info("resuming: %d finished trials kept, %d interrupted trials to run again (%s)",
-                     len(self._finished_trials), len(self._rerun), ", ".join(map(str, self._rerun)))
-        elif self._finished_trials:
-            log.info("resuming: %d finished trials kept", len(self._finished_trials))
+            log.info("resuming: %s, %d interrupted trials to run again (%s)",
+                     kept, len(self._rerun), ", ".join(map(str, self._rerun)))
+        elif self._finished_trials or self._paused:
+            log.info("resuming: %s", kept)
         self._next_trial = max(self.trials) + 1 if self.trials else 0
         self._idle = deque(range(self.transport.n_groups))  # free groups, in the order they became free
         self._stopping = self.reached_target()

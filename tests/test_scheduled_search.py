@@ -156,7 +156,7 @@ def test_a_small_budget_still_trains_its_best_trials_to_the_end(cfg, tmp_path, t
     assert best_at_1 in done  # the curves keep their order: the best at rung 1 is the best at the top
 
 
-def test_a_killed_scheduled_search_replays_and_resumes_without_losing_or_repeating(cfg, tmp_path):
+def test_a_killed_scheduled_search_replays_and_resumes_without_losing_or_repeating(cfg, tmp_path, caplog):
     path = tmp_path / "run"
     groups = CurveGroups(3, kill_after=50)
     live = scheduler()
@@ -177,7 +177,10 @@ def test_a_killed_scheduled_search_replays_and_resumes_without_losing_or_repeati
     for e in (1, 3, 9):
         assert again.rung_results(e) == live.rung_results(e)
 
-    _, summary = run(cfg, path, CurveGroups(3, done_epochs=groups.done), resume=True)
+    with caplog.at_level("INFO", logger="mpiopt"):
+        _, summary = run(cfg, path, CurveGroups(3, done_epochs=groups.done), resume=True)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resuming:")]
+    assert said and f"{len(live.paused())} paused trials waiting for a promotion" in said[0]
     assert len(summary.trials) == 24 and all(t.status.is_finished() for t in summary.trials.values())
     events = journal(path)
     reported = [(e["trial"], e["epoch"]) for e in events if e["event"] == "report"]
