@@ -393,8 +393,8 @@ class Coordinator:
                 return at + typical - lead
             if self._model_holds(0):
                 return None
-            if self._holding or self.transport.has_result():
-                return self._clock()  # a free group (held for the model until now) or a result goes first
+            if self._holding:
+                return self._clock()  # free groups held for the model until now go first
             heapq.heappop(self._starts)
             self._send_next(group)
         return None

@@ -604,3 +604,24 @@ def test_groups_held_for_the_model_get_their_trials_before_any_is_sent_ahead(cfg
     assert sorted(s.trials) == list(range(60)) and s.sent_ahead > 0
     assert any(at < 1.045 and may for at, may in searcher.looks)  # groups were held back
     assert sends_ahead_while_a_group_waits(sim) == []
+
+
+def test_groups_that_finish_together_find_their_next_trial_waiting(cfg):
+    """Equal trial lengths: the groups finish together, and their results arrive while the
+    coordinator is still sending the burst's trials ahead. It goes on sending, instead of taking
+    in the results first, so that each group waits for the hand-outs before its own only."""
+    c = cfg("{initial_points: 3, trials: 48, seed: 0}")
+    sim = MailboxSim(8, lambda g, k: 1.0)
+    searcher = RandomSearch(c.space, seed=0)
+    ask = searcher.ask
+
+    def slow_ask(n):  # a hand-out takes 10 ms: the burst's sends ahead overlap its results
+        sim.clock += 0.01
+        return ask(n)
+
+    searcher.ask = slow_ask
+    s = Coordinator(c, searcher, sim, clock=lambda: sim.clock, send_ahead=SendAhead(worth=-1.0)).run()
+    assert sorted(s.trials) == list(range(48))
+    # the first wave goes out with no result; once the first result gives a trial's length, nearly
+    # every trial is sent ahead (taking in each waiting result first sends 32: none of the second wave)
+    assert s.sent_ahead >= 48 - 8 - 2
