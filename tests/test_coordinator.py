@@ -344,6 +344,19 @@ class MailboxSim:
         self.stopped = True
 
 
+def slow_asks(searcher, sim, seconds):
+    """`searcher`, each of whose hand-outs takes `seconds` of `sim`'s clock (the coordinator's own
+    time, not a deliberate wait)."""
+    ask = searcher.ask
+
+    def slow_ask(n):
+        sim.clock += seconds
+        return ask(n)
+
+    searcher.ask = slow_ask
+    return searcher
+
+
 def run_sim(c, sim, worth=-1.0):
     """The search on `sim`; by default sending ahead whatever the coordinator's speed."""
     co = Coordinator(c, make_searcher(c.space, c.search), sim, clock=lambda: sim.clock,
@@ -402,14 +415,7 @@ def test_a_searchers_deliberate_wait_does_not_count_as_the_coordinators_work(cfg
     assert len(s.trials) == 12 and s.sent_ahead == 0
     # the same time spent by the coordinator itself (no deliberate wait reported): sent ahead
     sim = MailboxSim(3, lambda g, k: 1.0 + 0.01 * g)
-    searcher = make_searcher(c.space, c.search)
-    ask2 = searcher.ask
-
-    def slow_ask(n):
-        sim.clock += 0.2
-        return ask2(n)
-
-    searcher.ask = slow_ask
+    searcher = slow_asks(make_searcher(c.space, c.search), sim, 0.2)
     s = Coordinator(c, searcher, sim, clock=lambda: sim.clock).run()
     assert len(s.trials) == 12 and s.sent_ahead > 0
 
@@ -591,15 +597,9 @@ def test_groups_held_for_the_model_get_their_trials_before_any_is_sent_ahead(cfg
     back until then are waiting, and are served before running groups get a trial ahead."""
     c = cfg("{initial_points: 3, trials: 60, seed: 0}")
     sim = MailboxSim(8, lambda g, k: 1.0 + 0.01 * g)
-    # the round gets ready while group 0, back first at 1.03, is served: groups 1-4 were held
-    searcher = HoldingSearch(c.space, sim, until=1.045)
-    ask = searcher.ask
-
-    def slow_ask(n):  # a hand-out takes a while
-        sim.clock += 0.03
-        return ask(n)
-
-    searcher.ask = slow_ask
+    # a hand-out takes 30 ms, and the round gets ready while group 0, back first at 1.03, is
+    # served: groups 1-4 were held
+    searcher = slow_asks(HoldingSearch(c.space, sim, until=1.045), sim, 0.03)
     s = Coordinator(c, searcher, sim, clock=lambda: sim.clock, send_ahead=SendAhead(worth=-1.0)).run()
     assert sorted(s.trials) == list(range(60)) and s.sent_ahead > 0
     assert any(at < 1.045 and may for at, may in searcher.looks)  # groups were held back
@@ -612,14 +612,7 @@ def test_groups_that_finish_together_find_their_next_trial_waiting(cfg):
     in the results first, so that each group waits for the hand-outs before its own only."""
     c = cfg("{initial_points: 3, trials: 48, seed: 0}")
     sim = MailboxSim(8, lambda g, k: 1.0)
-    searcher = RandomSearch(c.space, seed=0)
-    ask = searcher.ask
-
-    def slow_ask(n):  # a hand-out takes 10 ms: the burst's sends ahead overlap its results
-        sim.clock += 0.01
-        return ask(n)
-
-    searcher.ask = slow_ask
+    searcher = slow_asks(RandomSearch(c.space, seed=0), sim, 0.01)  # the burst's sends ahead overlap its results
     s = Coordinator(c, searcher, sim, clock=lambda: sim.clock, send_ahead=SendAhead(worth=-1.0)).run()
     assert sorted(s.trials) == list(range(48))
     # the first wave goes out with no result; once the first result gives a trial's length, nearly

@@ -277,7 +277,6 @@ def test_the_coordinator_s_node_lost_ends_the_job_and_resume_covers_it(write_yam
     assert sorted(df.trial) == list(range(60)) and set(df.status) == {"completed"} and done <= set(df.trial)
 
 
-
 @pytest.mark.mpi
 def test_the_end_of_a_search_leaves_no_pulse_unreceived(tmp_path):
     """MPICH kills a rank whose message is still unreceived at MPI_Finalize: a search that
