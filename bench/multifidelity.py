@@ -22,9 +22,10 @@ searcher as a failure.
   bayes         today's default: GP (gp_hedge, initial_points 5, the example space's settings), full training
   random        random search, full training
   random+asha   random search, ASHA (min_epochs 1, reduction_factor 3: rungs 1, 3, 9, 27)
-  bayes+asha    the GP fitted on the highest rung with 5 results (BOHB's rule), ASHA
+  bayes+asha    mpiopt's: the GP fitted on every trial's ladder score (LadderModel), ASHA
+  bohb+asha     the GP fitted on the highest rung with 5 results (BOHB's rule, RungModel), ASHA
   hyperband     random search, Hyperband (ASHA brackets from rungs 1, 3, 9 and 27)
-  bayes+hyperband  the GP on rungs, Hyperband (BOHB)
+  bayes+hyperband  the GP on ladder scores, Hyperband
   optuna        Optuna's TPESampler(constant_liar=True, seed) with HyperbandPruner(1, 27, 3), a
                 trial reporting every epoch and stopping when should_prune() says so
                 (`pip install optuna` for this benchmark only; mpiopt does not depend on it)
@@ -64,14 +65,14 @@ sys.path.insert(0, str(ROOT))
 
 from mpiopt.config import load_config  # noqa: E402
 from mpiopt.scheduler import Decision, make_scheduler  # noqa: E402
-from mpiopt.search import RungModel, make_searcher  # noqa: E402
+from mpiopt.search import LadderModel, RungModel, make_searcher  # noqa: E402
 from mpiopt.space import Categorical  # noqa: E402
 
 EPOCHS, MIN_EPOCHS, REDUCTION = 27, 1, 3
 TARGET_GAP = 0.005
 # method -> (search.algorithm, search.scheduler); optuna is Optuna's
 METHODS = {"bayes": ("bayesian", "none"), "random": ("random", "none"), "random+asha": ("random", "asha"),
-           "bayes+asha": ("bayesian", "asha"), "hyperband": ("random", "hyperband"),
+           "bayes+asha": ("bayesian", "asha"), "bohb+asha": ("bayesian", "asha"), "hyperband": ("random", "hyperband"),
            "bayes+hyperband": ("bayesian", "hyperband"), "optuna": None}
 
 
@@ -315,9 +316,11 @@ def make_policy(method: str, curves: Curves, cfg, seed: int):
                            reduction_factor=REDUCTION, pausable=True)
     if settings.scheduler == "none":
         searcher = make_searcher(cfg.space, settings)
-    else:  # as mpiopt search builds it (cli._make_searcher)
+    elif method == "bohb+asha":
         searcher = RungModel(lambda: make_searcher(cfg.space, settings), cfg.space, top=EPOCHS,
                              enough=settings.initial_points, seed=seed)
+    else:  # as mpiopt search builds it (cli._make_searcher)
+        searcher = LadderModel(make_searcher(cfg.space, settings), cfg.space, top=EPOCHS, seed=seed)
     return MpioptPolicy(curves, searcher, sched, oracle_at)
 
 

@@ -1,13 +1,16 @@
-"""RungModel: the inner searcher is fitted on one rung, the highest with enough results (BOHB's rule)."""
+"""Models that learn from partial training: RungModel (the inner searcher fitted on one rung, the highest
+with enough results: BOHB's rule) and LadderModel (one model on every trial, ordered by the highest rungs)."""
 from __future__ import annotations
 
 import math
+import random
 import time
 
 import pytest
 
 from mpiopt.config import SearchSettings
-from mpiopt.search import BayesianSearch, Prefetching, RandomSearch, RungModel, make_searcher
+from mpiopt.search import (BayesianSearch, LadderModel, Prefetching, RandomSearch, RungModel, ladder_scores,
+                           make_searcher)
 from mpiopt.space import Real, Space
 
 SPACE = Space((Real("x", -5.0, 10.0), Real("y", 0.0, 15.0)))
@@ -310,3 +313,129 @@ def test_prefetching_drops_a_paused_trial_from_its_pending_points():
         assert 0 in searcher.inner.pending
     finally:
         searcher.close()
+
+
+# -- LadderModel: one model on every trial, ordered by the highest rungs ------------------------
+def test_promoted_trials_swap_their_scores_in_the_order_of_the_higher_rung():
+    # 0 and 1 were promoted from rung 1; at rung 3 trial 0 is the better: it takes 1's score
+    scores = ladder_scores({1: {0: 5.0, 1: 3.0, 2: 6.0, 3: 9.0}, 3: {0: 1.0, 1: 2.0}})
+    assert scores == {0: 3.0, 1: 5.0, 2: 6.0, 3: 9.0}
+    # a third rung orders within its own members only
+    scores = ladder_scores({1: {0: 5.0, 1: 3.0, 2: 6.0, 3: 9.0}, 3: {0: 1.0, 1: 2.0, 2: 1.5}, 9: {1: 0.1, 2: 0.2}})
+    assert scores == {0: 3.0, 1: 5.0, 2: 6.0, 3: 9.0}
+    scores = ladder_scores({1: {0: 5.0, 1: 3.0, 2: 6.0}, 3: {0: 1.0, 1: 2.0, 2: 1.5}, 9: {2: 0.1, 1: 0.2}})
+    assert scores == {0: 3.0, 2: 5.0, 1: 6.0}
+
+
+def test_a_trial_without_a_lowest_rung_result_joins_at_its_first_result():
+    assert ladder_scores({1: {0: 5.0}, TOP: {0: 1.0, 1: 0.5}}) == {0: 5.0, 1: 0.5}
+    assert ladder_scores({}) == {}
+
+
+def ladder() -> tuple[LadderModel, Spy]:
+    inner = Spy(SPACE, seed=0)
+    return LadderModel(inner, SPACE, top=TOP), inner
+
+
+def test_the_model_is_told_every_trial_and_told_again_when_its_score_changes():
+    model, inner = ladder()
+    ps = asked(model, 3)
+    assert set(inner.pending) == {0, 1, 2}
+    for n, loss in enumerate((5.0, 3.0, 6.0)):
+        model.tell_rung(n, ps[n], 1, loss)
+    assert {n: loss for n, (_, loss) in inner.observed.items()} == {0: 5.0, 1: 3.0, 2: 6.0}
+    assert not inner.pending
+    model.tell_rung(1, ps[1], 3, 2.0)
+    model.tell_rung(0, ps[0], 3, 1.0)  # better than 1 at rung 3: the two swap
+    assert {n: loss for n, (_, loss) in inner.observed.items()} == {0: 3.0, 1: 5.0, 2: 6.0}
+    assert inner.observed[0][0] == ps[0] and inner.observed[1][0] == ps[1]
+    model.tell_rung(0, ps[0], 3, 9.0)  # a repeat is no news
+    assert inner.observed[0][1] == 3.0
+
+
+def test_paused_and_promoted_trials_are_observations_not_fantasies():
+    model, inner = ladder()
+    ps = asked(model, 2)
+    model.tell_rung(0, ps[0], 1, 5.0)
+    model.drop_pending(0)  # paused at rung 1
+    model.add_pending(0, ps[0])  # promoted
+    assert 0 in model.pending and 0 not in inner.pending and inner.observed[0][1] == 5.0
+    model.drop_pending(1)  # a trial without a result is a fantasy until it pauses
+    assert 1 not in inner.pending
+    model.add_pending(1, ps[1])
+    assert 1 in inner.pending
+
+
+def test_a_trial_ends_as_a_failure_only_without_any_result():
+    model, inner = ladder()
+    ps = asked(model, 3)
+    model.tell_rung(0, ps[0], 1, 5.0)
+    model.tell(0, ps[0], None)  # crashed after rung 1: keeps its score
+    model.tell(1, ps[1], None)  # crashed before any rung
+    model.tell(2, ps[2], 4.0)  # completed (stopped early, before rung 1): joins at its final loss
+    assert {n: loss for n, (_, loss) in inner.observed.items()} == {0: 5.0, 1: None, 2: 4.0}
+    assert model.results[TOP] == {2: (ps[2], 4.0)}
+
+
+def test_the_ladder_hooks_forward_to_the_inner_searcher():
+    model, inner = ladder()
+    backlog = lambda: False  # noqa: E731
+    model.watch_backlog(backlog)
+    model.pause(True)
+    ps = asked(model, 1)
+    assert model.ask_wait_s == 0.25 and model.prefers_fresh() and model.ready()
+    assert inner.backlog is backlog and inner.paused == [True]
+    model.tell_rung(0, ps[0], 1, 1.0)
+    assert model.report() == "model on all rungs (1 at rung 1); spy report"
+    model.close()
+    assert inner.closed
+
+
+def test_a_prefetching_model_on_the_ladder_suggests_valid_new_points():
+    settings = SearchSettings(algorithm="bayesian", surrogate="GP", acquisition="gp_hedge", initial_points=3,
+                              trials=40, seed=0, target=None)
+    model = LadderModel(make_searcher(SPACE, settings, prefetch=4), SPACE, top=TOP)
+    try:
+        seen = set()
+        for n in range(30):  # every trial reports rung 1; every third goes on to rung 3
+            p = model.ask(n)
+            assert -5.0 <= p["x"] <= 10.0 and 0.0 <= p["y"] <= 15.0 and (p["x"], p["y"]) not in seen
+            seen.add((p["x"], p["y"]))
+            model.tell_rung(n, p, 1, branin(p, 1))
+            if n % 3 == 0:
+                model.tell_rung(n, p, 3, branin(p, 3))
+        assert len(model.inner.inner.observed) == 30 and model.inner.error is None
+    finally:
+        model.close()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_ladder_kept_one_result_at_a_time_equals_the_ladder_scored_at_once(seed):
+    """Random ASHA-like histories (ties included, some trials completing early): after every
+    result the model's scores are `ladder_scores` of everything so far."""
+    rng = random.Random(seed)
+    model, inner = ladder()
+    rungs = (1, 3, 9, TOP)
+    reached = {}  # trial -> the index of its next rung
+    results: dict[int, dict[int, float]] = {}
+    for step in range(150):
+        going = [t for t, k in reached.items() if k < len(rungs)]
+        if not going or rng.random() < 0.4:
+            trial = len(reached)
+            reached[trial] = 0
+            model.ask(trial)
+        else:
+            trial = rng.choice(going)
+        rung = rungs[reached[trial]]
+        loss = float(rng.randint(0, 30))  # few distinct values: ties
+        if rung != TOP and rng.random() < 0.05:  # it completes now, early
+            model.tell(trial, {"x": 0.0, "y": 0.0}, loss)
+            results.setdefault(TOP, {})[trial] = loss
+            reached[trial] = len(rungs)
+        else:
+            model.tell_rung(trial, {"x": 0.0, "y": 0.0}, rung, loss)
+            results.setdefault(rung, {})[trial] = loss
+            reached[trial] += 1
+        expected = ladder_scores(results)
+        assert model.scores == expected, f"step {step}"
+        assert {t: v for t, (_, v) in inner.observed.items()} == expected

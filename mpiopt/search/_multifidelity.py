@@ -1,7 +1,10 @@
-"""Learning from partial training: the model is fitted on one rung of an early-stopping scheduler.
+"""Learning from partial training: models fitted on the rung results of an early-stopping scheduler.
 
 Schedulers such as ASHA and Hyperband judge trials at *rungs*, epoch counts such as 1, 3, 9, 27,
-and stop or pause most of them there. `RungModel` collects every result per rung and fits its
+and stop or pause most of them there. Two models learn from them. `LadderModel`, which `mpiopt
+search` uses, fits one model on every trial, scored on the lowest rung's scale in the order the
+higher rungs give (`ladder_scores`; see its class). `RungModel`, the alternative that
+bench/multifidelity.py compares it with, collects every result per rung and fits its
 inner searcher on one rung only, with BOHB's rule (Falkner, Klein and Hutter, "BOHB: Robust and
 efficient hyperparameter optimization at scale", ICML 2018): the highest rung with at least
 `enough` results. Losses after different numbers of epochs are not comparable, so one model never
@@ -27,6 +30,7 @@ hand-out waits for a model at a switch; then the old one is closed.
 """
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -263,3 +267,203 @@ class RungModel(Searcher):
             if trial not in told:
                 inner.add_pending(trial, self.pending[trial])
         return inner, rung, told
+
+
+def ladder_scores(results: dict[int, dict[int, float]]) -> dict[int, float]:
+    """Every trial's score on the lowest rung's scale, in the order the highest rungs give.
+
+    `results`: epochs -> trial -> finite loss. A trial's score starts as its loss at the lowest
+    rung it has, among the lowest rung's results; then, rung by rung upwards, the trials with a
+    result there swap their scores among themselves so that the better one there holds the
+    better score. A trial that stopped at rung 1 keeps its rung-1 loss; the trials promoted past
+    it keep the rung-1 losses they had as a set (they earned them), in the order of the highest
+    rung they reached. So the model sees every trial, on one scale, and ASHA's own ranking.
+
+    A trial with a result at a higher rung but none at the lowest joins with that result as its
+    starting score (a completed trial that stopped early, told at its final loss; see RungModel).
+    """
+    scores: dict[int, float] = {}
+    for rung in sorted(results):
+        at_rung = results[rung]
+        members = [t for t in at_rung if t in scores]
+        ranked = sorted(members, key=lambda t: (at_rung[t], t))
+        scores.update(zip(ranked, sorted(scores[t] for t in members), strict=True))
+        scores.update((t, loss) for t, loss in at_rung.items() if t not in scores)
+    return scores
+
+
+class LadderModel(Searcher):
+    """Fits one inner searcher on every trial, each scored by `ladder_scores` of its rung results.
+
+    BOHB's rule (`RungModel`) fits the model on one rung and leaves out the many trials stopped
+    below it; the ladder keeps them all on the lowest rung's scale and lets the higher rungs order
+    the trials that reached them (bench/multifidelity.py compares the two).
+
+    A trial is pending in the inner searcher until its first result; from then on it is an
+    observation whose score may change as it, or others, reach higher rungs (it is told again
+    with its new score). A paused or promoted trial is therefore never a fantasy: it has a score.
+    A trial that ends without any result reaches the model as a failure.
+
+    Args:
+        inner: the searcher fitted on the scores (asked for every suggestion).
+        space: the search space.
+        top: the training epochs: a completed trial counts as a result at this rung.
+        seed: kept as `self.seed`.
+
+    Attributes:
+        results: epochs -> trial -> (params, loss), as reported (the first report of a
+            (trial, epochs) wins), plus completed trials at `top`.
+        scores: trial -> the score the inner searcher was last told.
+    """
+
+    def __init__(self, inner: Searcher, space: Space, *, top: int, seed: int = 0) -> None:
+        if top < 1:
+            raise ValueError(f"LadderModel needs top >= 1, not top={top}")
+        super().__init__(space, seed=seed)
+        self.inner = inner
+        self.top = top
+        self.results: dict[int, dict[int, Result]] = {}
+        self.scores: dict[int, float] = {}
+        self.ladder = Ladder()
+        self._params: dict[int, Params] = {}
+
+    # -- the interface -------------------------------------------------------------------
+    def ask(self, trial: int) -> Params:
+        params = self.inner.ask(trial)
+        self.ask_wait_s = self.inner.ask_wait_s
+        self.pending[trial] = params
+        return params
+
+    def add_pending(self, trial: int, params: Params) -> None:
+        super().add_pending(trial, params)
+        if trial not in self.scores:  # a promoted trial is an observation already
+            self.inner.add_pending(trial, params)
+
+    def drop_pending(self, trial: int) -> None:
+        super().drop_pending(trial)
+        if trial not in self.scores:
+            self.inner.drop_pending(trial)
+
+    def tell_rung(self, trial: int, params: Params, epochs: int, loss: float | None) -> None:
+        """A result of `trial` at the rung of `epochs` epochs (None, NaN or inf: it has no loss there)."""
+        at_rung = self.results.setdefault(epochs, {})
+        if trial in at_rung:  # the first report wins: a repeat is the scheduler's echo, not news
+            return
+        at_rung[trial] = (dict(params), _finite(loss))
+        self._add(trial, at_rung[trial][0], epochs, at_rung[trial][1])
+
+    def tell(self, trial: int, params: Params, loss: float | None) -> None:
+        """The trial's final word: a completed trial (finite loss) counts as a result at `top`
+        unless it has one there; one without any result reaches the model as a failure."""
+        super().tell(trial, params, loss)
+        final = self.observed[trial][1]
+        at_top = self.results.setdefault(self.top, {})
+        if final is not None and trial not in at_top:
+            at_top[trial] = (dict(params), final)
+            self._add(trial, at_top[trial][0], self.top, final)
+        elif final is None and trial not in self.scores:
+            self.inner.tell(trial, params, None)
+
+    # -- optional hooks: the inner searcher's ----------------------------------------------------
+    def holds_hand_outs(self, may_hold: bool) -> bool:
+        return self.inner.holds_hand_outs(may_hold)
+
+    def ready(self) -> bool:
+        return self.inner.ready()
+
+    def prefers_fresh(self) -> bool:
+        return self.inner.prefers_fresh()
+
+    def watch_backlog(self, results_waiting: Callable[[], bool]) -> None:
+        self.inner.watch_backlog(results_waiting)
+
+    def pause(self, busy: bool) -> None:
+        self.inner.pause(busy)
+
+    def report(self) -> str:
+        counts = ", ".join(f"{len(self.results[r])} at rung {r}" for r in sorted(self.results)) or "no results yet"
+        inner = self.inner.report()
+        return f"model on all rungs ({counts}); {inner}" if inner else f"model on all rungs ({counts})"
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def _suggest(self) -> Params:  # required by Searcher; ask() is overridden and never calls it
+        return self.inner._suggest()
+
+    # -- a result arrives ----------------------------------------------------------------------
+    def _add(self, trial: int, params: Params, rung: int, loss: float | None) -> None:
+        """Score the trial's new result, and tell the inner searcher every score that changed."""
+        if loss is None:
+            return
+        self._params[trial] = params
+        if trial not in self.scores:  # its first result: it joins with its own loss
+            self._retell({trial: loss})
+            return
+        changed = self.ladder.join(rung, trial, loss, self.scores[trial])
+        self._retell(self.ladder.propagate(rung, changed))
+
+    def _retell(self, changed: dict[int, float]) -> None:
+        for trial, score in changed.items():
+            if self.scores.get(trial) != score:
+                self.scores[trial] = score
+                self.inner.tell(trial, self._params[trial], score)
+
+
+class Ladder:
+    """`ladder_scores` kept up to date one result at a time, in time proportional to the scores
+    that change (the trials whose rank at a rung lies between the newcomer's two ranks there).
+
+    Per rung, the members (trials with a result there that had a score before it) are kept sorted
+    by their loss there, and the scores they brought sorted by value: the member of rank k holds
+    the k-th smallest score. Results of a trial must arrive in the order of its rungs, as a
+    trial's reports do.
+    """
+
+    def __init__(self) -> None:
+        self.ranked: dict[int, list[tuple[float, int]]] = {}  # rung -> (loss there, trial), sorted
+        self.values: dict[int, list[float]] = {}  # rung -> the scores its members brought, sorted
+        self.brought: dict[int, dict[int, float]] = {}  # rung -> trial -> the score it brought
+        self.loss: dict[int, dict[int, float]] = {}  # rung -> trial -> its loss there
+        self.rungs_of: dict[int, list[int]] = {}  # trial -> the rungs it is a member of, ascending
+
+    def join(self, rung: int, trial: int, loss: float, brought: float) -> dict[int, float]:
+        """`trial`, scored `brought` so far, has `loss` at `rung`: the members whose score there changed."""
+        ranked, values = self.ranked.setdefault(rung, []), self.values.setdefault(rung, [])
+        self.brought.setdefault(rung, {})[trial] = brought
+        self.loss.setdefault(rung, {})[trial] = loss
+        self.rungs_of.setdefault(trial, []).append(rung)
+        i = bisect.bisect_left(ranked, (loss, trial))
+        ranked.insert(i, (loss, trial))
+        j = bisect.bisect_left(values, brought)
+        values.insert(j, brought)
+        return {ranked[k][1]: values[k] for k in range(min(i, j), max(i, j) + 1)}
+
+    def rebring(self, rung: int, trial: int, brought: float) -> dict[int, float]:
+        """A member of `rung` brings a new score there: the members whose score there changed."""
+        ranked, values = self.ranked[rung], self.values[rung]
+        old = self.brought[rung][trial]
+        self.brought[rung][trial] = brought
+        a = bisect.bisect_left(values, old)
+        del values[a]
+        b = bisect.bisect_left(values, brought)
+        values.insert(b, brought)
+        return {ranked[k][1]: values[k] for k in range(min(a, b), max(a, b) + 1)}
+
+    def propagate(self, rung: int, changed: dict[int, float]) -> dict[int, float]:
+        """Carry the changes at `rung` up to the higher rungs the changed trials are members of;
+        returns each affected trial's final score (its score at its highest rung)."""
+        final: dict[int, float] = {}
+        due: dict[int, dict[int, float]] = {rung: changed}
+        while due:
+            at = min(due)
+            for trial, score in due.pop(at).items():
+                above = [r for r in self.rungs_of[trial] if r > at]
+                if not above:
+                    final[trial] = score
+                    continue
+                nxt = above[0]
+                if self.brought[nxt][trial] != score:
+                    for member, s in self.rebring(nxt, trial, score).items():
+                        due.setdefault(nxt, {})[member] = s
+        return final
