@@ -22,10 +22,12 @@ searcher as a failure.
   bayes         today's default: GP (gp_hedge, initial_points 5, the example space's settings), full training
   random        random search, full training
   random+asha   random search, ASHA (min_epochs 1, reduction_factor 3: rungs 1, 3, 9, 27)
-  bayes+asha    mpiopt's: the GP fitted on every trial's ladder score (LadderModel), ASHA
-  bohb+asha     the GP fitted on the highest rung with 5 results (BOHB's rule, RungModel), ASHA
+  bayes+asha    mpiopt's: the GP fitted on the highest rung with 5 results (BOHB's rule, RungModel), ASHA
+  ladder+asha   the GP fitted on every trial, scored on rung 1's scale in the order of the higher rungs
+                (LadderModel), ASHA
   hyperband     random search, Hyperband (ASHA brackets from rungs 1, 3, 9 and 27)
-  bayes+hyperband  the GP on ladder scores, Hyperband
+  bayes+hyperband  the GP on rungs (BOHB's rule), Hyperband (BOHB)
+  ladder+hyperband the GP on ladder scores, Hyperband
   optuna        Optuna's TPESampler(constant_liar=True, seed) with HyperbandPruner(1, 27, 3), a
                 trial reporting every epoch and stopping when should_prune() says so
                 (`pip install optuna` for this benchmark only; mpiopt does not depend on it)
@@ -72,8 +74,9 @@ EPOCHS, MIN_EPOCHS, REDUCTION = 27, 1, 3
 TARGET_GAP = 0.005
 # method -> (search.algorithm, search.scheduler); optuna is Optuna's
 METHODS = {"bayes": ("bayesian", "none"), "random": ("random", "none"), "random+asha": ("random", "asha"),
-           "bayes+asha": ("bayesian", "asha"), "bohb+asha": ("bayesian", "asha"), "hyperband": ("random", "hyperband"),
-           "bayes+hyperband": ("bayesian", "hyperband"), "optuna": None}
+           "bayes+asha": ("bayesian", "asha"), "ladder+asha": ("bayesian", "asha"),
+           "hyperband": ("random", "hyperband"), "bayes+hyperband": ("bayesian", "hyperband"),
+           "ladder+hyperband": ("bayesian", "hyperband"), "optuna": None}
 
 
 # -- the recorded curves -------------------------------------------------------------------------
@@ -316,11 +319,11 @@ def make_policy(method: str, curves: Curves, cfg, seed: int):
                            reduction_factor=REDUCTION, pausable=True)
     if settings.scheduler == "none":
         searcher = make_searcher(cfg.space, settings)
-    elif method == "bohb+asha":
+    elif method.startswith("ladder+"):
+        searcher = LadderModel(make_searcher(cfg.space, settings), cfg.space, top=EPOCHS, seed=seed)
+    else:  # as mpiopt search builds it (cli._make_searcher)
         searcher = RungModel(lambda: make_searcher(cfg.space, settings), cfg.space, top=EPOCHS,
                              enough=settings.initial_points, seed=seed)
-    else:  # as mpiopt search builds it (cli._make_searcher)
-        searcher = LadderModel(make_searcher(cfg.space, settings), cfg.space, top=EPOCHS, seed=seed)
     return MpioptPolicy(curves, searcher, sched, oracle_at)
 
 
@@ -381,7 +384,9 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--widths", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--budget", type=float, default=60, help="full trainings of compute per search")
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--methods", nargs="+", choices=METHODS,
+                        default=[m for m in METHODS if not m.startswith("ladder+")],
+                        help="default: all but ladder+asha and ladder+hyperband (an hour more on 2 cores)")
     parser.add_argument("--oracle-at", type=int, nargs="+", default=[], metavar="K",
                         help="also random+asha handing out the table's best configuration as trial K")
     parser.add_argument("--jobs", type=int, default=2)

@@ -365,7 +365,7 @@ def _make_searcher(cfg, link):
     """Several groups: suggestions are computed ahead in a background thread, so that no group
     waits for a surrogate fit. One group: suggested on demand, so that a sequential search is
     exactly reproducible. MPIOPT_PREFETCH=0 asks on demand with any number of groups."""
-    from .search import LadderModel, Searcher, make_searcher
+    from .search import RungModel, Searcher, make_searcher
 
     ahead = link.n_groups > 1 and _env.get("MPIOPT_PREFETCH") != "0"
 
@@ -375,8 +375,9 @@ def _make_searcher(cfg, link):
 
     if cfg.search.scheduler not in ("asha", "hyperband"):
         return make()
-    # the model sees every trial, ordered by the highest rung each reached (LadderModel)
-    return LadderModel(make(), cfg.space, top=int(cfg.training["epochs"]), seed=cfg.search.seed)
+    # BOHB's rule: the model is fitted on the highest rung with enough results to be ready
+    return RungModel(make, cfg.space, top=int(cfg.training["epochs"]), enough=cfg.search.initial_points,
+                     seed=cfg.search.seed)
 
 
 def _make_scheduler(cfg):

@@ -135,7 +135,10 @@ def kill_node(job: subprocess.Popen, proxy: int) -> list[int]:
     ranks = [int(p) for q in proxies
              for p in subprocess.run(["pgrep", "-P", str(q)], capture_output=True, text=True).stdout.split()]
     for pid in ranks:
-        os.kill(pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # gone already: the job may tear down as soon as one rank dies
+            pass
     return ranks
 
 

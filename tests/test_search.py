@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -125,29 +124,6 @@ def test_prefetching_serves_ready_points_that_stay_apart():
             s.tell(i, p, branin(p))
         assert len(inner.completed) == 9 and not inner.pending
         assert "from the surrogate" in s.report()
-    finally:
-        s.close()
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="a thread of its own nice value is Linux's")
-def test_the_suggestion_thread_yields_the_core_to_the_dispatch_loop():
-    """The background thread runs `RoundPolicy.nice` above the caller's nice value, so that on a
-    shared core the dispatch loop's wake-up preempts it."""
-    import threading
-    import time as _time
-
-    s = Prefetching(BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI"), groups=2)
-    try:
-        for i in range(3):
-            p = s.ask(i)
-            s.tell(i, p, branin(p))
-        deadline = _time.monotonic() + 30
-        while s.round is None and _time.monotonic() < deadline:
-            _time.sleep(0.01)
-        (thread,) = [t for t in threading.enumerate() if t.name == "mpiopt-suggestions"]
-        own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-        assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == min(19, own + RoundPolicy().nice)
-        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own  # the caller's is unchanged
     finally:
         s.close()
 

@@ -1,10 +1,10 @@
 """Learning from partial training: models fitted on the rung results of an early-stopping scheduler.
 
 Schedulers such as ASHA and Hyperband judge trials at *rungs*, epoch counts such as 1, 3, 9, 27,
-and stop or pause most of them there. Two models learn from them. `LadderModel`, which `mpiopt
-search` uses, fits one model on every trial, scored on the lowest rung's scale in the order the
-higher rungs give (`ladder_scores`; see its class). `RungModel`, the alternative that
-bench/multifidelity.py compares it with, collects every result per rung and fits its
+and stop or pause most of them there. Two models learn from them. `LadderModel`, an alternative
+that bench/multifidelity.py compares (not used by `mpiopt search`), fits one model on every trial,
+scored on the lowest rung's scale in the order the higher rungs give (`ladder_scores`; see its
+class). `RungModel`, which `mpiopt search` uses, collects every result per rung and fits its
 inner searcher on one rung only, with BOHB's rule (Falkner, Klein and Hutter, "BOHB: Robust and
 efficient hyperparameter optimization at scale", ICML 2018): the highest rung with at least
 `enough` results. Losses after different numbers of epochs are not comparable, so one model never

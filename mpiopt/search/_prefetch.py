@@ -30,7 +30,6 @@ handed out instead (a `fallback`).
 from __future__ import annotations
 
 import logging
-import os
 import statistics
 import sys
 import threading
@@ -76,9 +75,6 @@ class RoundPolicy:
     # the loop could wait for the whole round
     yield_every_s: float = 0.001
     yield_s: float = 0.00005
-    # the thread's nice value above the dispatch loop's (Linux, this thread only): on a core the two
-    # share, the loop's wake-up preempts the thread instead of waiting for the end of its time slice
-    nice: int = 10
     # a new round takes in at most this many hand-outs and results under the lock, the rest just
     # before it: each costs O(n^2 + n C), and the lock holds up the dispatch loop
     catch_up_in_lock: int = 2
@@ -98,18 +94,6 @@ class RoundPolicy:
     def from_env(cls) -> RoundPolicy:
         """The defaults, with `fresh_share` from MPIOPT_FRESH_SHARE (a ConfigError if malformed)."""
         return cls(fresh_share=_env.get("MPIOPT_FRESH_SHARE"))
-
-
-def _lower_this_thread(nice: int) -> None:
-    """Raise the calling thread's nice value by `nice` (Linux only: elsewhere a nice value is the
-    whole process's, and the dispatch loop must keep its own)."""
-    if sys.platform != "linux":
-        return
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
-    except OSError:  # not allowed here (a sandbox): the thread runs as it is
-        pass
 
 
 class _Abandoned(Exception):
@@ -453,7 +437,6 @@ class Prefetching(Searcher):
             self._thread.start()
 
     def _run(self) -> None:
-        _lower_this_thread(self.policy.nice)
         try:
             self._loop()
         except _Abandoned:
