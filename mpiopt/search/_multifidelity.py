@@ -424,30 +424,34 @@ class Ladder:
         self.ranked: dict[int, list[tuple[float, int]]] = {}  # rung -> (loss there, trial), sorted
         self.values: dict[int, list[float]] = {}  # rung -> the scores its members brought, sorted
         self.brought: dict[int, dict[int, float]] = {}  # rung -> trial -> the score it brought
-        self.loss: dict[int, dict[int, float]] = {}  # rung -> trial -> its loss there
         self.rungs_of: dict[int, list[int]] = {}  # trial -> the rungs it is a member of, ascending
 
     def join(self, rung: int, trial: int, loss: float, brought: float) -> dict[int, float]:
         """`trial`, scored `brought` so far, has `loss` at `rung`: the members whose score there changed."""
         ranked, values = self.ranked.setdefault(rung, []), self.values.setdefault(rung, [])
         self.brought.setdefault(rung, {})[trial] = brought
-        self.loss.setdefault(rung, {})[trial] = loss
         self.rungs_of.setdefault(trial, []).append(rung)
         i = bisect.bisect_left(ranked, (loss, trial))
         ranked.insert(i, (loss, trial))
         j = bisect.bisect_left(values, brought)
         values.insert(j, brought)
-        return {ranked[k][1]: values[k] for k in range(min(i, j), max(i, j) + 1)}
+        return self._holders(rung, i, j)
 
     def rebring(self, rung: int, trial: int, brought: float) -> dict[int, float]:
         """A member of `rung` brings a new score there: the members whose score there changed."""
-        ranked, values = self.ranked[rung], self.values[rung]
+        values = self.values[rung]
         old = self.brought[rung][trial]
         self.brought[rung][trial] = brought
         a = bisect.bisect_left(values, old)
         del values[a]
         b = bisect.bisect_left(values, brought)
         values.insert(b, brought)
+        return self._holders(rung, a, b)
+
+    def _holders(self, rung: int, a: int, b: int) -> dict[int, float]:
+        """The members of ranks a to b (either order) at `rung` and their scores: after an insert
+        at one rank and an insert or a move at the other, only these can have changed."""
+        ranked, values = self.ranked[rung], self.values[rung]
         return {ranked[k][1]: values[k] for k in range(min(a, b), max(a, b) + 1)}
 
     def propagate(self, rung: int, changed: dict[int, float]) -> dict[int, float]:
@@ -458,12 +462,10 @@ class Ladder:
         while due:
             at = min(due)
             for trial, score in due.pop(at).items():
-                above = [r for r in self.rungs_of[trial] if r > at]
-                if not above:
+                nxt = next((r for r in self.rungs_of[trial] if r > at), None)
+                if nxt is None:
                     final[trial] = score
-                    continue
-                nxt = above[0]
-                if self.brought[nxt][trial] != score:
+                elif self.brought[nxt][trial] != score:
                     for member, s in self.rebring(nxt, trial, score).items():
                         due.setdefault(nxt, {})[member] = s
         return final
