@@ -241,8 +241,8 @@ class RunDir:
         if blocker is not None:
             raise ConfigError(f"cannot write here: {blocker} exists and is not a directory", source=where)
         if resume and not self.holds_search():
-            raise ConfigError(f"--resume: no search to resume here (no {JOURNAL}); run without --resume to start one",
-                              source=where)
+            raise ConfigError(f"--resume: no search to resume here (no trial recorded in {JOURNAL}); "
+                              "run without --resume to start one", source=where)
         if not resume and self.holds_search():
             raise ConfigError("already holds a search; pass --resume to continue it, or choose another --out",
                               source=where)

@@ -29,13 +29,30 @@ search: {initial_points: 4, trials: 60, seed: 0}
 
 
 def _ranks(tmp_path):
-    """pid of the coordinator (from the run directory's lock) and of the other ranks."""
+    """pid of the coordinator (from the run directory's lock; None while the lock is a killed
+    job's) and of the other ranks."""
     lock = tmp_path / "runs" / "faults" / ".lock"
     coordinator = int(lock.read_text().split()[1]) if lock.exists() and lock.read_text() else None
     out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
     ranks = [int(line.split()[0]) for line in out.splitlines()
              if "-m mpiopt search" in line and "mpiexec" not in line and str(tmp_path) in line]
+    if coordinator not in ranks:
+        return None, ranks
     return coordinator, [p for p in ranks if p != coordinator]
+
+
+def _wait_for_search(tmp_path, job, timeout=60.0):
+    """The ranks' pids once the coordinator holds the run directory's lock and the journal holds
+    a trial (start-up takes seconds more on a loaded machine); (None, []) if the job ends first.
+    A job killed before its first trial leaves nothing to resume, which test_cli covers."""
+    journal = tmp_path / "runs" / "faults" / "trials.jsonl"
+    deadline = time.monotonic() + timeout
+    while job.poll() is None and time.monotonic() < deadline:
+        coordinator, others = _ranks(tmp_path)
+        if coordinator is not None and others and journal.exists() and journal.stat().st_size:
+            return coordinator, others
+        time.sleep(0.1)
+    return None, []
 
 
 def test_repeated_kills_lose_and_duplicate_nothing(write_yaml, tmp_path):
@@ -52,12 +69,12 @@ def test_repeated_kills_lose_and_duplicate_nothing(write_yaml, tmp_path):
             args.append("--resume")
         job = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)
-        time.sleep(rng.uniform(2.0, 4.0))  # TensorFlow-free ranks start in about 1 s
+        coordinator, others = _wait_for_search(tmp_path, job)
+        time.sleep(rng.uniform(0.5, 2.5))  # a random moment of the search, not of start-up
         if job.poll() is None:
-            coordinator, others = _ranks(tmp_path)
-            if kind == "job" or coordinator is None or not others:
+            assert coordinator is not None, f"cycle {cycle}: the coordinator never took the lock"
+            if kind == "job":
                 os.killpg(job.pid, signal.SIGKILL)
-                kind = "job"
             elif kind == "coordinator":
                 os.kill(coordinator, signal.SIGKILL)
             else:
