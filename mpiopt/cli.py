@@ -221,7 +221,7 @@ def _start_pulse(comm, plan):
               file=sys.stderr, flush=True)
         comm.Abort(1)
 
-    return transport.Pulse(comm, [0], watch=0, silent_s=transport.COORDINATOR_SILENT_S,
+    return transport.Pulse(comm, [0], watch=0, silent_s=_env.get("MPIOPT_COORDINATOR_SILENT_S"),
                            on_silence=coordinator_lost).start()
 
 

@@ -35,7 +35,6 @@ TAG_PULSE = 19  # "this rank lives": a group's ranks to the coordinator, every P
 # trial never looks dead.
 PULSE_S = 2.0
 LOST_AFTER_S = 8.0
-COORDINATOR_SILENT_S = 30.0  # a group ends the job once the coordinator was silent this long (its node died)
 # A rank's last pulse to a peer is this one byte (the others are empty). MPI_Finalize must find no
 # pulse unreceived (MPICH kills the sender of one), so at the end each side takes in its peers'
 # pulses up to their last one.

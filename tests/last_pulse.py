@@ -17,7 +17,7 @@ if rank == 0:
     assert link.recv_message(timeout=0.5) is None  # pulses only: taken in, nothing to serve
     link.shutdown()
 else:
-    pulse = transport.Pulse(comm, [0], watch=0, silent_s=transport.COORDINATOR_SILENT_S, every_s=EVERY_S).start()
+    pulse = transport.Pulse(comm, [0], watch=0, silent_s=30.0, every_s=EVERY_S).start()
     time.sleep(0.3)
     transport.recv_bytes(comm, 0, transport.TAG_STOP)
     time.sleep(0.3)  # the coordinator pulses on meanwhile

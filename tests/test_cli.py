@@ -111,6 +111,10 @@ def test_tuning_variables_read_empty_as_unset_and_log_levels_in_any_case(monkeyp
     monkeypatch.setenv("MPIOPT_COLLECTIVE_SPIN", "inf")
     with pytest.raises(ConfigError, match="MPIOPT_COLLECTIVE_SPIN"):
         _env.check()
+    monkeypatch.delenv("MPIOPT_COLLECTIVE_SPIN")
+    monkeypatch.setenv("MPIOPT_COORDINATOR_SILENT_S", "2")  # shorter than a few pulses: refused
+    with pytest.raises(ConfigError, match="MPIOPT_COORDINATOR_SILENT_S: expected a number >= 6"):
+        _env.check()
 
 
 def test_the_launcher_rank_and_size_are_read_before_mpi_starts(monkeypatch):

@@ -127,11 +127,11 @@ def test_mnist1d_search_under_mpiexec(tmp_path):
     space = tmp_path / "mnist1d.yaml"
     text = (root / "searchspaces" / "mnist1d.yaml").read_text()
     text = text.replace("../examples/", str(root / "examples") + "/")
-    text = text.replace("trials: 12", "trials: 4").replace("epochs: 15", "epochs: 6")
+    text = text.replace("trials: 12", "trials: 4").replace("epochs: 15", "epochs: 3")
     space.write_text(text)
     p = run_cli(["search", space], cwd=tmp_path, np=3, timeout=300, env={"MPIOPT_PROGRESS_S": "0"})
     assert p.returncode == 0, p.stderr
-    assert "trial 0, epoch 1 of 6: val_accuracy=" in p.stderr  # a training trial's progress lines
+    assert "trial 0, epoch 1 of 3: val_accuracy=" in p.stderr  # a training trial's progress lines
     df = mpiopt.load_results(tmp_path / "runs" / "mnist1d-mlp")
     assert len(df) == 4 and set(df.status) == {"completed"}, df.error.tolist()
     assert df.objective.max() > 0.3  # 10 classes: chance is 0.1
@@ -160,3 +160,18 @@ def test_mnist1d_search_under_mpiexec(tmp_path):
     assert mpiopt.load_model(retrained).count_params() == model.count_params()
     p = run_cli(["train", space, "--trial", "best"], cwd=tmp_path, timeout=300)
     assert p.returncode == 2 and "already holds a training run" in p.stderr  # never overwritten
+
+
+def test_the_mnist1d_example_makes_its_data_once_and_remakes_a_broken_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    example = runpy.run_path(str(SPACES.parent.parent / "examples" / "mnist1d.py"))
+    made = example["load_data"](num_samples=200, seed=3)
+    cache = tmp_path / "mpiopt" / "mnist1d_200_3.npz"
+    assert cache.exists() and not list(cache.parent.glob("*.part*"))
+    arrays = lambda data: [*data[0], *data[1]]  # noqa: E731
+    for again in (example["load_data"](num_samples=200, seed=3), example["_make"](200, 3)):
+        assert all(a.dtype == b.dtype and (a == b).all() for a, b in zip(arrays(made), arrays(again), strict=True))
+    cache.write_bytes(cache.read_bytes()[:100])  # a torn file: made again, not an error
+    remade = example["load_data"](num_samples=200, seed=3)
+    assert all((a == b).all() for a, b in zip(arrays(made), arrays(remade), strict=True))
+    assert len(cache.read_bytes()) > 100
