@@ -4,6 +4,7 @@ and Optuna's pruned TPE, with 1, 8 and 32 groups.
     python bench/multifidelity.py [--seeds 50] [--widths 1 8 32] [--budget 60] [--jobs 2]
                                   [--methods bayes random+asha bayes+asha hyperband optuna]
                                   [--curves bench/data/mnist1d_cnn_curves.jsonl] [--oracle-at K ...]
+                                  [--acquisition gp_hedge|EI|PI|LCB]
 
 The curves are real: bench/record_curves.py trained 200 random configurations of the MNIST-1D CNN
 space (searchspaces/mnist1d_cnn.yaml) for 27 epochs each on one process and kept every epoch's
@@ -308,13 +309,13 @@ class OptunaPolicy:
         return (trial, idx, epoch, epoch + 1), None
 
 
-def make_policy(method: str, curves: Curves, cfg, seed: int):
+def make_policy(method: str, curves: Curves, cfg, seed: int, acquisition: str):
     if method == "optuna":
         return OptunaPolicy(curves, cfg.space, seed)
     oracle_at = int(method.split("@")[1]) if method.startswith("oracle@") else None
     algorithm, scheduler = METHODS["random+asha" if oracle_at is not None else method]
     settings = cfg.with_search(seed=seed, algorithm=algorithm, scheduler=scheduler, min_epochs=MIN_EPOCHS,
-                               reduction_factor=REDUCTION).search
+                               reduction_factor=REDUCTION, acquisition=acquisition).search
     sched = make_scheduler(settings.scheduler, epochs=EPOCHS, min_epochs=MIN_EPOCHS,
                            reduction_factor=REDUCTION, pausable=True)
     if settings.scheduler == "none":
@@ -329,10 +330,10 @@ def make_policy(method: str, curves: Curves, cfg, seed: int):
 
 # -- the experiment ------------------------------------------------------------------------------
 def run_one(job: tuple) -> tuple[str, int, int, Trace]:
-    method, width, seed, budget, curves_path = job
+    method, width, seed, budget, curves_path, acquisition = job
     cfg = load_config(ROOT / "searchspaces" / "mnist1d_cnn.yaml")
     curves = Curves.load(curves_path, cfg.space)
-    trace = simulate(make_policy(method, curves, cfg, seed), curves, width, budget * EPOCHS)
+    trace = simulate(make_policy(method, curves, cfg, seed, acquisition), curves, width, budget * EPOCHS)
     return method, width, seed, trace
 
 
@@ -350,12 +351,13 @@ def print_rung_correlation(curves: Curves) -> None:
     print("rank correlation with the final value, " + ", ".join(rhos))
 
 
-def report(traces: dict, methods: list[str], widths: list[int], budget: float, curves: Curves) -> None:
+def report(traces: dict, methods: list[str], widths: list[int], budget: float, curves: Curves,
+           acquisition: str) -> None:
     target = curves.target()
     full_train_s = float(np.median(curves.sec.sum(axis=1)))
     print(f"\n{len(curves.params)} configurations x {EPOCHS} epochs; best in the table "
           f"{curves.acc.max():.4f}, target {target:.4f}; median full training {full_train_s:.1f} s; "
-          f"budget {budget:g} full trainings ({budget * EPOCHS:g} epochs)")
+          f"budget {budget:g} full trainings ({budget * EPOCHS:g} epochs); the GP's acquisition {acquisition}")
     print_rung_correlation(curves)
     fractions = (0.125, 0.25, 0.5, 1.0)
     for width in widths:
@@ -391,11 +393,13 @@ def main() -> None:
                         help="also random+asha handing out the table's best configuration as trial K")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--curves", type=Path, default=ROOT / "bench" / "data" / "mnist1d_cnn_curves.jsonl")
+    parser.add_argument("--acquisition", choices=["gp_hedge", "EI", "PI", "LCB"], default="gp_hedge",
+                        help="the GP's acquisition for mpiopt's Bayesian methods (default: the space's, gp_hedge)")
     args = parser.parse_args()
     args.methods += [f"oracle@{k}" for k in args.oracle_at]
     cfg = load_config(ROOT / "searchspaces" / "mnist1d_cnn.yaml")
     curves = Curves.load(args.curves, cfg.space)
-    jobs = [(m, w, s, args.budget, args.curves) for w in args.widths for m in args.methods
+    jobs = [(m, w, s, args.budget, args.curves, args.acquisition) for w in args.widths for m in args.methods
             for s in range(args.first_seed, args.first_seed + args.seeds)]
     traces: dict = {(m, w): [] for m in args.methods for w in args.widths}
     t0 = time.monotonic()
@@ -404,7 +408,7 @@ def main() -> None:
             traces[(method, width)].append(trace)
             if k % 50 == 0:
                 print(f"{k}/{len(jobs)} searches, {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-    report(traces, args.methods, args.widths, args.budget, curves)
+    report(traces, args.methods, args.widths, args.budget, curves, args.acquisition)
 
 
 if __name__ == "__main__":
