@@ -18,7 +18,7 @@ def load_data(num_samples: int = 5000, seed: int = 42):
     try:
         with np.load(cache) as d:
             return (d["x"], d["y"]), (d["x_val"], d["y_val"])
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):  # not made yet, or broken: make it again
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile):  # not made yet, or broken: remake
         pass
     (x, y), (x_val, y_val) = _make(num_samples, seed)
     _keep(cache, x=x, y=y, x_val=x_val, y_val=y_val)

@@ -171,7 +171,8 @@ def test_the_mnist1d_example_makes_its_data_once_and_remakes_a_broken_cache(tmp_
     arrays = lambda data: [*data[0], *data[1]]  # noqa: E731
     for again in (example["load_data"](num_samples=200, seed=3), example["_make"](200, 3)):
         assert all(a.dtype == b.dtype and (a == b).all() for a, b in zip(arrays(made), arrays(again), strict=True))
-    cache.write_bytes(cache.read_bytes()[:100])  # a torn file: made again, not an error
-    remade = example["load_data"](num_samples=200, seed=3)
-    assert all((a == b).all() for a, b in zip(arrays(made), arrays(remade), strict=True))
-    assert len(cache.read_bytes()) > 100
+    for broken in (cache.read_bytes()[:100], b""):  # a torn or empty file: made again, not an error
+        cache.write_bytes(broken)
+        remade = example["load_data"](num_samples=200, seed=3)
+        assert all((a == b).all() for a, b in zip(arrays(made), arrays(remade), strict=True))
+        assert len(cache.read_bytes()) > 100
