@@ -7,6 +7,8 @@ never disturbs the search.
 from __future__ import annotations
 
 import json
+import os
+import socket
 from collections import Counter
 import time
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ class Liveness:
     state: str  # "running", "ended", "stopped" or "unknown"
     age_s: float | None  # seconds since the last heartbeat
     where: str = ""
+    gone: bool = False  # stopped, seen at once: the coordinator's process on this machine is no more
 
 
 def liveness(run: Path, now: float) -> Liveness:
@@ -40,7 +43,24 @@ def liveness(run: Path, now: float) -> Liveness:
     where = f"pid {beat.get('pid')} on {beat.get('host')}"
     if beat.get("state") == "ended":
         return Liveness("ended", age, where)
+    if _gone_from_this_machine(beat):
+        return Liveness("stopped", age, where, gone=True)
     return Liveness("running" if age <= STALE_BEATS * HEARTBEAT_EVERY_S else "stopped", age, where)
+
+
+def _gone_from_this_machine(beat: dict) -> bool:
+    """The coordinator ran on this host and its pid no longer exists: a kill -9 shows at once,
+    not a few heartbeats later. On any other host only the heartbeat's age can tell."""
+    pid = beat.get("pid")
+    if beat.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists, as another user's process
+        return False
+    return False
 
 
 def last_signs(events: list[dict]) -> dict[int, float]:
@@ -88,6 +108,9 @@ def _state_line(run: Path, alive: Liveness) -> str:
         return f"{run}: running ({alive.where}, heartbeat {alive.age_s:.0f} s ago)"
     if alive.state == "ended":
         return f"{run}: ended {format_hours(alive.age_s / 3600)} ago"
+    if alive.gone:
+        return (f"{run}: not running: its coordinator ({alive.where}) is gone (killed); "
+                f"`mpiopt search SPACE --out {run} --resume` continues it")
     if alive.state == "stopped":
         return (f"{run}: not running: no heartbeat for {format_hours(alive.age_s / 3600)} (killed, or its node "
                 f"lost); `mpiopt search SPACE --out {run} --resume` continues it")

@@ -3,7 +3,11 @@ an ASHA search under mpiexec with completed, pruned and failed trials), in-proce
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -207,6 +211,20 @@ def test_status_of_a_killed_search_says_so_and_how_to_go_on(tmp_path):
     text = status_text(str(run))
     assert "not running: no heartbeat for 5 min" in text and "--resume" in text
     assert "interrupted (run again on --resume)" in text
+
+
+def test_status_sees_at_once_that_a_coordinator_on_this_machine_is_gone(tmp_path):
+    run = copy_run(tmp_path)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its pid now names no process
+    here = socket.gethostname()
+    for pid, host, said in ((gone.pid, here, f": not running: its coordinator (pid {gone.pid} on {here}) is gone"),
+                            (os.getpid(), here, ": running (pid"),
+                            (gone.pid, "another-node", ": running (pid")):  # there, only the heartbeat tells
+        (run / HEARTBEAT).write_text(json.dumps({"state": "running", "time": time.time() - 1, "host": host,
+                                                 "pid": pid}))
+        line = status_text(str(run)).splitlines()[0]
+        assert said in line, line
 
 
 def test_status_of_a_running_search_lists_groups_and_warns_of_a_silent_one(tmp_path):
