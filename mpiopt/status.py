@@ -108,12 +108,12 @@ def _state_line(run: Path, alive: Liveness) -> str:
         return f"{run}: running ({alive.where}, heartbeat {alive.age_s:.0f} s ago)"
     if alive.state == "ended":
         return f"{run}: ended {format_hours(alive.age_s / 3600)} ago"
+    go_on = f"`mpiopt search SPACE --out {run} --resume` continues it"
     if alive.gone:
-        return (f"{run}: not running: its coordinator ({alive.where}) is gone (killed); "
-                f"`mpiopt search SPACE --out {run} --resume` continues it")
+        return f"{run}: not running: its coordinator ({alive.where}) is gone (killed); {go_on}"
     if alive.state == "stopped":
         return (f"{run}: not running: no heartbeat for {format_hours(alive.age_s / 3600)} (killed, or its node "
-                f"lost); `mpiopt search SPACE --out {run} --resume` continues it")
+                f"lost); {go_on}")
     return f"{run}: no heartbeat file (a search of an older mpiopt): whether it runs is unknown"
 
 

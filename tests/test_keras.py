@@ -168,7 +168,10 @@ def test_the_mnist1d_example_makes_its_data_once_and_remakes_a_broken_cache(tmp_
     made = example["load_data"](num_samples=200, seed=3)
     cache = tmp_path / "mpiopt" / "mnist1d_200_3.npz"
     assert cache.exists() and not list(cache.parent.glob("*.part*"))
-    arrays = lambda data: [*data[0], *data[1]]  # noqa: E731
+
+    def arrays(data):
+        return [*data[0], *data[1]]
+
     for again in (example["load_data"](num_samples=200, seed=3), example["_make"](200, 3)):
         assert all(a.dtype == b.dtype and (a == b).all() for a, b in zip(arrays(made), arrays(again), strict=True))
     for broken in (cache.read_bytes()[:100], b""):  # a torn or empty file: made again, not an error
