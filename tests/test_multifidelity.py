@@ -372,6 +372,7 @@ def test_a_trial_ends_as_a_failure_only_without_any_result():
     model.tell_rung(0, ps[0], 1, 5.0)
     model.tell(0, ps[0], None)  # crashed after rung 1: keeps its score
     model.tell(1, ps[1], None)  # crashed before any rung
+    assert TOP not in model.results  # a failure is no result at the top rung
     model.tell(2, ps[2], 4.0)  # completed (stopped early, before rung 1): joins at its final loss
     assert {n: loss for n, (_, loss) in inner.observed.items()} == {0: 5.0, 1: None, 2: 4.0}
     assert model.results[TOP] == {2: (ps[2], 4.0)}

@@ -357,12 +357,14 @@ class LadderModel(Searcher):
         unless it has one there; one without any result reaches the model as a failure."""
         super().tell(trial, params, loss)
         final = self.observed[trial][1]
+        if final is None:
+            if trial not in self.scores:
+                self.inner.tell(trial, params, None)
+            return
         at_top = self.results.setdefault(self.top, {})
-        if final is not None and trial not in at_top:
+        if trial not in at_top:
             at_top[trial] = (dict(params), final)
             self._add(trial, at_top[trial][0], self.top, final)
-        elif final is None and trial not in self.scores:
-            self.inner.tell(trial, params, None)
 
     # -- optional hooks: the inner searcher's ----------------------------------------------------
     def holds_hand_outs(self, may_hold: bool) -> bool:
