@@ -66,6 +66,22 @@ def error_detail(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
+class UnknownParameter(KeyError):
+    """A function objective read a parameter its search space does not define."""
+
+    def line(self) -> str:
+        key, names = self.args
+        return f"it reads params[{key!r}], which the search space does not define (its parameters: {', '.join(names)})"
+
+
+class Params(dict):
+    """A trial's parameters as a function objective gets them: a read of one the space lacks
+    stops the search at the first trial instead of failing every trial the same way."""
+
+    def __missing__(self, key):
+        raise UnknownParameter(key, list(self))
+
+
 def judge(value: Any, direction: str, metric: str) -> TrialResult:
     """Turn what a function returned into an outcome: completed, diverged or failed."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
@@ -206,6 +222,8 @@ class TrialRunner:
                 return self._train(params, training, comm, trial, trial_dir, reporter)
         except TrialTimeout as exc:
             return TrialResult(status=TrialStatus.TIMEOUT, error=str(exc))
+        except UnknownParameter as exc:
+            return TrialResult(status=TrialStatus.FAILED, error=exc.line(), detail=error_detail(exc), misuse=True)
         except Exception as exc:  # user code: any exception fails the trial, never the search
             return TrialResult(status=TrialStatus.FAILED, error=error_text(exc), detail=error_detail(exc))
 
@@ -219,7 +237,7 @@ class TrialRunner:
         context = None
         if o.takes_trial:
             context = kwargs["trial"] = TrialContext(trial, reporter, comm if o.takes_comm else None)
-        value = self.fn(dict(params), comm, **kwargs) if o.takes_comm else self.fn(dict(params), **kwargs)
+        value = self.fn(Params(params), comm, **kwargs) if o.takes_comm else self.fn(Params(params), **kwargs)
         if rank != 0:
             return TrialResult()
         if context is not None and context.should_stop():

@@ -32,12 +32,21 @@ def error_line(proc) -> str:
     ("returns_string", "returned str '0.5', expected a float or a dict of metrics"),
     ("returns_list", "returned list"),
     ("returns_dict_without_metric", "returned a dict without 'objective' (it has: loss)"),
+    ("reads_a_parameter_not_in_the_space",
+     "it reads params['z'], which the search space does not define (its parameters: x, y)"),
 ])
 def test_objective_breaking_its_contract_stops_with_exit_2(write_yaml, tmp_path, fn, expected):
     p = run_cli(["search", write_yaml(FUNCTION.format(fn=fn))], cwd=tmp_path)
     assert p.returncode == 2
     line = error_line(p)
     assert expected in line and fn in line
+
+
+def test_a_key_error_of_the_objective_s_own_fails_its_trials_without_stopping_the_search(write_yaml, tmp_path):
+    p = run_cli(["search", write_yaml(FUNCTION.format(fn="looks_up_its_own_dict")), "--out", "r"], cwd=tmp_path)
+    assert p.returncode == 1, p.stderr
+    assert "no trial completed" in p.stderr and "KeyError: 'b'" in p.stderr
+    assert (tmp_path / "r" / "results.csv").read_text().count("failed") == 6
 
 
 def test_wrong_signature_is_a_config_error(write_yaml):

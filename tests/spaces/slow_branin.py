@@ -68,6 +68,14 @@ def returns_dict_without_metric(params):
     return {"loss": params["x"]}
 
 
+def reads_a_parameter_not_in_the_space(params):
+    return params["x"] + params["z"]
+
+
+def looks_up_its_own_dict(params):
+    return {"a": 1.0}["b"] + params["x"]
+
+
 def takes_three(params, comm, extra):
     return 0.0
 
