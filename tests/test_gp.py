@@ -4,6 +4,7 @@ import pytest
 from scipy.optimize import approx_fprime
 
 from mpiopt.search import BayesianSearch
+from mpiopt.search import _gp
 from mpiopt.search._gp import (Hyper, Posterior, UnitCoder, _neg_log_posterior, acquisition, fantasy, fit_hyper,
                                sobol)
 from mpiopt.space import Categorical, Integer, Real, Space
@@ -230,3 +231,24 @@ def test_the_polish_with_batched_differences_reaches_what_scipys_own_differences
             assert v >= start
             assert v >= -ref.fun - 1e-6 * max(1.0, abs(ref.fun)), (kind, v, -ref.fun)
             assert np.isclose(v, float(acquisition(kind, *r.post.predict(ours[None, :]), r.best)[0]))
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 201, 363])
+def test_the_triangular_inverse_by_halves_is_the_inverse(n):
+    rng = np.random.default_rng(n)
+    X = rng.random((n, 4))
+    K = _gp.kernel(X, X, _gp.Hyper(np.full(4, 0.3), 1.0, 1e-3)) + 1e-3 * np.eye(n)
+    L, Li = _gp.inverse_cholesky(K)
+    assert np.allclose(L @ L.T, K)
+    assert np.allclose(Li, np.linalg.inv(L), rtol=1e-9, atol=1e-9)
+    assert np.allclose(Li @ L, np.eye(n), atol=1e-8)
+    assert not np.triu(Li, 1).any()
+
+
+def test_the_kernel_fit_lets_others_in_before_every_evaluation():
+    rng = np.random.default_rng(0)
+    X = rng.random((40, 3))
+    y = np.sin(6 * X[:, 0]) + X[:, 1]
+    calls = []
+    _gp.fit_hyper(X, (y - y.mean()) / y.std(), checkpoint=lambda: calls.append(1), maxiter=5)
+    assert len(calls) > 5  # L-BFGS iterations are at most 5: its line searches evaluate more often
