@@ -100,6 +100,23 @@ def best_trials(df, direction: str, top: int | None = None):
     return out.head(top) if top else out
 
 
+def _dispatch_and_first_wave(df):
+    """`dispatch_ms` as numbers, and which trials were their group's first: those answer no
+    result (wait_ms is empty), they are the start-up wave."""
+    import pandas as pd
+
+    first = df["wait_ms"].isna() if "wait_ms" in df else pd.Series(False, index=df.index)
+    return pd.to_numeric(df["dispatch_ms"], errors="coerce"), first
+
+
+def dispatch_after_result(df):
+    """The coordinator's part (ms) of each hand-out that followed a result: neither sent ahead
+    nor its group's first (a Series; see `timeline`)."""
+    d, first = _dispatch_and_first_wave(df)
+    after = d[~first].dropna()
+    return after[after >= 0]
+
+
 def timeline(df):
     """Group utilization of a search: per group, trials and busy seconds; overall, the busy share.
 
@@ -135,10 +152,7 @@ def timeline(df):
     summary = {"groups": int(len(per)), "trials": int(len(done)), "active_s": active,
                "utilization": float(per.busy_s.sum() / (len(per) * active)) if active > 0 else float("nan")}
     if "dispatch_ms" in df and df["dispatch_ms"].notna().any():
-        d = pd.to_numeric(df["dispatch_ms"], errors="coerce")
-        # a group's first trial answers no result (wait_ms is empty): it is the start-up wave,
-        # reported apart; the latency is that of the hand-outs that follow a result
-        first = df["wait_ms"].isna() if "wait_ms" in df else pd.Series(False, index=df.index)
+        d, first = _dispatch_and_first_wave(df)
         after = d[~first].dropna()
         early = after[after < 0]
         after = after[after >= 0]
