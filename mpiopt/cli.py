@@ -424,8 +424,8 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float) -> int:
         stats.info("%s", report)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     log.info("search finished in %.1f s: %d trials (%s)", summary.wall_s, len(summary.trials), counts)
-    stats.info("%s; coordinator CPU %.1f s (%.0f%% of one core)", dispatch_stats(summary.dispatch_s), cpu,
-               100.0 * cpu / max(wall, 1e-9))
+    stats.info("%s; coordinator CPU %.1f s (%.0f%% of one core)",
+               dispatch_stats(summary.dispatch_s, summary.first_wave_s), cpu, 100.0 * cpu / max(wall, 1e-9))
     best = summary.best
     if cfg.objective.pareto:
         from .journal import front

@@ -79,6 +79,7 @@ class GroupState:
     held_since: float | None = None
     held_last: float = 0.0
     held_s: float = 0.0
+    served: bool = False  # it got a trial from this coordinator (its first followed no result)
 
 
 # while the searcher holds hand-outs, the coordinator looks again this often: a round is ready
@@ -97,6 +98,7 @@ class Summary:
     trials: dict[int, TrialRecord]
     best: TrialRecord | None
     dispatch_s: list[float] = field(default_factory=list)  # coordinator time per dispatched trial (<0: sent ahead)
+    first_wave_s: list[float] = field(default_factory=list)  # each group's first trial: the start-up's time to it
     wall_s: float = 0.0
     target_reached: bool = False
     retired: list[int] = field(default_factory=list)  # groups that never came back
@@ -372,7 +374,8 @@ class Coordinator:
         state.idle_since, state.held_s = None, 0.0
         self.trials[n].dispatch_s = dispatch
         self._start_running(group, n, sent)
-        self.summary.dispatch_s.append(dispatch)
+        (self.summary.dispatch_s if state.served else self.summary.first_wave_s).append(dispatch)
+        state.served = True
 
     def _send_ahead(self) -> float | None:
         """Send the next trial to every group whose running trial is about to end (a burst of
@@ -854,15 +857,21 @@ def _reported_duration(result: TrialResult) -> float | None:
     return None
 
 
-def dispatch_stats(seconds: list[float]) -> str:
-    """One line about the hand-outs: those sent after a result (the group waited) and those sent ahead."""
-    if not seconds:
+def dispatch_stats(seconds: list[float], first_wave: list[float] = ()) -> str:
+    """One line about the hand-outs: the groups' first trials (the start-up), those sent ahead,
+    and the coordinator's time for those sent after a result (the group waited)."""
+    if not seconds and not first_wave:
         return "no trial dispatched"
     ms = [s * 1000 for s in seconds if s >= 0]
-    ahead = len(seconds) - len(ms)
-    head = f"{len(seconds)} trials dispatched" + (f" ({ahead} sent ahead, before the group finished)" if ahead else "")
+    parts = [f"{len(first_wave)} in the first wave (the last {max(first_wave) * 1000:.1f} ms after the start)"
+             ] if first_wave else []
+    if len(seconds) > len(ms):
+        parts.append(f"{len(seconds) - len(ms)} sent ahead, before the group finished")
+    parts.append(f"{len(ms)} after a result")
+    n = len(seconds) + len(first_wave)
+    line = f"{n} trial{'s' if n != 1 else ''} dispatched ({', '.join(parts)})"
     if not ms:
-        return head
+        return line
     p99 = statistics.quantiles(ms, n=100, method="inclusive")[98] if len(ms) > 1 else ms[0]
-    return f"{head}, {statistics.mean(ms):.2f} ms mean, {statistics.median(ms):.2f} ms p50, " \
-           f"{p99:.2f} ms p99 coordinator time per dispatch" + (" after a result" if ahead else "")
+    return f"{line}: {statistics.mean(ms):.2f} ms mean, {statistics.median(ms):.2f} ms p50, " \
+           f"{p99:.2f} ms p99 coordinator time per dispatch after a result"

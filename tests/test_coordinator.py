@@ -257,7 +257,7 @@ def test_latencies_are_recorded_and_the_first_wave_is_counted_apart(cfg, tmp_pat
     rd.open(resume=False, config_text="name: t\n")
     s = run(cfg(), Waiting([1.0, 1.5, 0.5]), rd)
     rd.close()
-    assert len(s.dispatch_s) == 20 and all(d >= 0 for d in s.dispatch_s)
+    assert len(s.first_wave_s) == 3 and len(s.dispatch_s) == 17 and all(d >= 0 for d in s.dispatch_s)
     df = load_results(tmp_path / "run")
     assert df.dispatch_ms.notna().all()
     assert df.wait_ms.isna().sum() == 3 and (df.wait_ms.dropna() == 4.0).all()  # a first trial per group
@@ -618,3 +618,14 @@ def test_groups_that_finish_together_find_their_next_trial_waiting(cfg):
     # the first wave goes out with no result; once the first result gives a trial's length, nearly
     # every trial is sent ahead (taking in each waiting result first sends 32: none of the second wave)
     assert s.sent_ahead >= 48 - 8 - 2
+
+
+def test_dispatch_stats_count_the_first_wave_and_the_trials_sent_ahead_apart_from_the_latency():
+    from mpiopt.coordinator import dispatch_stats
+
+    line = dispatch_stats([-0.2, -0.1, 0.002, 0.004], first_wave=[0.03, 0.05])
+    assert line.startswith("6 trials dispatched (2 in the first wave (the last 50.0 ms after the start), "
+                           "2 sent ahead, before the group finished, 2 after a result): 3.00 ms mean")
+    assert dispatch_stats([], first_wave=[0.01]) == \
+        "1 trial dispatched (1 in the first wave (the last 10.0 ms after the start), 0 after a result)"
+    assert dispatch_stats([]) == "no trial dispatched"
