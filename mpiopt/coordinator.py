@@ -85,10 +85,10 @@ class GroupState:
 # while the searcher holds hand-outs, the coordinator looks again this often: a round is ready
 # when it is, and the groups it holds wait for the coordinator's next look
 HOLD_POLL_S = 0.002
-# a hold keeps at most this many free groups waiting: they are served one after another once the
-# model is ready, and the last of them must not wait for that burst much longer than for one
-# hand-out; further groups get a trial from the model as it is
-HOLD_MAX_GROUPS = 4
+# a hold keeps at most this many free groups waiting; further groups get a trial from the model
+# as it is. Held groups are served one after another once the round is ready, while the round
+# after it is computed on the same core: each one held more adds a hand-out to the last one's wait
+HOLD_MAX_GROUPS = 1
 
 
 @dataclass

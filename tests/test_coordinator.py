@@ -10,7 +10,7 @@ import pytest
 
 from mpiopt.config import load_config
 from mpiopt._send_ahead import SendAhead
-from mpiopt.coordinator import Coordinator
+from mpiopt.coordinator import HOLD_MAX_GROUPS, Coordinator
 from mpiopt.journal import RunDir
 from mpiopt.search import RandomSearch, make_searcher
 from mpiopt.trial import TrialRecord, TrialResult, TrialStatus
@@ -566,14 +566,16 @@ def test_a_searcher_holds_at_most_a_few_groups_and_its_hold_is_not_dispatch_time
     s = Coordinator(cfg(), searcher, t, clock=lambda: t.clock).run()
     assert sorted(s.trials) == list(range(20))
     first_wave = [may for at, may in searcher.looks if at == 0.0]
-    # the first group runs (none ran: nothing to answer while holding), the next 4 are held, the rest go ahead
-    assert first_wave == [True, True, True, True, False, False, False]
-    started_at_0 = [r for r in s.trials.values() if r.dispatch_s is not None and r.trial < 4]
-    assert len(started_at_0) == 4 and all(r.dispatch_s == 0.0 for r in started_at_0)
-    # the 4 held groups: free from 0, held at the looks at 0 and 1.0, given a trial at 2.0 (the
-    # next message after the hold): 1.0 of their 2.0 was the searcher's hold
-    held = sorted(s.trials.values(), key=lambda r: r.trial)[8:12]
-    assert [r.dispatch_s for r in held] == [1.0] * 4
+    # the first group runs (none ran: nothing to answer while holding), the next HOLD_MAX_GROUPS
+    # are held, the rest go ahead
+    held_groups = range(1, 1 + HOLD_MAX_GROUPS)
+    assert first_wave == [True] * HOLD_MAX_GROUPS + [False] * (7 - HOLD_MAX_GROUPS)
+    started_at_0 = [r for r in s.trials.values() if r.trial < 8 - HOLD_MAX_GROUPS]
+    assert {r.group for r in started_at_0}.isdisjoint(held_groups) and all(r.dispatch_s == 0.0 for r in started_at_0)
+    # the held groups: free from 0, held at the looks at 0 and 1.0, given a trial at 2.0 (the next
+    # message after the hold): 1.0 of their 2.0 was the searcher's hold
+    first_of_held = [min((r for r in s.trials.values() if r.group == g), key=lambda r: r.trial) for g in held_groups]
+    assert [r.dispatch_s for r in first_of_held] == [1.0] * HOLD_MAX_GROUPS
 
 
 def sends_ahead_while_a_group_waits(sim) -> list[tuple[int, int, float]]:
