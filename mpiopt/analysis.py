@@ -100,21 +100,21 @@ def best_trials(df, direction: str, top: int | None = None):
     return out.head(top) if top else out
 
 
-def _dispatch_and_first_wave(df):
-    """`dispatch_ms` as numbers, and which trials were their group's first: those answer no
-    result (wait_ms is empty), they are the start-up wave."""
+def _hand_outs(df):
+    """`dispatch_ms` split three ways (Series): each group's first trial (it answers no result,
+    wait_ms is empty: the start-up wave), the trials sent ahead (negative), and the rest, the
+    hand-outs that followed a result."""
     import pandas as pd
 
+    d = pd.to_numeric(df["dispatch_ms"], errors="coerce")
     first = df["wait_ms"].isna() if "wait_ms" in df else pd.Series(False, index=df.index)
-    return pd.to_numeric(df["dispatch_ms"], errors="coerce"), first
+    later = d[~first].dropna()
+    return d[first].dropna(), later[later < 0], later[later >= 0]
 
 
 def dispatch_after_result(df):
-    """The coordinator's part (ms) of each hand-out that followed a result: neither sent ahead
-    nor its group's first (a Series; see `timeline`)."""
-    d, first = _dispatch_and_first_wave(df)
-    after = d[~first].dropna()
-    return after[after >= 0]
+    """The coordinator's part (ms) of each hand-out that followed a result (a Series; see `timeline`)."""
+    return _hand_outs(df)[2]
 
 
 def timeline(df):
@@ -152,10 +152,7 @@ def timeline(df):
     summary = {"groups": int(len(per)), "trials": int(len(done)), "active_s": active,
                "utilization": float(per.busy_s.sum() / (len(per) * active)) if active > 0 else float("nan")}
     if "dispatch_ms" in df and df["dispatch_ms"].notna().any():
-        d, first = _dispatch_and_first_wave(df)
-        after = d[~first].dropna()
-        early = after[after < 0]
-        after = after[after >= 0]
+        first_wave, early, after = _hand_outs(df)
         summary["sent_ahead"] = int(len(early))
         summary["sent_after"] = int(len(after))
         if not early.empty:
@@ -163,8 +160,8 @@ def timeline(df):
         if not after.empty:
             summary["dispatch_p50_ms"] = float(after.quantile(0.5))
             summary["dispatch_p99_ms"] = float(after.quantile(0.99))
-        if d[first].notna().any():
-            summary["first_wave_ms"] = float(d[first].max())
+        if not first_wave.empty:
+            summary["first_wave_ms"] = float(first_wave.max())
     if "wait_ms" in df and df["wait_ms"].notna().any():
         w = pd.to_numeric(df["wait_ms"], errors="coerce").dropna()
         summary["wait_p50_ms"] = float(w.quantile(0.5))

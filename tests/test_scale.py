@@ -59,9 +59,8 @@ def same(a: dict, b: dict) -> bool:
 
 @pytest.mark.slow
 def test_a_small_search_suggests_what_it_suggested_before_the_bounds():
-    """The fixture was written by `scripted_suggestions` before the GP's data was bounded, and
-    again when the kernel fit's inverse changed to `inverse_cholesky` (the same suggestions from
-    the older fit, to 8e-4 relative: rounding, grown through 48 fits)."""
+    """The fixture, written by `scripted_suggestions`, pins a small search's suggestions: the
+    bounds on the GP's data must leave a search this small as it was."""
     want = json.loads(FIXTURE.read_text())
     got = scripted_suggestions()
     assert len(got) == len(want)
