@@ -3,8 +3,8 @@ and Optuna's pruned TPE, with 1, 8 and 32 groups.
 
     python bench/multifidelity.py [--seeds 50] [--widths 1 8 32] [--budget 60] [--jobs 2]
                                   [--methods bayes random+asha bayes+asha hyperband optuna]
-                                  [--curves bench/data/mnist1d_cnn_curves.jsonl] [--oracle-at K ...]
-                                  [--acquisition gp_hedge|EI|PI|LCB]
+                                  [--curves bench/data/mnist1d_cnn_curves.jsonl] [--oracle-at K ...] [--ranked-by R ...]
+                                  [--acquisition gp_hedge|EI|PI|LCB] [--min-epochs 1] [--reduction-factor 3]
 
 The curves are real: bench/record_curves.py trained 200 random configurations of the MNIST-1D CNN
 space (searchspaces/mnist1d_cnn.yaml) for 27 epochs each on one process and kept every epoch's
@@ -35,6 +35,10 @@ searcher as a failure.
   oracle@K      (with --oracle-at K) random+asha whose trial K trains the best configuration of
                 the table not trained yet: what handing out the winner at trial K costs under
                 ASHA, a bound on what any searcher's steering can gain
+  ranked@R      (with --ranked-by R) random+asha whose every new trial trains the configuration
+                with the best recorded val_accuracy after R epochs among those not trained yet:
+                a searcher that knows rung R perfectly and hands out best first (a model fitted
+                on rung R's results can at most learn that order)
 
 A search's best is the best figure of merit (its best epoch's val_accuracy) among its trials trained
 to the end: what `mpiopt results` calls the best. The target is the best such value in the table
@@ -74,13 +78,21 @@ from mpiopt.scheduler import Decision, make_scheduler  # noqa: E402
 from mpiopt.search import LadderModel, RungModel, make_searcher  # noqa: E402
 from mpiopt.space import Categorical  # noqa: E402
 
-EPOCHS, MIN_EPOCHS, REDUCTION = 27, 1, 3
+EPOCHS = 27
 TARGET_GAP = 0.005
 # method -> (search.algorithm, search.scheduler); optuna is Optuna's
 METHODS = {"bayes": ("bayesian", "none"), "random": ("random", "none"), "random+asha": ("random", "asha"),
            "bayes+asha": ("bayesian", "asha"), "ladder+asha": ("bayesian", "asha"),
            "hyperband": ("random", "hyperband"), "bayes+hyperband": ("bayesian", "hyperband"),
            "ladder+hyperband": ("bayesian", "hyperband"), "optuna": None}
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The settings a run varies: the GP's acquisition and the early-stopping schedule."""
+    acquisition: str = "gp_hedge"
+    min_epochs: int = 1
+    reduction_factor: int = 3
 
 
 # -- the recorded curves -------------------------------------------------------------------------
@@ -108,9 +120,9 @@ class Curves:
         best = int(np.argmin(distance))
         return None if math.isinf(distance[best]) else best
 
-    def best_unused(self, used: set[int]) -> int:
-        """The configuration with the best final value among those not in `used`."""
-        final = self.acc.max(axis=1)
+    def best_unused(self, used: set[int], epochs: int = EPOCHS) -> int:
+        """The configuration with the best value after `epochs` epochs among those not in `used`."""
+        final = self.acc[:, :epochs].max(axis=1)
         final[list(used)] = -np.inf
         return int(np.argmax(final))
 
@@ -204,9 +216,11 @@ def simulate(policy, curves: Curves, width: int, budget_epochs: float) -> Trace:
 class MpioptPolicy:
     """The coordinator's rules with mpiopt's searcher and scheduler."""
 
-    def __init__(self, curves: Curves, searcher, scheduler, oracle_at: int | None = None) -> None:
+    def __init__(self, curves: Curves, searcher, scheduler, oracle_at: int | None = None,
+                 ranked_by: int | None = None) -> None:
         self.curves, self.searcher, self.scheduler = curves, searcher, scheduler
         self.oracle_at = oracle_at  # the trial that trains the table's best configuration
+        self.ranked_by = ranked_by  # every trial trains the best configuration left after this many epochs
         self.rungs = frozenset(scheduler.rung_epochs())
         self.used: set[int] = set()
         self.config: dict[int, int] = {}
@@ -230,6 +244,8 @@ class MpioptPolicy:
         self.config[n] = self.curves.nearest_unused(params, self.used)
         if n == self.oracle_at:
             self.config[n] = self.curves.best_unused(self.used)
+        if self.ranked_by is not None:
+            self.config[n] = self.curves.best_unused(self.used, epochs=self.ranked_by)
         self.used.add(self.config[n])
         self.scheduler.start(n)
         return self._segment(n, 0)
@@ -271,15 +287,15 @@ class MpioptPolicy:
 class OptunaPolicy:
     """Optuna's ask/tell with a pruner: every epoch reported, pruned when should_prune() says so."""
 
-    def __init__(self, curves: Curves, space, seed: int) -> None:
+    def __init__(self, curves: Curves, space, seed: int, knobs: Knobs) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.curves, self.space = curves, space
         self.study = optuna.create_study(
             direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed, constant_liar=True),
-            pruner=optuna.pruners.HyperbandPruner(min_resource=MIN_EPOCHS, max_resource=EPOCHS,
-                                                  reduction_factor=REDUCTION))
+            pruner=optuna.pruners.HyperbandPruner(min_resource=knobs.min_epochs, max_resource=EPOCHS,
+                                                  reduction_factor=knobs.reduction_factor))
         self.used: set[int] = set()
 
     def next_work(self) -> Work | None:
@@ -315,15 +331,16 @@ class OptunaPolicy:
         return (trial, idx, epoch, epoch + 1), None
 
 
-def make_policy(method: str, curves: Curves, cfg, seed: int, acquisition: str):
+def make_policy(method: str, curves: Curves, cfg, seed: int, knobs: Knobs):
     if method == "optuna":
-        return OptunaPolicy(curves, cfg.space, seed)
+        return OptunaPolicy(curves, cfg.space, seed, knobs)
     oracle_at = int(method.split("@")[1]) if method.startswith("oracle@") else None
-    algorithm, scheduler = METHODS["random+asha" if oracle_at is not None else method]
-    settings = cfg.with_search(seed=seed, algorithm=algorithm, scheduler=scheduler, min_epochs=MIN_EPOCHS,
-                               reduction_factor=REDUCTION, acquisition=acquisition).search
-    sched = make_scheduler(settings.scheduler, epochs=EPOCHS, min_epochs=MIN_EPOCHS,
-                           reduction_factor=REDUCTION, pausable=True)
+    ranked_by = int(method.split("@")[1]) if method.startswith("ranked@") else None
+    algorithm, scheduler = METHODS["random+asha" if "@" in method else method]
+    settings = cfg.with_search(seed=seed, algorithm=algorithm, scheduler=scheduler, min_epochs=knobs.min_epochs,
+                               reduction_factor=knobs.reduction_factor, acquisition=knobs.acquisition).search
+    sched = make_scheduler(settings.scheduler, epochs=EPOCHS, min_epochs=knobs.min_epochs,
+                           reduction_factor=knobs.reduction_factor, pausable=True)
     if settings.scheduler == "none":
         searcher = make_searcher(cfg.space, settings)
     elif method.startswith("ladder+"):
@@ -331,15 +348,15 @@ def make_policy(method: str, curves: Curves, cfg, seed: int, acquisition: str):
     else:  # as mpiopt search builds it (cli._make_searcher)
         searcher = RungModel(lambda: make_searcher(cfg.space, settings), cfg.space, top=EPOCHS,
                              enough=settings.initial_points, seed=seed)
-    return MpioptPolicy(curves, searcher, sched, oracle_at)
+    return MpioptPolicy(curves, searcher, sched, oracle_at, ranked_by)
 
 
 # -- the experiment ------------------------------------------------------------------------------
 def run_one(job: tuple) -> tuple[str, int, int, Trace]:
-    method, width, seed, budget, curves_path, acquisition = job
+    method, width, seed, budget, curves_path, knobs = job
     cfg = load_config(ROOT / "searchspaces" / "mnist1d_cnn.yaml")
     curves = Curves.load(curves_path, cfg.space)
-    trace = simulate(make_policy(method, curves, cfg, seed, acquisition), curves, width, budget * EPOCHS)
+    trace = simulate(make_policy(method, curves, cfg, seed, knobs), curves, width, budget * EPOCHS)
     return method, width, seed, trace
 
 
@@ -358,12 +375,13 @@ def print_rung_correlation(curves: Curves) -> None:
 
 
 def report(traces: dict, methods: list[str], widths: list[int], budget: float, curves: Curves,
-           acquisition: str) -> None:
+           knobs: Knobs) -> None:
     target = curves.target()
     full_train_s = float(np.median(curves.sec.sum(axis=1)))
     print(f"\n{len(curves.params)} configurations x {EPOCHS} epochs; best in the table "
           f"{curves.acc.max():.4f}, target {target:.4f}; median full training {full_train_s:.1f} s; "
-          f"budget {budget:g} full trainings ({budget * EPOCHS:g} epochs); the GP's acquisition {acquisition}")
+          f"budget {budget:g} full trainings ({budget * EPOCHS:g} epochs); the GP's acquisition {knobs.acquisition}; "
+          f"rungs from {knobs.min_epochs} epochs, reduction factor {knobs.reduction_factor}")
     print_rung_correlation(curves)
     fractions = (0.125, 0.25, 0.5, 1.0)
     for width in widths:
@@ -398,17 +416,23 @@ def main() -> None:
                         help="default: all but ladder+asha and ladder+hyperband (an hour more on 2 cores)")
     parser.add_argument("--oracle-at", type=int, nargs="+", default=[], metavar="K",
                         help="also random+asha handing out the table's best configuration as trial K")
+    parser.add_argument("--ranked-by", type=int, nargs="+", default=[], metavar="R",
+                        help="also random+asha handing out configurations best first by their value after R epochs")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--curves", type=Path, default=ROOT / "bench" / "data" / "mnist1d_cnn_curves.jsonl")
     parser.add_argument("--acquisition", choices=["gp_hedge", "EI", "PI", "LCB"], default="gp_hedge",
                         help="the GP's acquisition for mpiopt's Bayesian methods (default: the space's, gp_hedge)")
+    parser.add_argument("--min-epochs", type=int, default=1, help="the first rung (asha, hyperband, optuna)")
+    parser.add_argument("--reduction-factor", type=int, default=3,
+                        help="keep the best 1/factor at each rung (asha, hyperband, optuna)")
     args = parser.parse_args()
-    args.methods += [f"oracle@{k}" for k in args.oracle_at]
+    args.methods += [f"oracle@{k}" for k in args.oracle_at] + [f"ranked@{r}" for r in args.ranked_by]
     if "optuna" in args.methods and importlib.util.find_spec("optuna") is None:
         parser.error("method optuna needs Optuna: pip install optuna (for this benchmark only)")
     cfg = load_config(ROOT / "searchspaces" / "mnist1d_cnn.yaml")
     curves = Curves.load(args.curves, cfg.space)
-    jobs = [(m, w, s, args.budget, args.curves, args.acquisition) for w in args.widths for m in args.methods
+    knobs = Knobs(args.acquisition, args.min_epochs, args.reduction_factor)
+    jobs = [(m, w, s, args.budget, args.curves, knobs) for w in args.widths for m in args.methods
             for s in range(args.first_seed, args.first_seed + args.seeds)]
     traces: dict = {(m, w): [] for m in args.methods for w in args.widths}
     t0 = time.monotonic()
@@ -417,7 +441,7 @@ def main() -> None:
             traces[(method, width)].append(trace)
             if k % 50 == 0:
                 print(f"{k}/{len(jobs)} searches, {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-    report(traces, args.methods, args.widths, args.budget, curves, args.acquisition)
+    report(traces, args.methods, args.widths, args.budget, curves, knobs)
 
 
 if __name__ == "__main__":
