@@ -666,10 +666,13 @@ class Coordinator:
 
     # -- the scheduler -------------------------------------------------------------------------
     def on_report(self, group: int, report: Report) -> str | None:
-        """A running trial's epoch: journaled, judged by the scheduler, told to the searcher at a
-        rung; the decision (`continue`, `pause`, `stop`) when the group waits for one."""
-        self._journal(report_event(report, time.time()))
+        """A running trial's epoch: judged by the scheduler, told to the searcher at a rung, and
+        journaled (with a pause, if any) before the decision (`continue`, `pause`, `stop`) goes
+        back to a group that waits for one."""
         decision = self._take_report(report.trial, report.epoch, report.metrics)
+        event = report_event(report, time.time(), paused=decision is Decision.PAUSE)
+        self._journal(event)
+        apply_event(self.trials, event)
         return decision.value if report.decide else None
 
     def _answer(self, group: int, report: Report) -> None:

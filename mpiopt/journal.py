@@ -143,9 +143,7 @@ def _columns(trials: list[TrialRecord], param_names: list[str],
 
 def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool,
          on_front: bool | None = None) -> dict[str, Any]:
-    status = t.status
-    if status == TrialStatus.RUNNING and not live:
-        status = TrialStatus.INTERRUPTED
+    status = t.shown_status(live)
     row: dict[str, Any] = {"trial": t.trial, "status": status.value,
                            "objective": t.objective if status == TrialStatus.COMPLETED else None,
                            "objective_std": t.objective_std if status == TrialStatus.COMPLETED else None,

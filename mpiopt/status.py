@@ -118,14 +118,13 @@ def _state_line(run: Path, alive: Liveness) -> str:
 
 
 def _count_lines(trials: list[TrialRecord], budget: int, alive: Liveness) -> list[str]:
-    counts = Counter(t.status.value for t in trials)
+    counts = Counter(t.shown_status(alive.state == "running") for t in trials)
     finished = sum(1 for t in trials if t.status.is_finished())
     share = f" ({finished / budget:.0%})" if budget else ""
-    done = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s not in ("running", "paused"))
-    running = counts.get("running", 0)
-    label = "running" if alive.state == "running" else "interrupted (run again on --resume)"
-    extra = [f"{running} {label}"] if running else []
-    extra += [f"{counts['paused']} paused"] if counts.get("paused") else []
+    done = ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items()) if s.is_finished())
+    labels = {TrialStatus.RUNNING: "running", TrialStatus.INTERRUPTED: "interrupted (run again on --resume)",
+              TrialStatus.PAUSED: "paused"}
+    extra = [f"{counts[s]} {label}" for s, label in labels.items() if counts.get(s)]
     return [f"trials: {finished} of {budget} finished{share}" + (f": {done}" if done else "")
             + ("; " + ", ".join(extra) if extra else "")]
 

@@ -128,6 +128,17 @@ class TrialRecord:
     wait_s: float | None = None  # group: from sending its previous result to receiving this trial
     resumed_s: float | None = None  # training time of earlier attempts (resumed from their checkpoint)
     rung: int | None = None  # under a scheduler: the highest rung (epochs) at which it was judged
+    # the scheduler paused it at its last report, and its group's own "paused" result is not in
+    # the journal yet: a search cut off there leaves it paused (its checkpoint is at the rung)
+    pause_decided: bool = False
+
+    def shown_status(self, live: bool) -> TrialStatus:
+        """The status a user sees: a trial still running when its search stopped is interrupted
+        (--resume runs it again), or paused where the scheduler had paused it (--resume keeps it
+        for a promotion, as the replayed scheduler does)."""
+        if self.status != TrialStatus.RUNNING or live:
+            return self.status
+        return TrialStatus.PAUSED if self.pause_decided else TrialStatus.INTERRUPTED
 
     @property
     def duration_s(self) -> float | None:
@@ -148,10 +159,15 @@ def start_event(task: Task, group: int, ranks: int, now: float, promoted: bool =
     return clean(event)
 
 
-def report_event(report: Report, now: float) -> dict[str, Any]:
-    """The journal's record of one epoch's metrics of a running trial."""
-    return clean({"event": "report", "trial": report.trial, "epoch": report.epoch, "metrics": report.metrics,
-                  "time": now})
+def report_event(report: Report, now: float, paused: bool = False) -> dict[str, Any]:
+    """The journal's record of one epoch's metrics of a running trial; `paused`: the scheduler
+    paused the trial at this report (a replay of the scheduler decides the same; the mark lets a
+    reader of the journal alone tell such a trial from an interrupted one)."""
+    event = {"event": "report", "trial": report.trial, "epoch": report.epoch, "metrics": report.metrics,
+             "time": now}
+    if paused:
+        event["decision"] = "pause"
+    return clean(event)
 
 
 def finish_event(result: TrialResult, rec: TrialRecord, now: float) -> dict[str, Any]:
@@ -187,6 +203,12 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
         rec = trials[n] = TrialRecord(trial=n, params=dict(event.get("params") or {}), start=event.get("time"),
                                       group=event.get("group"), ranks=event.get("ranks"),
                                       dispatch_s=event.get("dispatch_s"), rung=old.rung if old else None)
+        return rec
+    if kind == "report":
+        rec = trials.get(n)
+        if rec is None or rec.status != TrialStatus.RUNNING:
+            return None
+        rec.pause_decided = event.get("decision") == "pause"
         return rec
     if kind != "finish":
         return None

@@ -43,6 +43,25 @@ def test_append_replay_and_results(tmp_path):
     rd.close()
 
 
+def report(n, epoch, paused=False):
+    event = {"event": "report", "trial": n, "epoch": epoch, "metrics": {"objective": 1.0}, "time": 100.0 + epoch}
+    return {**event, "decision": "pause"} if paused else event
+
+
+def test_a_running_trial_the_scheduler_had_paused_shows_as_paused_once_the_search_stopped():
+    events = [start(0, 0.1), report(0, 1, paused=True),  # paused at rung 1, its group cut off
+              start(1, 0.2), report(1, 1),  # interrupted mid-training
+              start(2, 0.3), report(2, 1, paused=True), finish(2, "paused", None),
+              start(2, 0.3), report(2, 2)]  # paused, reported, then promoted and running again
+    trials = replay(events)
+
+    def shown(live):
+        return [r["status"] for r in result_rows(trials.values(), ["x"], live=live)[1]]
+
+    assert shown(live=False) == ["paused", "interrupted", "interrupted"]
+    assert shown(live=True) == ["running", "running", "running"]
+
+
 def test_a_trial_resumed_from_its_checkpoint_counts_its_earlier_training(tmp_path):
     rd = RunDir(tmp_path / "run")
     rd.open(resume=False, config_text=CONFIG)

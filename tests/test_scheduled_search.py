@@ -18,6 +18,7 @@ from mpiopt.coordinator import Coordinator
 from mpiopt.journal import RunDir
 from mpiopt.scheduler import make_scheduler
 from mpiopt.search import RungModel, make_searcher
+from mpiopt.status import status_text
 from mpiopt.trial import Report, TrialResult, TrialStatus
 
 EPOCHS = 9
@@ -38,7 +39,7 @@ class CurveGroups:
         return {}
 
     def __init__(self, n_groups: int, kill_after: int | None = None, done_epochs: dict[int, int] | None = None,
-                 fail_from: int | None = None):
+                 fail_from: int | None = None, kill_at_pause: int | None = None):
         self.n = n_groups
         self.fail_from = fail_from  # trials numbered from here on fail in their second epoch
         self.queue = []
@@ -46,6 +47,8 @@ class CurveGroups:
         self.kill_after = kill_after  # reports until the kill
         self.reports = 0
         self.done = dict(done_epochs or {})  # trial -> epochs trained (its checkpoint)
+        self.kill_at_pause = kill_at_pause  # the pause decision whose group is killed before it reports back
+        self.pauses = 0
 
     @property
     def n_groups(self):
@@ -81,6 +84,9 @@ class CurveGroups:
             decision = self.on_report(group, Report(task.trial, epoch, {"objective": value},
                                                     decide=epoch in task.decide_at))
             if decision == "pause":
+                self.pauses += 1
+                if self.pauses == self.kill_at_pause:
+                    raise Killed
                 return group, TrialResult(trial=task.trial, status=TrialStatus.PAUSED, epochs=epoch,
                                           metrics={"objective": value}, start=1.0, end=2.0)
             if decision == "stop":
@@ -177,6 +183,11 @@ def test_a_killed_scheduled_search_replays_and_resumes_without_losing_or_repeati
         assert again.rung(n) == live.rung(n)
     for e in (1, 3, 9):
         assert again.rung_results(e) == live.rung_results(e)
+    # what `mpiopt results` and `mpiopt status` show is what --resume will do: paused trials
+    # (including one whose group was cut off before it reported its pause) and interrupted ones
+    shown = {n: t.shown_status(live=False) for n, t in trials.items()}
+    assert {n for n, s in shown.items() if s == TrialStatus.PAUSED} == set(live.paused())
+    assert all(s != TrialStatus.RUNNING for s in shown.values())
 
     with caplog.at_level("INFO", logger="mpiopt"):
         _, summary = run(cfg, path, CurveGroups(3, done_epochs=groups.done), resume=True)
@@ -192,6 +203,32 @@ def test_a_killed_scheduled_search_replays_and_resumes_without_losing_or_repeati
     for n, _ in promotions:
         by_trial[n] = by_trial.get(n, 0) + 1
     assert max(by_trial.values()) <= 2  # rungs 1 and 3 below the top: never promoted twice from one
+
+
+def test_a_trial_paused_as_the_search_is_killed_shows_as_paused_as_resume_keeps_it(cfg, tmp_path, caplog):
+    path = tmp_path / "run"
+    live = scheduler()
+    with pytest.raises(Killed):
+        run(cfg, path, CurveGroups(3, kill_at_pause=4), sched=live)
+    rd = RunDir(path)
+    rd.open(resume=True, config_text=CONFIG)
+    trials, _ = rd.load()
+    rd.close()
+    cut_off = [n for n in live.paused() if trials[n].status == TrialStatus.RUNNING]
+    assert len(cut_off) == 1  # the scheduler paused it and the journal says so; its group never did
+    shown = {n: t.shown_status(live=False) for n, t in trials.items()}
+    assert {n for n, s in shown.items() if s == TrialStatus.PAUSED} == set(live.paused())
+    interrupted = {n for n, s in shown.items() if s == TrialStatus.INTERRUPTED}
+    beat = path / "heartbeat.json"  # as a killed coordinator leaves it: long silent
+    beat.write_text(json.dumps({**json.loads(beat.read_text()), "time": 0.0}))
+    counts = status_text(str(path)).splitlines()[1]
+    assert f"{len(interrupted)} interrupted (run again on --resume), {len(live.paused())} paused" in counts
+
+    with caplog.at_level("INFO", logger="mpiopt"):
+        run(cfg, path, CurveGroups(3), resume=True)
+    said = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("resuming:"))
+    assert f"{len(live.paused())} paused trials waiting for a promotion" in said
+    assert f"{len(interrupted)} interrupted trials to run again" in said
 
 
 def test_reaching_the_target_ends_a_scheduled_search_with_nothing_left_paused(cfg, tmp_path):
