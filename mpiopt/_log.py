@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
+import time
 
 from . import _env
 
@@ -24,8 +26,48 @@ class _RankFilter(logging.Filter):
 _filter = _RankFilter()
 
 
+TRIALS = "mpiopt.trials"  # the coordinator's line for each trial that ends or pauses
+TRIAL_LINES_PER_S = 10  # on the console; search.log keeps every line
+
+
 class _Console(logging.StreamHandler):
-    """The stderr handler that `setup_logging` adds, at most once a process."""
+    """The stderr handler that `setup_logging` adds, at most once a process.
+
+    It shows at most TRIAL_LINES_PER_S trial lines (logger TRIALS) a second. When trials end by
+    the hundred a second nobody reads them, and each write to the launcher's pipe holds up the
+    coordinator's loop. The lines held back are counted in a line of their own before the next
+    line shown; search.log has them all.
+    """
+
+    def __init__(self, stream, clock=time.monotonic) -> None:
+        super().__init__(stream)
+        self.clock = clock
+        self.window_start = -math.inf
+        self.shown_in_window = 0
+        self.held_back = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name == TRIALS and not self._room_for_a_trial_line():
+            self.held_back += 1
+            return
+        if self.held_back:
+            super().emit(self._held_back_note(record))
+            self.held_back = 0
+        super().emit(record)
+
+    def _room_for_a_trial_line(self) -> bool:
+        now = self.clock()
+        if now - self.window_start >= 1.0:
+            self.window_start, self.shown_in_window = now, 0
+        self.shown_in_window += 1
+        return self.shown_in_window <= TRIAL_LINES_PER_S
+
+    def _held_back_note(self, before: logging.LogRecord) -> logging.LogRecord:
+        lines = f"{self.held_back} trial line" + ("" if self.held_back == 1 else "s")
+        return logging.makeLogRecord({**before.__dict__, "name": TRIALS, "levelno": logging.INFO,
+                                      "levelname": "INFO", "args": None, "exc_info": None,
+                                      "msg": f"{lines} not shown (over {TRIAL_LINES_PER_S} a second); "
+                                             f"search.log has them all"})
 
 
 def setup_logging(level: int | str | None = None) -> None:

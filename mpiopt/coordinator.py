@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from . import pareto
+from ._log import TRIALS
 from ._results_view import format_hours
 from ._send_ahead import SendAhead
 from .config import Config
@@ -26,6 +27,7 @@ from .trial import (Report, Task, TrialRecord, TrialResult, TrialStatus, apply_e
                     start_event)
 
 log = logging.getLogger(__name__)
+trial_log = logging.getLogger(TRIALS)  # one line a trial: the console shows a few a second (_log._Console)
 
 
 class Transport(Protocol):
@@ -721,7 +723,7 @@ class Coordinator:
         self._paused.add(n)
         self.searcher.drop_pending(n)  # as after a resume: a paused trial is not running
         self._table_dirty = True
-        log.info("trial %d paused at epoch %s [group %s]", n, rec.epochs, rec.group)
+        trial_log.info("trial %d paused at epoch %s [group %s]", n, rec.epochs, rec.group)
 
     def _prune_paused(self) -> None:
         """The search is over: a trial still paused will never be promoted, so it is pruned, and
@@ -797,7 +799,7 @@ class Coordinator:
         what = (f"objective={rec.objective:.6g}" if rec.objective is not None
                 else f"at epoch {rec.epochs}" if rec.status == TrialStatus.PRUNED else _first_line(rec.error))
         best_txt = f"best {best.objective:.6g} (trial {best.trial})" if best else "no completed trial yet"
-        log.info("trial %d %s %s [group %s, %.2f s] %d/%d, %s", n, rec.status.value, what, rec.group,
+        trial_log.info("trial %d %s %s [group %s, %.2f s] %d/%d, %s", n, rec.status.value, what, rec.group,
                  rec.duration_s or 0.0, self._finished, self.cfg.search.trials, best_txt)
         if self._progress.due(self._finished):
             log.info("progress: %s, %d running, %s", self._progress.line(self._finished), self._n_running, best_txt)

@@ -1,0 +1,67 @@
+"""The console handler: trial lines at most TRIAL_LINES_PER_S a second, the rest counted."""
+from __future__ import annotations
+
+import io
+import logging
+
+from mpiopt._log import TRIAL_LINES_PER_S, TRIALS, _Console
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def record(name: str, msg: str) -> logging.LogRecord:
+    return logging.makeLogRecord({"name": name, "msg": msg, "levelno": logging.INFO, "levelname": "INFO"})
+
+
+def console() -> tuple[_Console, io.StringIO, Clock]:
+    out, clock = io.StringIO(), Clock()
+    handler = _Console(out, clock=clock)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    return handler, out, clock
+
+
+def test_trial_lines_past_the_rate_are_held_back_and_counted_before_the_next_line():
+    handler, out, clock = console()
+    for n in range(TRIAL_LINES_PER_S + 15):
+        handler.handle(record(TRIALS, f"trial {n} pruned"))
+    handler.handle(record("mpiopt.coordinator", "progress: 25 of 100"))  # any other line is shown at once
+    clock.now += 1.0
+    handler.handle(record(TRIALS, "trial 25 completed"))
+    lines = out.getvalue().splitlines()
+    assert lines == [f"trial {n} pruned" for n in range(TRIAL_LINES_PER_S)] + [
+        "15 trial lines not shown (over 10 a second); search.log has them all",
+        "progress: 25 of 100",
+        "trial 25 completed"]
+
+
+def test_a_new_second_shows_trial_lines_again():
+    handler, out, clock = console()
+    for second in range(3):
+        for n in range(TRIAL_LINES_PER_S + 1):
+            handler.handle(record(TRIALS, f"trial {second}.{n}"))
+        clock.now += 1.0
+    lines = out.getvalue().splitlines()
+    assert lines.count("1 trial line not shown (over 10 a second); search.log has them all") == 2
+    assert len([line for line in lines if line.startswith("trial ")]) == 3 * TRIAL_LINES_PER_S
+
+
+def test_search_log_keeps_every_trial_line(tmp_path):
+    from mpiopt._log import log_to_file, stop_logging_to
+
+    root = logging.getLogger("mpiopt")
+    level = root.level
+    root.setLevel(logging.INFO)
+    handler = log_to_file(tmp_path / "search.log")
+    try:
+        for n in range(3 * TRIAL_LINES_PER_S):
+            logging.getLogger(TRIALS).info("trial %d pruned", n)
+    finally:
+        stop_logging_to(handler)
+        root.setLevel(level)
+    assert (tmp_path / "search.log").read_text().count(" pruned") == 3 * TRIAL_LINES_PER_S
