@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from mpiopt.scheduler import Asha, Decision, Hyperband, MedianStopping, Scheduler, make_scheduler
+from mpiopt.scheduler import Asha, Decision, Hyperband, MedianStopping, Scheduler, _Rung, make_scheduler
 
 C, P, S = Decision.CONTINUE, Decision.PAUSE, Decision.STOP
 
@@ -398,3 +398,19 @@ def test_each_scheduler_describes_itself_in_a_line():
     assert made.describe() == "hyperband: 4 ASHA brackets, their first rungs at epochs 1, 3, 9, 27 (rungs x 3 up to 27)"
     made = make_scheduler("median", epochs=27, min_epochs=2, reduction_factor=3, pausable=False)
     assert made.describe().startswith("median: from epoch 2, a trial worse than the median of at least 5 others")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_rung_s_leaders_are_the_best_share_of_its_results_in_rank_order(seed):
+    rng = random.Random(seed)
+    rung = _Rung(1)
+    for trial in rng.sample(range(200), 120):
+        # ties, non-finite losses and a repeated report (its first value stands) included
+        rung.add(trial, rng.choice([None, *(float(v) for v in range(8))]) if rng.random() < 0.9 else rng.random())
+        rung.add(trial, -1.0)
+        ranked = sorted(rung.results, key=lambda t: (rung.results[t] is None, rung.results[t] or 0.0, t))
+        for closing in (False, True):
+            count = -(-len(ranked) // 3) if closing else len(ranked) // 3
+            expected = [t for t in ranked[:count] if rung.results[t] is not None]
+            assert rung.leaders(3, closing) == expected
+        assert all(rung.leads(t, 3) == (t in rung.leaders(3)) for t in rung.results)
