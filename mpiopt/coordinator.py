@@ -355,6 +355,19 @@ class Coordinator:
             state.held_s += state.held_last - state.held_since
             state.held_since = None
 
+    def _extend_holds(self, waited: float) -> None:
+        """`ask` just waited `waited` s for the model (no group was running to answer meanwhile):
+        the other free groups, held already or not yet looked at, waited for the same model, not
+        for the coordinator."""
+        now = self._clock()
+        for g in self._idle:
+            state = self.groups[g]
+            if state.held_since is None:
+                state.held_since = now - waited
+        for state in self.groups:
+            if state.held_since is not None:
+                state.held_last = now
+
     def _nothing_for(self, group: int, held: int) -> str | None:
         """Why a free group gets no trial now, with `held` others held back already: "budget"
         (none left, no promotion fits it), "model" (the searcher holds new trials back); None:
@@ -649,6 +662,8 @@ class Coordinator:
             self._next_trial += 1
             params = self.searcher.ask(n)
             waited = self.searcher.ask_wait_s
+            if waited > 0:
+                self._extend_holds(waited)
             self.scheduler.start(n)
         task = Task(n, params, str(self.run_dir.trial_dir(n)) if self.run_dir is not None else None,
                     decide_at=tuple(self.scheduler.decision_epochs(n)))

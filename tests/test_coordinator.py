@@ -578,6 +578,40 @@ def test_a_searcher_holds_at_most_a_few_groups_and_its_hold_is_not_dispatch_time
     assert [r.dispatch_s for r in first_of_held] == [1.0] * HOLD_MAX_GROUPS
 
 
+class FirstRoundSearch(RandomSearch):
+    """From 0.5 on the transport's clock until `until`, holds every hand-out for its model, as a
+    searcher with very short trials does whatever the coordinator's hold limit; an `ask` made
+    meanwhile (no group running, so the coordinator asks) waits until `until`."""
+
+    def __init__(self, space, transport, until):
+        super().__init__(space, seed=0)
+        self.transport, self.until = transport, until
+
+    def _waiting(self):
+        return 0.5 <= self.transport.clock < self.until
+
+    def holds_hand_outs(self, may_hold):
+        return self._waiting()
+
+    def ask(self, trial):
+        self.ask_wait_s = 0.0
+        if self._waiting():
+            self.ask_wait_s = self.until - self.transport.clock
+            self.transport.clock = self.until
+        return super().ask(trial)
+
+
+def test_while_ask_waits_for_the_model_the_other_free_groups_are_held_not_kept_waiting(cfg):
+    t = SimTransport([1.0] * 4)
+    s = Coordinator(cfg("{trials: 8, seed: 0}"), FirstRoundSearch(cfg().space, t, until=2.0), t,
+                    clock=lambda: t.clock).run()
+    # at 1.0 all four groups are free: three held, the last one's ask waits until 2.0, and then
+    # the others are served at once: none of their wait was the coordinator's
+    second_wave = [s.trials[n] for n in range(4, 8)]
+    assert all(r.start is not None for r in second_wave)
+    assert [r.dispatch_s for r in second_wave] == pytest.approx([0.0] * 4)
+
+
 def sends_ahead_while_a_group_waits(sim) -> list[tuple[int, int, float]]:
     """The trials sent ahead (to a busy group) while another group sat free without a trial, from
     MailboxSim's log: (group, trial, clock) of each."""

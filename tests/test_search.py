@@ -162,7 +162,7 @@ def test_a_hand_out_that_would_wait_is_held_by_the_coordinator_instead():
     import time as _time
 
     inner = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
-    s = Prefetching(inner, groups=4, policy=RoundPolicy(first_round_guess_s=1e9))  # trials "short"
+    s = Prefetching(inner, groups=4, policy=RoundPolicy(first_round_guess_s=0.1))
     gate = threading.Event()
     prepare = inner.prepare_round
     inner.prepare_round = lambda *a, **k: (gate.wait(30), prepare(*a, **k))[1]
@@ -170,6 +170,7 @@ def test_a_hand_out_that_would_wait_is_held_by_the_coordinator_instead():
         for i in range(3):
             p = s.ask(i)
             s.tell(i, p, branin(p))
+        s._turnaround[:] = [0.05]  # trials shorter than a round, not very short
         assert s.holds_hand_outs(True) and s.holds_hand_outs(True)  # the first round is not ready
         assert not s.holds_hand_outs(False)
         s.ask(3)  # not held: no wait, a design point
@@ -180,6 +181,37 @@ def test_a_hand_out_that_would_wait_is_held_by_the_coordinator_instead():
             _time.sleep(0.01)
         s.ask(4)
         assert s.counts["model"] == 1 and s.ask_wait_s == 0.0 and s.first_wait_s > 0  # the hold counted
+    finally:
+        gate.set()
+        s.close()
+
+
+def test_with_very_short_trials_every_group_waits_for_the_first_round():
+    """Trials of a millisecond against a round of 100 ms: a group the coordinator would not hold
+    is held all the same until the first round, or the groups would spend the budget on the
+    design. Later rounds are waited for only by the groups the coordinator holds."""
+    import threading
+    import time as _time
+
+    inner = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
+    s = Prefetching(inner, groups=4, policy=RoundPolicy(first_round_guess_s=0.1))
+    gate = threading.Event()
+    prepare = inner.prepare_round
+    inner.prepare_round = lambda *a, **k: (gate.wait(30), prepare(*a, **k))[1]
+    try:
+        for i in range(3):
+            p = s.ask(i)
+            s.tell(i, p, branin(p))
+        s._turnaround[:] = [0.001]
+        assert s.holds_hand_outs(False)
+        gate.set()
+        deadline = _time.monotonic() + 30
+        while s.holds_hand_outs(False) and _time.monotonic() < deadline:
+            _time.sleep(0.01)
+        s.ask(3)
+        assert s.counts["model"] == 1 and s.counts["design"] == 3
+        s._round_tells -= 100  # the round is now far behind: a fresher one is due
+        assert s._round_wait_due(False, s.stale_limit()) and not s.holds_hand_outs(False)
     finally:
         gate.set()
         s.close()
@@ -201,6 +233,7 @@ def test_a_closed_searcher_abandons_its_round_at_the_next_checkpoint():
     for i in range(3):
         p = s.ask(i)
         s.tell(i, p, branin(p))
+    s._turnaround[:] = [0.05]  # trials shorter than a round, not very short
     assert not s.holds_hand_outs(False)  # starts the thread on its endless round
     s.ask(3)  # without waiting for it
     assert s._thread is not None and s._thread.is_alive()

@@ -214,7 +214,9 @@ class Prefetching(Searcher):
 
     def holds_hand_outs(self, may_hold: bool) -> bool:
         """Whether the next hand-out would wait for a round (`_round_wait_due`), within
-        `round_wait_s` of the first hand-out that was held: the round is worked on meanwhile."""
+        `round_wait_s` of the first hand-out that was held: the round is worked on meanwhile.
+        Without `may_hold` it goes ahead, except that every group waits for the first round when
+        trials are `very_short` against it (`_design_would_spend_the_budget`)."""
         with self._lock:
             first = self.round is None
             if not self._round_wait_due(first, self.stale_limit()):
@@ -223,6 +225,7 @@ class Prefetching(Searcher):
                 return False
             now = self._clock()
             self._begin_hold(first, now)
+            may_hold = may_hold or self._design_would_spend_the_budget(first)
             holding = may_hold and now - self._hold_t0 < self.policy.round_wait_s
             self._skip_wait = not holding
         self._start()
@@ -373,6 +376,14 @@ class Prefetching(Searcher):
         many results is still corrected exactly by each of them."""
         t = self._median_turnaround()
         return t is None or t < (self.policy.first_round_guess_s if first or not self.round_s else self.round_s)
+
+    def _design_would_spend_the_budget(self, first: bool) -> bool:
+        """Trials `very_short` against the first round (its guessed time): a group that went on
+        without the model would run several design points in the time of the round, and groups
+        that go on together would spend the budget on the design; the wait costs them little
+        (a round, once)."""
+        t = self._median_turnaround()
+        return first and t is not None and t * self.policy.very_short < self.policy.first_round_guess_s
 
     def _fresh_affordable(self) -> bool:
         """Whether a hand-out may wait for a round that includes the latest result: when one round
