@@ -815,7 +815,7 @@ class Coordinator:
                 else f"at epoch {rec.epochs}" if rec.status == TrialStatus.PRUNED else _first_line(rec.error))
         best_txt = f"best {best.objective:.6g} (trial {best.trial})" if best else "no completed trial yet"
         trial_log.info("trial %d %s %s [group %s, %.2f s] %d/%d, %s", n, rec.status.value, what, rec.group,
-                 rec.duration_s or 0.0, self._finished, self.cfg.search.trials, best_txt)
+                       rec.duration_s or 0.0, self._finished, self.cfg.search.trials, best_txt)
         if self._progress.due(self._finished):
             log.info("progress: %s, %d running, %s", self._progress.line(self._finished), self._n_running, best_txt)
 

@@ -1,8 +1,11 @@
 """The ask/tell core: pending-aware, never repeating a point, never treating a failure as good."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -155,12 +158,10 @@ def test_groups_wait_for_the_first_round_only_when_trials_are_short(short):
         s.close()
 
 
-def test_a_hand_out_that_would_wait_is_held_by_the_coordinator_instead():
-    """`holds_hand_outs`: the coordinator keeps the group idle while the round is prepared, and
-    a hand-out it may not hold goes ahead without waiting."""
-    import threading
-    import time as _time
-
+@contextlib.contextmanager
+def gated_first_round(trial_s):
+    """A Prefetching searcher with its 3 design results in, trials of `trial_s` against a round
+    guessed at 0.1 s, whose first round is prepared only once the yielded gate is set."""
     inner = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
     s = Prefetching(inner, groups=4, policy=RoundPolicy(first_round_guess_s=0.1))
     gate = threading.Event()
@@ -170,51 +171,44 @@ def test_a_hand_out_that_would_wait_is_held_by_the_coordinator_instead():
         for i in range(3):
             p = s.ask(i)
             s.tell(i, p, branin(p))
-        s._turnaround[:] = [0.05]  # trials shorter than a round, not very short
+        s._turnaround[:] = [trial_s]
+        yield s, gate
+    finally:
+        gate.set()
+        s.close()
+
+
+def open_gate_and_await_the_round(s, gate, may_hold):
+    gate.set()
+    deadline = time.monotonic() + 30
+    while s.holds_hand_outs(may_hold) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_hand_out_that_would_wait_is_held_by_the_coordinator_instead():
+    """`holds_hand_outs`: the coordinator keeps the group idle while the round is prepared, and
+    a hand-out it may not hold goes ahead without waiting."""
+    with gated_first_round(0.05) as (s, gate):  # trials shorter than a round, not very short
         assert s.holds_hand_outs(True) and s.holds_hand_outs(True)  # the first round is not ready
         assert not s.holds_hand_outs(False)
         s.ask(3)  # not held: no wait, a design point
         assert s.round is None and s.counts["design"] == 4 and s.ask_wait_s == 0.0
-        gate.set()
-        deadline = _time.monotonic() + 30
-        while s.holds_hand_outs(True) and _time.monotonic() < deadline:
-            _time.sleep(0.01)
+        open_gate_and_await_the_round(s, gate, True)
         s.ask(4)
         assert s.counts["model"] == 1 and s.ask_wait_s == 0.0 and s.first_wait_s > 0  # the hold counted
-    finally:
-        gate.set()
-        s.close()
 
 
 def test_with_very_short_trials_every_group_waits_for_the_first_round():
     """Trials of a millisecond against a round of 100 ms: a group the coordinator would not hold
     is held all the same until the first round, or the groups would spend the budget on the
     design. Later rounds are waited for only by the groups the coordinator holds."""
-    import threading
-    import time as _time
-
-    inner = BayesianSearch(SPACE, seed=0, initial_points=3, acquisition="EI")
-    s = Prefetching(inner, groups=4, policy=RoundPolicy(first_round_guess_s=0.1))
-    gate = threading.Event()
-    prepare = inner.prepare_round
-    inner.prepare_round = lambda *a, **k: (gate.wait(30), prepare(*a, **k))[1]
-    try:
-        for i in range(3):
-            p = s.ask(i)
-            s.tell(i, p, branin(p))
-        s._turnaround[:] = [0.001]
+    with gated_first_round(0.001) as (s, gate):
         assert s.holds_hand_outs(False)
-        gate.set()
-        deadline = _time.monotonic() + 30
-        while s.holds_hand_outs(False) and _time.monotonic() < deadline:
-            _time.sleep(0.01)
+        open_gate_and_await_the_round(s, gate, False)
         s.ask(3)
         assert s.counts["model"] == 1 and s.counts["design"] == 3
         s._round_tells -= 100  # the round is now far behind: a fresher one is due
         assert s._round_wait_due(False, s.stale_limit()) and not s.holds_hand_outs(False)
-    finally:
-        gate.set()
-        s.close()
 
 
 def test_a_closed_searcher_abandons_its_round_at_the_next_checkpoint():

@@ -382,8 +382,12 @@ class Prefetching(Searcher):
         without the model would run several design points in the time of the round, and groups
         that go on together would spend the budget on the design; the wait costs them little
         (a round, once)."""
+        return first and self._trials_very_short_against(self.policy.first_round_guess_s)
+
+    def _trials_very_short_against(self, round_s: float) -> bool:
+        """Whether the median trial is `very_short` times shorter than a round of `round_s`."""
         t = self._median_turnaround()
-        return first and t is not None and t * self.policy.very_short < self.policy.first_round_guess_s
+        return t is not None and t * self.policy.very_short < round_s
 
     def _fresh_affordable(self) -> bool:
         """Whether a hand-out may wait for a round that includes the latest result: when one round
@@ -406,8 +410,7 @@ class Prefetching(Searcher):
         (longer trials never wait): one per group (at least 4), but never more than a tenth of the
         results so far (at least 1), since a kernel fitted on 10 results is a poor guide at 15; and
         only 1 when trials are `very_short`, since then the model, not the groups, limits the search."""
-        t = self._median_turnaround()
-        if t is not None and self.round_s and t * self.policy.very_short < self.round_s:
+        if self._trials_very_short_against(self.round_s):
             return 1
         return max(1, min(max(self.groups, 4), len(self.observed) // 10))
 
