@@ -22,8 +22,8 @@ from . import __version__, _env
 from . import _results_view as view
 from ._errors import ConfigError
 from ._log import FILE_ONLY, STATS, log_to_file, set_rank_tag, setup_logging, stop_logging_to
-from .launch import (END_GRACE_S, abort_job, agree_or_raise, env_size, mpi_main, prepare_threads, relaunch,
-                     say_error, warn_once)
+from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_or_raise, env_size, mpi_main, prepare_threads,
+                     relaunch, say_error, warn_once)
 from .space import Categorical
 from .trial import TrialResult, TrialStatus
 
@@ -219,7 +219,8 @@ def _start_pulse(comm, plan):
         print(f"mpiopt: error: world rank {rank}: no word from the coordinator (world rank 0) for {silent_s:.0f} s: "
               "its node is lost; ending the job (finished trials are in the journal: --resume)",
               file=sys.stderr, flush=True)
-        comm.Abort(1)
+        # without the grace the launcher may tear the job down before it forwards this line
+        abort_job(comm, 1, ABORT_GRACE_S)
 
     return transport.Pulse(comm, [0], watch=0, silent_s=_env.get("MPIOPT_COORDINATOR_SILENT_S"),
                            on_silence=coordinator_lost).start()
