@@ -76,7 +76,6 @@ SETTINGS: dict[str, tuple] = {
     "MPIOPT_PROGRESS_S": (env_float, 60.0, (), "least seconds between a training trial's progress lines"),
     # at least a few of the coordinator's pulses (every 2 s) long, or a healthy job would end
     "MPIOPT_COORDINATOR_SILENT_S": (env_float, 30.0, (6.0,), "groups end the job after this long without word"),
-    "MPIOPT_TIME_SLICE_MS": (env_float, 0.1, (), "the coordinator's time slice on Linux 6.12+ (0: the kernel's)"),
     "MPIOPT_TF_LOGS": (env_choice, "0", (("0", "1"),), "1: keep TensorFlow's start-up lines on stderr"),
 }
 

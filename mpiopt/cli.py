@@ -22,7 +22,6 @@ from . import __version__, _env
 from . import _results_view as view
 from ._errors import ConfigError
 from ._log import FILE_ONLY, STATS, log_to_file, set_rank_tag, setup_logging, stop_logging_to
-from ._timeslice import request_time_slice
 from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_or_raise, env_size, mpi_main, prepare_threads,
                      relaunch, say_error, warn_once)
 from .space import Categorical
@@ -309,9 +308,6 @@ def _coordinate(cfg, plan, comm, run_dir, events, placement: str | None = None) 
 
 def _run_search(cfg, plan, comm, run_dir, events, placement: str | None) -> int:
     _announce(cfg, plan, run_dir, placement)
-    # before the suggestion thread starts, which inherits it: see _timeslice
-    if request_time_slice(_env.get("MPIOPT_TIME_SLICE_MS")):
-        log.debug("time slice of the dispatch loop and its threads: %g ms", _env.get("MPIOPT_TIME_SLICE_MS"))
     link = _make_link(cfg, comm, plan)
     searcher = _make_searcher(cfg, link)
     # what start-up built (imported modules above all) stays: a full collection in the middle of

@@ -4,15 +4,10 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-import platform
-import re
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from mpiopt import _timeslice
 from mpiopt.config import load_config
 from mpiopt._send_ahead import SendAhead
 from mpiopt.coordinator import HOLD_MAX_GROUPS, Coordinator
@@ -670,43 +665,3 @@ def test_dispatch_stats_count_the_first_wave_and_the_trials_sent_ahead_apart_fro
     assert dispatch_stats([], first_wave=[0.01]) == \
         "1 trial dispatched (1 in the first wave (the last 10.0 ms after the start), 0 after a result)"
     assert dispatch_stats([]) == "no trial dispatched"
-
-
-# -- the dispatch loop's time slice ----------------------------------------------------------------
-def slice_ns() -> int | None:
-    """The calling thread's time slice as Linux shows it, or None where it does not."""
-    try:
-        found = re.search(r"^se\.slice\s*:\s*(\d+)", Path("/proc/thread-self/sched").read_text(), re.M)
-    except OSError:
-        return None
-    return int(found.group(1)) if found else None
-
-
-def kernel_takes_slices() -> bool:
-    """Linux 6.12 and later read a normal task's requested slice."""
-    version = re.match(r"(\d+)\.(\d+)", platform.release())
-    return platform.system() == "Linux" and version is not None and tuple(map(int, version.groups())) >= (6, 12)
-
-
-@pytest.mark.skipif(not kernel_takes_slices(), reason="needs Linux 6.12 or later")
-def test_the_dispatch_loop_s_short_slice_is_kept_by_the_threads_it_starts():
-    seen = {}
-
-    def coordinator_thread():  # not pytest's own thread, whose slice must stay as it is
-        seen["before"] = slice_ns()
-        seen["took"] = _timeslice.request_time_slice(0.2)
-        seen["after"] = slice_ns()
-        child = threading.Thread(target=lambda: seen.update(child=slice_ns()))
-        child.start()
-        child.join()
-
-    main = threading.Thread(target=coordinator_thread)
-    main.start()
-    main.join()
-    assert seen["took"] and seen["before"] != 200_000
-    assert seen["after"] == seen["child"] == 200_000
-
-
-def test_a_machine_without_the_call_keeps_its_slices(monkeypatch):
-    monkeypatch.setattr(platform, "machine", lambda: "sparc64")
-    assert _timeslice.request_time_slice(0.2) is False
