@@ -60,7 +60,17 @@ def _gone_from_this_machine(beat: dict) -> bool:
         return True
     except OSError:  # it exists, as another user's process
         return False
-    return False
+    return _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    """Whether `pid` has died and waits to be reaped: after a kill -9 of the whole job its parent
+    (the launcher's proxy) is gone too, and the coordinator stays a zombie until something reaps it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (not Linux), or reaped meanwhile
+        return False
+    return stat[stat.rindex(")") + 2:].startswith(("Z", "X"))
 
 
 def last_signs(events: list[dict]) -> dict[int, float]:

@@ -217,14 +217,27 @@ def test_status_sees_at_once_that_a_coordinator_on_this_machine_is_gone(tmp_path
     run = copy_run(tmp_path)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # its pid now names no process
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])  # dead, and not reaped until zombie.wait()
+    wait_until_dead(zombie.pid)
     here = socket.gethostname()
     for pid, host, said in ((gone.pid, here, f": not running: its coordinator (pid {gone.pid} on {here}) is gone"),
+                            (zombie.pid, here, f": not running: its coordinator (pid {zombie.pid} on {here}) is gone"),
                             (os.getpid(), here, ": running (pid"),
                             (gone.pid, "another-node", ": running (pid")):  # there, only the heartbeat tells
         (run / HEARTBEAT).write_text(json.dumps({"state": "running", "time": time.time() - 1, "host": host,
                                                  "pid": pid}))
         line = status_text(str(run)).splitlines()[0]
         assert said in line, line
+    zombie.wait()
+
+
+def wait_until_dead(pid: int) -> None:
+    """Until the child `pid` has exited (without reaping it)."""
+    for _ in range(500):
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"child {pid} did not exit")
 
 
 def test_status_of_a_running_search_lists_groups_and_warns_of_a_silent_one(tmp_path):
