@@ -64,8 +64,8 @@ def _gone_from_this_machine(beat: dict) -> bool:
 
 
 def _is_zombie(pid: int) -> bool:
-    """Whether `pid` has died and waits to be reaped: after a kill -9 of the whole job its parent
-    (the launcher's proxy) is gone too, and the coordinator stays a zombie until something reaps it."""
+    """Whether `pid` has died and waits to be reaped: such a process keeps its pid, and
+    `os.kill(pid, 0)` still succeeds on it, until its parent (or whoever adopted it) reaps it."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:  # no /proc (not Linux), or reaped meanwhile
