@@ -413,4 +413,5 @@ def test_a_rung_s_leaders_are_the_best_share_of_its_results_in_rank_order(seed):
             count = -(-len(ranked) // 3) if closing else len(ranked) // 3
             expected = [t for t in ranked[:count] if rung.results[t] is not None]
             assert rung.leaders(3, closing) == expected
+        assert {t for t in rung.results if rung.leads(t, 3)} == set(rung.leaders(3))
         assert all(rung.leads(t, 3) == (t in rung.leaders(3)) for t in rung.results)
