@@ -26,6 +26,8 @@ searcher as a failure.
   bayes+asha    mpiopt's: the GP fitted on the highest rung with 5 results (BOHB's rule, RungModel), ASHA
   ladder+asha   the GP fitted on every trial, scored on rung 1's scale in the order of the higher rungs
                 (LadderModel), ASHA
+  budget+asha   one GP on (configuration, log epochs) fitted on every rung result, EI at the top rung
+                (BudgetModel: the budget as an input of the GP), ASHA
   hyperband     random search, Hyperband (ASHA brackets from rungs 1, 3, 9 and 27)
   bayes+hyperband  the GP on rungs (BOHB's rule), Hyperband (BOHB)
   ladder+hyperband the GP on ladder scores, Hyperband
@@ -75,7 +77,7 @@ sys.path.insert(0, str(ROOT))
 
 from mpiopt.config import load_config  # noqa: E402
 from mpiopt.scheduler import Decision, make_scheduler  # noqa: E402
-from mpiopt.search import LadderModel, RungModel, make_searcher  # noqa: E402
+from mpiopt.search import BudgetModel, LadderModel, RungModel, make_searcher  # noqa: E402
 from mpiopt.space import Categorical  # noqa: E402
 
 EPOCHS = 27
@@ -83,6 +85,7 @@ TARGET_GAP = 0.005
 # method -> (search.algorithm, search.scheduler); optuna is Optuna's
 METHODS = {"bayes": ("bayesian", "none"), "random": ("random", "none"), "random+asha": ("random", "asha"),
            "bayes+asha": ("bayesian", "asha"), "ladder+asha": ("bayesian", "asha"),
+           "budget+asha": ("bayesian", "asha"),
            "hyperband": ("random", "hyperband"), "bayes+hyperband": ("bayesian", "hyperband"),
            "ladder+hyperband": ("bayesian", "hyperband"), "optuna": None}
 
@@ -343,6 +346,8 @@ def make_policy(method: str, curves: Curves, cfg, seed: int, knobs: Knobs):
                            reduction_factor=knobs.reduction_factor, pausable=True)
     if settings.scheduler == "none":
         searcher = make_searcher(cfg.space, settings)
+    elif method.startswith("budget+"):
+        searcher = BudgetModel(cfg.space, top=EPOCHS, seed=seed, initial_points=settings.initial_points)
     elif method.startswith("ladder+"):
         searcher = LadderModel(make_searcher(cfg.space, settings), cfg.space, top=EPOCHS, seed=seed)
     else:  # as mpiopt search builds it (cli._make_searcher)
@@ -412,8 +417,9 @@ def main() -> None:
     parser.add_argument("--widths", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--budget", type=float, default=60, help="full trainings of compute per search")
     parser.add_argument("--methods", nargs="+", choices=METHODS,
-                        default=[m for m in METHODS if not m.startswith("ladder+")],
-                        help="default: all but ladder+asha and ladder+hyperband (an hour more on 2 cores)")
+                        default=[m for m in METHODS if not m.startswith(("ladder+", "budget+"))],
+                        help="default: all but ladder+asha, ladder+hyperband and budget+asha (each an hour "
+                             "more on 2 cores: their GP is fitted on every result)")
     parser.add_argument("--oracle-at", type=int, nargs="+", default=[], metavar="K",
                         help="also random+asha handing out the table's best configuration as trial K")
     parser.add_argument("--ranked-by", type=int, nargs="+", default=[], metavar="R",

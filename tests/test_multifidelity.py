@@ -9,9 +9,9 @@ import time
 import pytest
 
 from mpiopt.config import SearchSettings
-from mpiopt.search import (BayesianSearch, LadderModel, Prefetching, RandomSearch, RungModel, ladder_scores,
-                           make_searcher)
-from mpiopt.space import Real, Space
+from mpiopt.search import (BayesianSearch, BudgetModel, LadderModel, Prefetching, RandomSearch, RungModel,
+                           ladder_scores, make_searcher, rung_offsets)
+from mpiopt.space import Real, Space, encode
 
 SPACE = Space((Real("x", -5.0, 10.0), Real("y", 0.0, 15.0)))
 TOP = 27
@@ -440,3 +440,77 @@ def test_the_ladder_kept_one_result_at_a_time_equals_the_ladder_scored_at_once(s
         expected = ladder_scores(results)
         assert model.scores == expected, f"step {step}"
         assert {t: v for t, (_, v) in inner.observed.items()} == expected
+
+
+# -- BudgetModel: one GP on (configuration, log epochs) ----------------------------------------------
+def test_rung_offsets_chain_the_mean_change_of_the_trials_at_both_rungs():
+    results = {1: {0: 10.0, 1: 12.0, 2: 20.0}, 3: {0: 6.0, 1: 10.0}, 9: {1: 9.0}, 27: {5: 1.0}}
+    # rung 3: trials 0 and 1 fell by 4 and 2; rung 9: trial 1 by 1 more; rung 27: no trial at both
+    assert rung_offsets(results) == {1: 0.0, 3: -3.0, 9: -4.0, 27: -4.0}
+
+
+def budget_model(**kw) -> BudgetModel:
+    return BudgetModel(SPACE, top=TOP, seed=0, initial_points=4, **kw)
+
+
+def test_the_budget_model_suggests_design_points_until_enough_trials_have_results():
+    model = budget_model()
+    points = [model.ask(n) for n in range(6)]  # no results: all from the design, all different
+    assert len({(p["x"], p["y"]) for p in points}) == 6
+    for n, p in enumerate(points[:3]):
+        model.tell_rung(n, p, 1, branin(p, 1))
+    assert model.report() == "one GP on configuration and epochs (3 at rung 1)"
+    assert model._hyper is None  # three trials with results: still no fit
+    model.tell_rung(3, points[3], 1, branin(points[3], 1))
+    model.ask(6)
+    assert model._hyper is not None
+
+
+def test_the_budget_model_finds_branin_s_minima_from_rung_results():
+    """Every trial reports rung 1; one in three goes on to rung 9 and completes: the suggestions
+    close in on Branin's minima (0.398) far better than the design points did."""
+    model = budget_model()
+    values = []
+    for n in range(40):
+        p = model.ask(n)
+        model.tell_rung(n, p, 1, branin(p, 1))
+        if n % 3 == 0:
+            model.tell_rung(n, p, 9, branin(p, 9))
+            model.tell(n, p, branin(p))
+        else:
+            model.drop_pending(n)  # paused at rung 1
+        values.append(branin(p))
+    assert min(values[:4]) > 5.0 and min(values[20:]) < 1.0  # 20 random points: 9 searches in 100
+
+
+def test_the_budget_model_gives_pending_trials_different_points_and_never_repeats_one():
+    model = budget_model()
+    for n in range(8):
+        p = model.ask(n)
+        model.tell_rung(n, p, 1, branin(p, 1))
+        model.drop_pending(n)
+    running = [model.ask(n) for n in range(8, 16)]  # eight groups asking before any news
+    keys = {(p["x"], p["y"]) for p in running} | {(p["x"], p["y"]) for p, _ in model.completed}
+    assert len({(p["x"], p["y"]) for p in running}) == 8
+    seen = {tuple(encode(SPACE, p)) for p in running}
+    assert len(seen) == 8 and len(keys) == 8
+
+
+def test_a_trial_that_ends_without_a_result_stands_at_the_lowest_rung_as_the_worst():
+    model = budget_model()
+    points = [model.ask(n) for n in range(5)]
+    for n, p in enumerate(points[:4]):
+        model.tell_rung(n, p, 3, float(n))
+    model.tell(4, points[4], None)
+    model.tell_rung(0, points[0], 9, -2.0)
+    X, y = model._training_data()
+    # rung 3's four results, trial 0 at rung 9 (2 lower than at rung 3: the offset), the failure
+    assert X.shape == (6, 3) and list(y) == [0.0, 1.0, 2.0, 3.0, 0.0, 3.0]
+    assert list(X[:, 2]) == pytest.approx([1 / 3] * 4 + [2 / 3, 1 / 3])
+    assert model.results == {3: {0: 0.0, 1: 1.0, 2: 2.0, 3: 3.0}, 9: {0: -2.0}}
+
+
+@pytest.mark.parametrize(("top", "initial_points", "refit_every"), [(1, 5, 4), (27, 0, 4), (27, 5, 0)])
+def test_a_budget_model_with_nonsense_settings_is_refused(top, initial_points, refit_every):
+    with pytest.raises(ValueError, match="BudgetModel needs"):
+        BudgetModel(SPACE, top=top, initial_points=initial_points, refit_every=refit_every)

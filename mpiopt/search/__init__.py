@@ -10,13 +10,13 @@ from ..space import Space
 from ._base import Searcher
 from ._bayesian import BayesianSearch
 from ._evolution import EvolutionSearch
-from ._multifidelity import LadderModel, RungModel, ladder_scores
+from ._multifidelity import BudgetModel, LadderModel, RungModel, ladder_scores, rung_offsets
 from ._pareto import ParetoSearch
 from ._prefetch import Prefetching, RoundPolicy
 from ._random import RandomSearch
 
 __all__ = ["Searcher", "RandomSearch", "BayesianSearch", "EvolutionSearch", "ParetoSearch", "Prefetching",
-           "RoundPolicy", "RungModel", "LadderModel", "ladder_scores", "make_searcher"]
+           "RoundPolicy", "RungModel", "LadderModel", "BudgetModel", "ladder_scores", "rung_offsets", "make_searcher"]
 
 
 def make_searcher(space: Space, settings, *, prefetch: int = 0, goals: int = 1) -> Searcher:

@@ -33,10 +33,15 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
-from ..space import Space
+import numpy as np
+
+from ..space import Space, encode
+from . import _gp
 from ._base import Searcher
+from ._bayesian import prior_mean
 
 Params = dict[str, Any]
 Result = tuple[Params, float | None]
@@ -471,3 +476,154 @@ class Ladder:
                     for member, s in self.rebring(nxt, trial, score).items():
                         due.setdefault(nxt, {})[member] = s
         return final
+
+
+def rung_offsets(results: dict[int, dict[int, float]]) -> dict[int, float]:
+    """How much lower every rung's losses lie than the lowest rung's: rung by rung upwards, the
+    mean change from the rung below among the trials with a result at both (0 without any).
+
+    `results`: epochs -> trial -> finite loss. Only paired differences count: the trials at a
+    higher rung are the ones promoted there, better than the lower rung's average, so comparing
+    the rungs' own means would take selection for improvement.
+    """
+    rungs = sorted(results)
+    offsets = {rung: 0.0 for rung in rungs[:1]}
+    for low, high in pairwise(rungs):
+        changes = [loss - results[low][t] for t, loss in results[high].items() if t in results[low]]
+        offsets[high] = offsets[low] + (sum(changes) / len(changes) if changes else 0.0)
+    return offsets
+
+
+class BudgetModel(Searcher):
+    """One GP on (configuration, log epochs), fitted on every rung result; suggestions maximise
+    expected improvement at the top rung: the budget as an input of the GP.
+
+    Where BOHB's rule (`RungModel`) fits one rung and leaves out the trials stopped below it, this
+    model keeps them all, and its kernel learns from the trials with results at several rungs how
+    far a rung predicts the top: a trial's rung-1 result counts as much as the data say it should,
+    and a configuration unlike the fast starters is not judged by its first epoch alone. Before the
+    fit, each rung's losses are shifted by `rung_offsets`, so that the kernel models how
+    configurations differ rather than how every learning curve falls.
+
+    It suggests in `ask` itself (a fit of the kernel every `refit_every` suggestions, warm-started),
+    so a suggestion takes as long as a fit on every result: bench/multifidelity.py compares it
+    (`budget+asha`); `mpiopt search` uses `RungModel`, whose inner searcher prepares suggestions in
+    a background thread (`Prefetching`).
+
+    Pending trials are fantasies at the top rung (a kriging believer no better than the best
+    prediction), so parallel groups get different points. A trial that ends without any result
+    stands at the lowest rung with the worst loss seen (never a good value).
+
+    Args:
+        space: the search space.
+        top: the training epochs: a completed trial counts as a result at this rung.
+        seed: for the design points and the candidates.
+        initial_points: trials with a result before the first fit; until then, Sobol points.
+        refit_every: suggestions between two fits of the kernel's hyperparameters.
+
+    Attributes:
+        results: epochs -> trial -> loss (finite only; the first report of a (trial, epochs) wins),
+            plus completed trials at `top`.
+    """
+
+    def __init__(self, space: Space, *, top: int, seed: int = 0, initial_points: int = 5,
+                 refit_every: int = 4) -> None:
+        if top < 2 or initial_points < 1 or refit_every < 1:
+            raise ValueError(f"BudgetModel needs top >= 2, initial_points >= 1 and refit_every >= 1, not "
+                             f"top={top}, initial_points={initial_points}, refit_every={refit_every}")
+        super().__init__(space, seed=seed)
+        self.coder = _gp.UnitCoder(space)
+        self.top = top
+        self.initial_points = initial_points
+        self.refit_every = refit_every
+        self.results: dict[int, dict[int, float]] = {}
+        self._x: dict[int, np.ndarray] = {}  # trial -> its configuration in the unit cube
+        self._rng = np.random.default_rng(seed)
+        self._hyper: _gp.Hyper | None = None
+        self._suggested = 0
+
+    def tell_rung(self, trial: int, params: Params, epochs: int, loss: float | None) -> None:
+        """A result of `trial` at the rung of `epochs` epochs (None, NaN or inf: it has no loss there)."""
+        loss = _finite(loss)
+        if loss is not None:
+            self._x.setdefault(trial, self.coder.encode(params))
+            self.results.setdefault(epochs, {}).setdefault(trial, loss)
+
+    def tell(self, trial: int, params: Params, loss: float | None) -> None:
+        """The trial's final word: a completed trial counts as a result at `top` unless it has one there."""
+        super().tell(trial, params, loss)
+        self._x.setdefault(trial, self.coder.encode(params))
+        self.tell_rung(trial, params, self.top, self.observed[trial][1])
+
+    def report(self) -> str:
+        counts = ", ".join(f"{len(self.results[r])} at rung {r}" for r in sorted(self.results)) or "no results yet"
+        return f"one GP on configuration and epochs ({counts})"
+
+    def _suggest(self) -> Params:
+        self._suggested += 1
+        with_results = {t for at_rung in self.results.values() for t in at_rung}
+        if len(with_results) < self.initial_points:
+            return self._design_point()
+        return self._best_new(*self._posterior())
+
+    def _design_point(self) -> Params:
+        known = self.known_points()
+        for k in range(self._suggested, self._suggested + 64):
+            u = _gp.sobol(len(self.space.params), k, 1, self.seed)
+            params = self.coder.decode(self.coder.from_design(u)[0])
+            if tuple(encode(self.space, params)) not in known:
+                return params
+        return self.coder.decode(self.coder.from_design(self._rng.random((1, len(self.space.params))))[0])
+
+    def _training_data(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every result as (configuration, log epochs / log top) -> loss less its rung's offset,
+        and every trial that ended without a result at the lowest rung, at the worst of them."""
+        offsets = rung_offsets(self.results)
+        rows, ys = [], []
+        for rung, at_rung in sorted(self.results.items()):
+            for trial, loss in at_rung.items():
+                rows.append(np.append(self._x[trial], self._budget(rung)))
+                ys.append(loss - offsets[rung])
+        with_results = {t for at_rung in self.results.values() for t in at_rung}
+        failed = [t for t, (_, loss) in self.observed.items() if loss is None and t not in with_results]
+        lowest = self._budget(min(self.results))
+        rows += [np.append(self._x[t], lowest) for t in failed]
+        ys += [max(ys)] * len(failed)
+        return np.array(rows), np.array(ys)
+
+    def _budget(self, epochs: int) -> float:
+        return math.log(epochs) / math.log(self.top)
+
+    def _posterior(self) -> tuple[_gp.Posterior, np.ndarray, float]:
+        """The GP on every result with the pending trials as fantasies at the top, its candidates
+        (their acquisition computed), and the best predicted loss at the top of a trial seen."""
+        X, y = self._training_data()
+        mean, scale = prior_mean(y)
+        y = (y - mean) / scale
+        if self._hyper is None or self._suggested % self.refit_every == 0:
+            self._hyper = _gp.fit_hyper(X, y, self._hyper, maxiter=60)
+        fresh = [p for t, p in self.pending.items() if t not in self._x]
+        post = _gp.Posterior(self._hyper, X, y, capacity=len(X) + len(fresh))
+        seen = np.array(list(self._x.values()))
+        at_top, _ = post.predict(self._at_top(seen))
+        best = float(at_top.min())
+        found = _gp.candidates(self.coder, seen, at_top, self._rng)
+        post.set_candidates(self._at_top(found))
+        for params in fresh:
+            z = self._at_top(self.coder.encode(params)[None, :])[0]
+            post.add(z, _gp.fantasy("believer_clipped", float(post.predict(z[None, :])[0][0]), best))
+        return post, found, best
+
+    @staticmethod
+    def _at_top(X: np.ndarray) -> np.ndarray:
+        return np.hstack([X, np.ones((len(X), 1))])
+
+    def _best_new(self, post: _gp.Posterior, found: np.ndarray, best: float) -> Params:
+        """The candidate of highest expected improvement that no trial has tried or is trying."""
+        gain = _gp.acquisition("EI", post.mu_c, post.var_c, best)
+        known = self.known_points()
+        for k in np.argsort(-gain):
+            params = self.coder.decode(found[k])
+            if tuple(encode(self.space, params)) not in known:
+                return params
+        return self._design_point()
