@@ -119,35 +119,53 @@ class Summary:
 class Progress:
     """When to print the search's summary line, and what it says: at a tenth of the budget passed
     (but not within QUIET_S of the last line: a short search stays quiet), and at least every
-    EVERY_S while results come in. The rate counts this run's results only."""
+    EVERY_S while results come in. The rate counts this run's results only.
+
+    Under asha or hyperband (`per_trial`: the epochs a new trial trains on average, `Scheduler.
+    epochs_to_go`) the budget is counted in epochs reported, and the time left from the epochs
+    still to go: there most trials wait paused until promoted or the search ends, so finished
+    trials lag the work done.
+    """
 
     EVERY_S = 600.0
     QUIET_S = 60.0
 
-    def __init__(self, budget: int, finished: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, budget: int, finished: int, clock: Callable[[], float] = time.monotonic,
+                 per_trial: float | None = None, epochs: int = 0) -> None:
         self.budget = budget
         self.clock = clock
-        self.step = max(1, math.ceil(budget / 10))
+        self.per_trial = per_trial
+        self.total = budget * per_trial if per_trial is not None else budget  # the budget's work
         self.t0 = self.last_at = clock()
-        self.finished0 = finished
-        self.last_mark = finished // self.step
+        self.work0 = self._work(finished, epochs)
+        self.last_mark = self._mark(self.work0)
 
-    def due(self, finished: int) -> bool:
+    def _work(self, finished: int, epochs: int) -> float:
+        return epochs if self.per_trial is not None else finished
+
+    def _mark(self, work: float) -> int:
+        return int(work * 10 // self.total) if self.total > 0 else 0
+
+    def due(self, finished: int, epochs: int = 0) -> bool:
         now = self.clock()
-        mark = finished // self.step
+        mark = self._mark(self._work(finished, epochs))
         since = now - self.last_at
         if (mark > self.last_mark and since >= self.QUIET_S) or since >= self.EVERY_S:
             self.last_mark, self.last_at = mark, now
             return True
         return False
 
-    def line(self, finished: int) -> str:
+    def line(self, finished: int, epochs: int = 0, epochs_left: float = 0.0) -> str:
         hours = (self.clock() - self.t0) / 3600.0
-        rate = (finished - self.finished0) / hours if hours > 0 else 0.0
-        left = max(0, self.budget - finished)
+        work = self._work(finished, epochs)
+        rate = (work - self.work0) / hours if hours > 0 else 0.0
+        left = max(0.0, self.budget - finished if self.per_trial is None else epochs_left)
         eta = f"about {format_hours(left / rate)} left" if rate > 0 and left else "the budget is spent" if not left \
             else "time left unknown"
-        return f"{finished}/{self.budget} trials ({finished / self.budget:.0%}), {rate:.0f} trials/h, {eta}"
+        trials = f"{finished}/{self.budget} trials ({finished / self.budget:.0%})"
+        if self.per_trial is None:
+            return f"{trials}, {rate:.0f} trials/h, {eta}"
+        return f"{trials}, {epochs} epochs trained, about {left:.0f} to go, {rate:.0f} epochs/h, {eta}"
 
 
 class Coordinator:
@@ -198,9 +216,12 @@ class Coordinator:
         self._warned_unjudged = False
         self._beat_at = -math.inf  # time.monotonic() of the last heartbeat
         self._watch_at = -math.inf  # time.monotonic() of the next look for lost groups
-        self._progress = Progress(cfg.search.trials, self._finished)
+        self._epochs = 0  # epochs reported, the journal's included
+        self._reached: dict[int, int] = {}  # per trial: the highest epoch it reported
         self._paused = {n for n, t in self.trials.items() if t.status == TrialStatus.PAUSED}
         self._replay_scheduler(history)
+        self._progress = Progress(cfg.search.trials, self._finished, per_trial=self.scheduler.epochs_to_go(),
+                                  epochs=self._epochs)
         transport.listen(self.on_report)
 
     # -- helpers -----------------------------------------------------------------------------
@@ -709,6 +730,8 @@ class Coordinator:
             best = loss
         self._best_so_far[n] = best
         decision = self.scheduler.report(n, epoch, best)
+        self._epochs += 1
+        self._reached[n] = max(epoch, self._reached.get(n, 0))
         rec = self.trials.get(n)
         if rec is not None:
             rec.rung = self.scheduler.rung(n)
@@ -739,6 +762,7 @@ class Coordinator:
         self.searcher.drop_pending(n)  # as after a resume: a paused trial is not running
         self._table_dirty = True
         trial_log.info("trial %d paused at epoch %s [group %s]", n, rec.epochs, rec.group)
+        self._log_progress()
 
     def _prune_paused(self) -> None:
         """The search is over: a trial still paused will never be promoted, so it is pruned, and
@@ -813,11 +837,21 @@ class Coordinator:
             self._best = best = rec
         what = (f"objective={rec.objective:.6g}" if rec.objective is not None
                 else f"at epoch {rec.epochs}" if rec.status == TrialStatus.PRUNED else _first_line(rec.error))
-        best_txt = f"best {best.objective:.6g} (trial {best.trial})" if best else "no completed trial yet"
+        best_txt = _best_text(best)
         trial_log.info("trial %d %s %s [group %s, %.2f s] %d/%d, %s", n, rec.status.value, what, rec.group,
                        rec.duration_s or 0.0, self._finished, self.cfg.search.trials, best_txt)
-        if self._progress.due(self._finished):
-            log.info("progress: %s, %d running, %s", self._progress.line(self._finished), self._n_running, best_txt)
+        self._log_progress()
+
+    def _log_progress(self) -> None:
+        if self._progress.due(self._finished, self._epochs):
+            line = self._progress.line(self._finished, self._epochs, self._epochs_left() or 0.0)
+            log.info("progress: %s, %d running, %s", line, self._n_running, _best_text(self.best()))
+
+    def _epochs_left(self) -> float | None:
+        """What the rest of the budget trains on average under a ladder (`Scheduler.epochs_left`)."""
+        unfinished = [(self._reached.get(n, 0), n in self._paused) for n, t in self.trials.items()
+                      if not t.status.is_finished()]
+        return self.scheduler.epochs_left(max(0, self.cfg.search.trials - len(self.trials)), unfinished)
 
     def _beat(self) -> None:
         """Every HEARTBEAT_EVERY_S, tell `mpiopt status` the search is alive (a file, not the lock)."""
@@ -875,6 +909,10 @@ def _reported_duration(result: TrialResult) -> float | None:
             and end >= start:
         return float(end - start)
     return None
+
+
+def _best_text(best: TrialRecord | None) -> str:
+    return f"best {best.objective:.6g} (trial {best.trial})" if best else "no completed trial yet"
 
 
 def dispatch_stats(seconds: list[float], first_wave: list[float] = ()) -> str:

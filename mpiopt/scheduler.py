@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import bisect
 import statistics
+from collections.abc import Iterable
 from enum import Enum
 from fractions import Fraction
+from itertools import pairwise
 
 __all__ = ["SCHEDULERS", "Asha", "Decision", "Hyperband", "MedianStopping", "Scheduler", "ladder", "make_scheduler"]
 
@@ -114,6 +116,21 @@ class Scheduler:
         """Trial -> loss recorded at that rung epoch."""
         return {}
 
+    def epochs_to_go(self, epoch: int = 0, paused: bool = False) -> float | None:
+        """The epochs a trial that trained `epoch` so far (0: a new one; `paused`: waiting at that
+        rung) trains on average from there when each rung passes on its best 1/reduction_factor:
+        for the estimates of the time left. None where no ladder tells it (none and median: trials
+        end when their training or the rule ends them)."""
+        return None
+
+    def epochs_left(self, new_trials: int, unfinished: Iterable[tuple[int, bool]]) -> float | None:
+        """What `new_trials` trials not started yet and the started ones not finished, given as
+        (epochs trained, paused) each, train on average (`epochs_to_go`); None without a ladder."""
+        per_trial = self.epochs_to_go()
+        if per_trial is None:
+            return None
+        return new_trials * per_trial + sum(self.epochs_to_go(epoch, paused) for epoch, paused in unfinished)
+
 
 class _Rung:
     """The losses recorded at one rung epoch of a bracket, and the trials promoted from it.
@@ -204,6 +221,16 @@ class _Bracket:
     def rung(self, trial: int) -> int | None:
         reached = [epoch for epoch, rung in self.rungs.items() if trial in rung.results]
         return max(reached, default=None)
+
+    def epochs_to_go(self, epoch: int, paused: bool) -> float:
+        """A trial goes on to the next rung (paused at a rung: 1/reduction_factor of them), then
+        1/reduction_factor of those to the one after, and so on."""
+        share = 1 / self.reduction_factor if paused else 1.0
+        total = 0.0
+        for below, rung in pairwise([epoch, *(r for r in sorted(self.rungs) if r > epoch)]):
+            total += share * (rung - below)
+            share /= self.reduction_factor
+        return total
 
 
 class _Laddered(Scheduler):
@@ -306,6 +333,9 @@ class Asha(_Laddered):
         # Every trial is in the one bracket, started or not.
         return self._brackets[0].decision_epochs()
 
+    def epochs_to_go(self, epoch: int = 0, paused: bool = False) -> float:
+        return self._brackets[0].epochs_to_go(epoch, paused)
+
 
 class Hyperband(_Laddered):
     """Several ASHA brackets: bracket s starts at ASHA's rung s; the last one never stops anything."""
@@ -336,6 +366,12 @@ class Hyperband(_Laddered):
     def bracket(self, trial: int) -> int | None:
         """The bracket the trial was assigned to at `start`; None if it never started."""
         return self._bracket_of.get(trial)
+
+    def epochs_to_go(self, epoch: int = 0, paused: bool = False) -> float:
+        # A trial's bracket is the scheduler's business: each bracket counts by its share of trials.
+        weights = self._weights()
+        return float(sum(w * b.epochs_to_go(epoch, paused) for w, b in zip(weights, self._brackets, strict=True))
+                     / sum(weights))
 
 
 class MedianStopping(Scheduler):

@@ -18,11 +18,12 @@ from ._errors import ConfigError
 from .analysis import _run_info, direction_of
 from ._results_view import format_hours
 from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, read_journal, replay
+from .scheduler import Scheduler, make_scheduler
 from .trial import TrialRecord, TrialStatus
 
 # a heartbeat older than this many periods: the coordinator is gone (killed, or its node lost)
 STALE_BEATS = 3
-RATE_WINDOW_S = 3600.0  # trials per hour over the last hour (or the whole search, if shorter)
+RATE_WINDOW_S = 3600.0  # trials (epochs) per hour over the last hour (or the whole search, if shorter)
 
 
 @dataclass
@@ -86,11 +87,44 @@ def trials_per_hour(trials: list[TrialRecord], now: float) -> float:
     """Finished trials per hour over the last RATE_WINDOW_S (or since the first start)."""
     starts = [t.start for t in trials if t.start is not None]
     ends = [t.end for t in trials if t.end is not None and t.status.is_finished()]
-    if not starts or not ends:
+    return _per_hour(ends, starts, now)
+
+
+def epoch_reports(events: list[dict]) -> dict[tuple[int, int], float]:
+    """(trial, epoch) -> when it was first reported: an epoch trained again after a crash counts once."""
+    first: dict[tuple[int, int], float] = {}
+    for e in events:
+        if e.get("event") == "report" and isinstance(e.get("trial"), int) and isinstance(e.get("epoch"), int):
+            first.setdefault((e["trial"], e["epoch"]), float(e.get("time") or 0.0))
+    return first
+
+
+def epochs_per_hour(events: list[dict], reports: dict[tuple[int, int], float], now: float) -> float:
+    """Epochs reported per hour over the last RATE_WINDOW_S (or since the first start)."""
+    starts = [float(e["time"]) for e in events if e.get("event") == "start" and isinstance(e.get("time"), (int, float))]
+    return _per_hour(list(reports.values()), starts, now)
+
+
+def _per_hour(times: list[float], starts: list[float], now: float) -> float:
+    if not starts or not times:
         return 0.0
     window = min(RATE_WINDOW_S, now - min(starts))
-    recent = sum(1 for e in ends if e >= now - window)
+    recent = sum(1 for t in times if t >= now - window)
     return recent / window * 3600.0 if window > 0 else 0.0
+
+
+def ladder_of(info: dict) -> Scheduler | None:
+    """The run's scheduler where it is asha or hyperband: there paused trials finish only when
+    promoted to the top or when the search ends, so that finished trials say little of the work
+    done, and its rungs tell the epochs left (`Scheduler.epochs_left`); None otherwise."""
+    search, training = info.get("search") or {}, info.get("training") or {}
+    try:
+        scheduler = make_scheduler(str(search.get("scheduler", "none")), epochs=int(training["epochs"]),
+                                   min_epochs=int(search["min_epochs"]),
+                                   reduction_factor=int(search["reduction_factor"]), pausable=True)
+    except (KeyError, TypeError, ValueError):  # an older or hand-edited config.yaml: no estimate from epochs
+        return None
+    return scheduler if scheduler.epochs_to_go() is not None else None
 
 
 def status_text(path: str, now: float | None = None) -> str:
@@ -108,7 +142,9 @@ def status_text(path: str, now: float | None = None) -> str:
     lines = [_state_line(run, alive)]
     lines += _count_lines(list(trials.values()), budget, alive)
     lines += _best_lines(run, list(trials.values()))
-    lines += _rate_lines(list(trials.values()), budget, now, alive)
+    epoch_lines = _epoch_lines(events, trials, budget, ladder_of(info), now, alive)
+    lines += _rate_lines(list(trials.values()), budget, now, alive, eta=not epoch_lines)
+    lines += epoch_lines
     lines += _group_lines(trials, last_signs(events), now, limit, alive)
     return "\n".join(lines)
 
@@ -150,13 +186,37 @@ def _best_lines(run: Path, trials: list[TrialRecord]) -> list[str]:
     return [f"best {metric}: {best.objective:.6g} at trial {best.trial} ({params})"]
 
 
-def _rate_lines(trials: list[TrialRecord], budget: int, now: float, alive: Liveness) -> list[str]:
+def _rate_lines(trials: list[TrialRecord], budget: int, now: float, alive: Liveness, eta: bool) -> list[str]:
     rate = trials_per_hour(trials, now)
     if rate <= 0:
         return []
     left = budget - sum(1 for t in trials if t.status.is_finished())
     line = f"rate: {rate:.0f} trials/h"
-    if left > 0 and alive.state == "running":
+    if left > 0 and alive.state == "running" and eta:
+        line += f"; about {format_hours(left / rate)} left"
+    return [line]
+
+
+def _epoch_lines(events: list[dict], trials: dict[int, TrialRecord], budget: int, ladder: Scheduler | None,
+                 now: float, alive: Liveness) -> list[str]:
+    """Under asha or hyperband, once trials report epochs: the epochs trained, the epochs the rest
+    of the budget trains on average, and the time left from those at the epoch rate, in place of
+    the time left from finished trials (most trials wait paused until promoted or the end)."""
+    if ladder is None:
+        return []
+    reports = epoch_reports(events)
+    rate = epochs_per_hour(events, reports, now)
+    if rate <= 0:
+        return []
+    reached: dict[int, int] = {}
+    for n, epoch in reports:
+        reached[n] = max(epoch, reached.get(n, 0))
+    live = alive.state == "running"
+    left = ladder.epochs_left(max(0, budget - len(trials)),
+                              ((reached.get(n, 0), t.shown_status(live) == TrialStatus.PAUSED)
+                               for n, t in trials.items() if not t.status.is_finished()))
+    line = f"epochs: {len(reports)} trained, about {left:.0f} to go, {rate:.0f} epochs/h"
+    if live and left >= 0.5:
         line += f"; about {format_hours(left / rate)} left"
     return [line]
 

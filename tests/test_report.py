@@ -268,3 +268,15 @@ def test_the_progress_line_comes_at_a_tenth_of_the_budget_but_not_often():
     now[0] = 730.0
     assert progress.due(21)  # ten minutes without a line
     assert progress.line(25) == "25/100 trials (25%), 123 trials/h, about 36 min left"
+
+
+def test_under_asha_the_progress_line_counts_the_budget_in_epochs():
+    from mpiopt.coordinator import Progress
+
+    now = [0.0]
+    progress = Progress(100, 0, clock=lambda: now[0], per_trial=3.0)  # about 300 epochs for the budget
+    now[0] = 61.0
+    assert not progress.due(2, 29) and progress.due(2, 30)  # a tenth of the epochs, few trials finished
+    now[0] = 1800.0
+    assert progress.line(5, 150, epochs_left=200.0) == ("5/100 trials (5%), 150 epochs trained, about 200 to go, "
+                                                        "300 epochs/h, about 40 min left")

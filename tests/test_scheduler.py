@@ -415,3 +415,27 @@ def test_a_rung_s_leaders_are_the_best_share_of_its_results_in_rank_order(seed):
             assert rung.leaders(3, closing) == expected
         assert {t for t in rung.results if rung.leads(t, 3)} == set(rung.leaders(3))
         assert all(rung.leads(t, 3) == (t in rung.leaders(3)) for t in rung.results)
+
+
+@pytest.mark.parametrize("name, epochs, min_epochs, rf, mean", [
+    ("asha", 27, 1, 3, 1 + 2 / 3 + 6 / 9 + 18 / 27),  # rungs 1, 3, 9, 27: a third goes on from each
+    ("asha", 20, 2, 2, 2 + 2 / 2 + 4 / 4 + 8 / 8 + 4 / 16),  # rungs 2, 4, 8, 16, 20
+    ("asha", 9, 1, 3, 1 + 2 / 3 + 6 / 9),
+    # brackets from rungs 1, 3, 9 and 27 (3, 7, 15 and 27 epochs a trial), in shares 27/4 : 9/3 : 3/2 : 1
+    ("hyperband", 27, 1, 3, (27 / 4 * 3 + 3 * 7 + 1.5 * 15 + 27) / (27 / 4 + 3 + 1.5 + 1)),
+    ("median", 27, 1, 3, None), ("none", 27, 1, 3, None),
+])
+def test_a_new_trial_trains_on_average_what_each_rung_passing_on_its_best_share_gives(name, epochs, min_epochs,
+                                                                                       rf, mean):
+    s = make_scheduler(name, epochs=epochs, min_epochs=min_epochs, reduction_factor=rf, pausable=True)
+    assert s.epochs_to_go() == (None if mean is None else pytest.approx(mean))
+    assert s.epochs_left(4, []) == (None if mean is None else pytest.approx(4 * mean))
+
+
+def test_a_started_trial_has_its_own_epochs_to_go():
+    s = asha()  # rungs 1, 3, 9, 27
+    assert s.epochs_to_go(2) == pytest.approx(1 + 6 / 3 + 18 / 9)  # on to rung 3 for sure, a third on from there
+    assert s.epochs_to_go(3, paused=True) == pytest.approx(6 / 3 + 18 / 9)  # a third of those paused at 3 go on
+    assert s.epochs_to_go(3) == pytest.approx(6 + 18 / 3)  # promoted from 3 (or leading there): on to 9
+    assert s.epochs_to_go(27) == 0
+    assert s.epochs_left(2, [(2, False), (3, True)]) == pytest.approx(2 * 3 + 5 + 4)
