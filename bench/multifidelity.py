@@ -50,7 +50,8 @@ the budget (compute and wall time; "-": most seeds had no trial trained to the e
 median compute and wall time to the target with the share of seeds that reached it (a seed that did
 not counts as never), and the median compute spent when a configuration that can reach the target
 is first handed out: what the searcher costs, the rest of the compute to the target being what
-the schedule costs while that trial trains to the end. Asserts nothing.
+the schedule costs while that trial trains to the end; of that rest, the epochs the other groups
+trained while the trial that reached the target sat paused at a rung. Asserts nothing.
 """
 from __future__ import annotations
 
@@ -155,6 +156,7 @@ class Trace:
     wall: list[float] = field(default_factory=list)
     best: list[float] = field(default_factory=list)
     winner_starts: float = math.inf  # epochs trained when a configuration that reaches the target first starts
+    winner_waited: float = math.inf  # epochs others trained while the trial that reached the target sat paused
 
     def add(self, compute: float, wall: float, value: float) -> None:
         best = max(value, self.best[-1]) if self.best else value
@@ -185,15 +187,19 @@ def simulate(policy, curves: Curves, width: int, budget_epochs: float) -> Trace:
     seq = 0
     started = done = 0.0
     idle: list[int] = []
+    paused_at: dict[object, float] = {}  # trial key -> epochs trained when it last ended a segment
+    waited: dict[object, float] = {}  # trial key -> epochs trained by others while it sat paused
 
     def start(group: int, now: float, work: Work | None) -> None:
         nonlocal seq, started
         if work is None:
             idle.append(group)
             return
-        _, idx, e0, e1 = work
+        key, idx, e0, e1 = work
         if e0 == 0 and curves.acc[idx].max() >= curves.target():
             trace.winner_starts = min(trace.winner_starts, done)
+        if e0 > 0 and key in paused_at:
+            waited[key] = waited.get(key, 0.0) + done - paused_at.pop(key)
         started += e1 - e0
         seq += 1
         heapq.heappush(heap, (now + float(curves.sec[idx, e0:e1].sum()), seq, group, work))
@@ -208,7 +214,11 @@ def simulate(policy, curves: Curves, width: int, budget_epochs: float) -> Trace:
         done += work[3] - work[2]
         going_on, value = policy.after_segment(work)
         if value is not None:
+            if value >= curves.target() and math.isinf(trace.winner_waited):
+                trace.winner_waited = waited.get(work[0], 0.0)
             trace.add(done, now, value)
+        elif going_on is None:
+            paused_at[work[0]] = done  # paused (or stopped: then never continued)
         start(group, now, going_on if going_on is not None else fresh_work())
         waiting, idle[:] = list(idle), []
         for g in waiting:  # a result may have made a paused trial promotable
@@ -395,8 +405,9 @@ def report(traces: dict, methods: list[str], widths: list[int], budget: float, c
         print(f"\n## {width} group{'s' if width > 1 else ''}, {seeds} seeds: median best val_accuracy "
               f"after a share of the compute budget / of {wall_budget:.0f} s virtual time, and to the target")
         head = " | ".join(f"{f:g} compute" for f in fractions) + " | " + " | ".join(f"{f:g} wall" for f in fractions)
-        print(f"| method | {head} | epochs to target | wall s to target | reached | epochs before a winner starts |")
-        print("|---" * (3 + 2 * len(fractions) + 2) + "|")
+        print(f"| method | {head} | epochs to target | wall s to target | reached | epochs before a winner starts "
+              f"| epochs it waited paused |")
+        print("|---" * (3 + 2 * len(fractions) + 3) + "|")
         for method in methods:
             runs = traces[(method, width)]
             cells = [np.median([t.best_at("compute", f * budget * EPOCHS) for t in runs]) for f in fractions]
@@ -406,8 +417,10 @@ def report(traces: dict, methods: list[str], widths: list[int], budget: float, c
             wall_to = float(np.median([w for _, w in hit]))
             share = sum(math.isfinite(c) for c, _ in hit) / len(hit)
             winner_starts = show(float(np.median([t.winner_starts for t in runs])), ".0f")
+            winner_waited = show(float(np.median([t.winner_waited for t in runs])), ".0f")
             print(f"| {method} | " + " | ".join(show(c, ".4f") for c in cells)
-                  + f" | {show(epochs_to, '.0f')} | {show(wall_to, '.0f')} | {share:.0%} | {winner_starts} |")
+                  + f" | {show(epochs_to, '.0f')} | {show(wall_to, '.0f')} | {share:.0%} | {winner_starts} "
+                  f"| {winner_waited} |")
 
 
 def main() -> None:
