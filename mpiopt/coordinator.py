@@ -849,9 +849,11 @@ class Coordinator:
 
     def _epochs_left(self) -> float | None:
         """What the rest of the budget trains on average under a ladder (`Scheduler.epochs_left`)."""
-        unfinished = [(self._reached.get(n, 0), n in self._paused) for n, t in self.trials.items()
-                      if not t.status.is_finished()]
-        return self.scheduler.epochs_left(max(0, self.cfg.search.trials - len(self.trials)), unfinished)
+        by_state: dict[str, list[int]] = {"running": [], "paused": [], "finished": []}
+        for n, t in self.trials.items():
+            state = "finished" if t.status.is_finished() else "paused" if n in self._paused else "running"
+            by_state[state].append(self._reached.get(n, 0))
+        return self.scheduler.epochs_left(max(0, self.cfg.search.trials - len(self.trials)), **by_state)
 
     def _beat(self) -> None:
         """Every HEARTBEAT_EVERY_S, tell `mpiopt status` the search is alive (a file, not the lock)."""

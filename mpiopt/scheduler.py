@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import bisect
 import statistics
-from collections.abc import Iterable
 from enum import Enum
 from fractions import Fraction
 from itertools import pairwise
@@ -123,13 +122,20 @@ class Scheduler:
         end when their training or the rule ends them)."""
         return None
 
-    def epochs_left(self, new_trials: int, unfinished: Iterable[tuple[int, bool]]) -> float | None:
-        """What `new_trials` trials not started yet and the started ones not finished, given as
-        (epochs trained, paused) each, train on average (`epochs_to_go`); None without a ladder."""
+    def epochs_left(self, new_trials: int, running: list[int], paused: list[int], finished: list[int]) -> float | None:
+        """What the rest of the budget trains on average: `new_trials` not started yet, and the
+        started trials given by the epochs each reached so far, running (`epochs_to_go`), paused
+        (`paused_epochs_to_go`) or finished; None without a ladder."""
         per_trial = self.epochs_to_go()
         if per_trial is None:
             return None
-        return new_trials * per_trial + sum(self.epochs_to_go(epoch, paused) for epoch, paused in unfinished)
+        return (new_trials * per_trial + sum(self.epochs_to_go(epoch) for epoch in running)
+                + self.paused_epochs_to_go(new_trials, running, paused, finished))
+
+    def paused_epochs_to_go(self, new_trials: int, running: list[int], paused: list[int], finished: list[int]) -> float:
+        """What the `paused` trials train on average (arguments as `epochs_left`): here, each
+        `epochs_to_go` from its rung, paused."""
+        return sum(self.epochs_to_go(epoch, paused=True) for epoch in paused)
 
 
 class _Rung:
@@ -335,6 +341,30 @@ class Asha(_Laddered):
 
     def epochs_to_go(self, epoch: int = 0, paused: bool = False) -> float:
         return self._brackets[0].epochs_to_go(epoch, paused)
+
+    def paused_epochs_to_go(self, new_trials: int, running: list[int], paused: list[int], finished: list[int]) -> float:
+        """A paused trial goes on only by a promotion still to come at its rung. A rung passes on
+        1/reduction_factor of the results it will hold (those there now, and those the trials
+        below bring on the same terms), less the trials it let through already; the paused trials
+        share those promotions with the trials yet to arrive. (Asynchronous ASHA lets more through
+        early on, so a paused trial's chance falls as its rung fills: a flat 1/reduction_factor
+        would have paused trials train on long after the budget ran out.)"""
+        ladder = sorted(self._brackets[0].rungs)
+        reached = [*running, *paused, *finished]
+        expect = float(len(reached) + new_trials)  # the results each rung will hold, lowest first
+        chance = []
+        for k, rung in enumerate(ladder[:-1]):
+            here = sum(1 for epoch in reached if epoch >= rung)
+            expect = max(float(here), expect / self.reduction_factor if k else expect)
+            through = sum(1 for epoch in reached if epoch > rung) + running.count(rung)
+            waiting = paused.count(rung) + expect - here
+            still = max(0.0, expect / self.reduction_factor - through)
+            chance.append(min(1.0, still / waiting) if waiting > 0 else 0.0)
+        to_go, value = {}, 0.0  # per rung: what a trial paused there trains on average
+        for k in reversed(range(len(ladder) - 1)):
+            value = chance[k] * (ladder[k + 1] - ladder[k] + value)
+            to_go[ladder[k]] = value
+        return sum(to_go.get(epoch, 0.0) for epoch in paused)
 
 
 class Hyperband(_Laddered):

@@ -211,12 +211,14 @@ def _epoch_lines(events: list[dict], trials: dict[int, TrialRecord], budget: int
     reached: dict[int, int] = {}
     for n, epoch in reports:
         reached[n] = max(epoch, reached.get(n, 0))
-    live = alive.state == "running"
-    left = ladder.epochs_left(max(0, budget - len(trials)),
-                              ((reached.get(n, 0), t.shown_status(live) == TrialStatus.PAUSED)
-                               for n, t in trials.items() if not t.status.is_finished()))
+    by_state: dict[str, list[int]] = {"running": [], "paused": [], "finished": []}
+    for n, t in trials.items():
+        state = ("finished" if t.status.is_finished() else
+                 "paused" if t.status == TrialStatus.PAUSED or t.pause_decided else "running")
+        by_state[state].append(reached.get(n, 0))
+    left = ladder.epochs_left(max(0, budget - len(trials)), **by_state)
     line = f"epochs: {len(reports)} trained, about {left:.0f} to go, {rate:.0f} epochs/h"
-    if live and left >= 0.5:
+    if alive.state == "running" and left >= 0.5:
         line += f"; about {format_hours(left / rate)} left"
     return [line]
 

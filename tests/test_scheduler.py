@@ -429,7 +429,7 @@ def test_a_new_trial_trains_on_average_what_each_rung_passing_on_its_best_share_
                                                                                        rf, mean):
     s = make_scheduler(name, epochs=epochs, min_epochs=min_epochs, reduction_factor=rf, pausable=True)
     assert s.epochs_to_go() == (None if mean is None else pytest.approx(mean))
-    assert s.epochs_left(4, []) == (None if mean is None else pytest.approx(4 * mean))
+    assert s.epochs_left(4, [], [], []) == (None if mean is None else pytest.approx(4 * mean))
 
 
 def test_a_started_trial_has_its_own_epochs_to_go():
@@ -438,4 +438,25 @@ def test_a_started_trial_has_its_own_epochs_to_go():
     assert s.epochs_to_go(3, paused=True) == pytest.approx(6 / 3 + 18 / 9)  # a third of those paused at 3 go on
     assert s.epochs_to_go(3) == pytest.approx(6 + 18 / 3)  # promoted from 3 (or leading there): on to 9
     assert s.epochs_to_go(27) == 0
-    assert s.epochs_left(2, [(2, False), (3, True)]) == pytest.approx(2 * 3 + 5 + 4)
+    # new and running trials as above; paused ones by the promotions still to come (below)
+    assert s.epochs_left(2, [2], [], [27]) == pytest.approx(2 * 3 + 5)
+
+
+def test_a_paused_asha_trial_goes_on_only_by_a_promotion_still_to_come_at_its_rung():
+    s = asha()  # rungs 1, 3, 9, 27
+    # 9 trials reached rung 1 and 3 of them rung 3, where they wait: rung 1 let its third through,
+    # so the 6 paused there stay; rung 3 holds all it will and lets 1 of its 3 through (to 9, and
+    # a third of those to 27): 3 x 1/3 x (6 + 1/3 x 18)
+    assert s.epochs_left(0, [], [1] * 6 + [3] * 3, []) == pytest.approx(12)
+    # 9 new trials to come: rung 1 will hold 18 and let 3 more through, shared by its 6 paused
+    # trials and 9 arrivals (1/5 each, then 1/3 at each rung above); rung 3 will hold 6 and let 2
+    # through, shared by its 3 paused trials and 3 arrivals
+    paused = 6 * 0.2 * (2 + 1 / 3 * (6 + 1 / 3 * 18)) + 3 * 1 / 3 * (6 + 1 / 3 * 18)
+    assert s.epochs_left(9, [], [1] * 6 + [3] * 3, []) == pytest.approx(9 * 3 + paused)
+    # a flat third for each paused trial would count 24 epochs to go in the first case, not 12
+    assert 6 * s.epochs_to_go(1, paused=True) + 3 * s.epochs_to_go(3, paused=True) == pytest.approx(24)
+
+
+def test_hyperband_counts_each_paused_trial_a_flat_share():
+    s = hyperband()  # a trial's bracket is not known from its epochs
+    assert s.epochs_left(0, [], [3], []) == pytest.approx(s.epochs_to_go(3, paused=True))
