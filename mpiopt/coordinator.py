@@ -24,7 +24,7 @@ from .journal import HEARTBEAT_EVERY_S, RunDir
 from .scheduler import Decision, Scheduler
 from .search import Searcher
 from .trial import (Report, Task, TrialRecord, TrialResult, TrialStatus, apply_event, finish_event, report_event,
-                    start_event)
+                    reached_by_state, start_event)
 
 log = logging.getLogger(__name__)
 trial_log = logging.getLogger(TRIALS)  # one line a trial: the console shows a few a second (_log._Console)
@@ -849,11 +849,8 @@ class Coordinator:
 
     def _epochs_left(self) -> float | None:
         """What the rest of the budget trains on average under a ladder (`Scheduler.epochs_left`)."""
-        by_state: dict[str, list[int]] = {"running": [], "paused": [], "finished": []}
-        for n, t in self.trials.items():
-            state = "finished" if t.status.is_finished() else "paused" if n in self._paused else "running"
-            by_state[state].append(self._reached.get(n, 0))
-        return self.scheduler.epochs_left(max(0, self.cfg.search.trials - len(self.trials)), **by_state)
+        return self.scheduler.epochs_left(max(0, self.cfg.search.trials - len(self.trials)),
+                                          **reached_by_state(self.trials, self._reached, self._paused))
 
     def _beat(self) -> None:
         """Every HEARTBEAT_EVERY_S, tell `mpiopt status` the search is alive (a file, not the lock)."""

@@ -398,7 +398,8 @@ class Hyperband(_Laddered):
         return self._bracket_of.get(trial)
 
     def epochs_to_go(self, epoch: int = 0, paused: bool = False) -> float:
-        # A trial's bracket is the scheduler's business: each bracket counts by its share of trials.
+        # Averaged over the brackets by their shares of trials: a caller reading the journal does
+        # not know which bracket a trial is in.
         weights = self._weights()
         return float(sum(w * b.epochs_to_go(epoch, paused) for w, b in zip(weights, self._brackets, strict=True))
                      / sum(weights))

@@ -19,7 +19,7 @@ from .analysis import _run_info, direction_of
 from ._results_view import format_hours
 from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, read_journal, replay
 from .scheduler import Scheduler, make_scheduler
-from .trial import TrialRecord, TrialStatus
+from .trial import TrialRecord, TrialStatus, reached_by_state
 
 # a heartbeat older than this many periods: the coordinator is gone (killed, or its node lost)
 STALE_BEATS = 3
@@ -211,12 +211,8 @@ def _epoch_lines(events: list[dict], trials: dict[int, TrialRecord], budget: int
     reached: dict[int, int] = {}
     for n, epoch in reports:
         reached[n] = max(epoch, reached.get(n, 0))
-    by_state: dict[str, list[int]] = {"running": [], "paused": [], "finished": []}
-    for n, t in trials.items():
-        state = ("finished" if t.status.is_finished() else
-                 "paused" if t.status == TrialStatus.PAUSED or t.pause_decided else "running")
-        by_state[state].append(reached.get(n, 0))
-    left = ladder.epochs_left(max(0, budget - len(trials)), **by_state)
+    paused = {n for n, t in trials.items() if t.status == TrialStatus.PAUSED or t.pause_decided}
+    left = ladder.epochs_left(max(0, budget - len(trials)), **reached_by_state(trials, reached, paused))
     line = f"epochs: {len(reports)} trained, about {left:.0f} to go, {rate:.0f} epochs/h"
     if alive.state == "running" and left >= 0.5:
         line += f"; about {format_hours(left / rate)} left"

@@ -230,6 +230,17 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
     return rec
 
 
+def reached_by_state(trials: dict[int, TrialRecord], reached: dict[int, int],
+                     paused: set[int]) -> dict[str, list[int]]:
+    """The highest epoch each trial reported (0: none yet), split into running, paused and
+    finished trials: the arguments of `Scheduler.epochs_left`."""
+    out: dict[str, list[int]] = {"running": [], "paused": [], "finished": []}
+    for n, t in trials.items():
+        state = "finished" if t.status.is_finished() else "paused" if n in paused else "running"
+        out[state].append(reached.get(n, 0))
+    return out
+
+
 def clean(value: Any) -> Any:
     """JSON-safe copy: non-finite floats become None, numpy scalars become Python numbers."""
     if isinstance(value, Enum):

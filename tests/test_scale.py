@@ -14,6 +14,7 @@ from mpiopt.search import BayesianSearch
 from mpiopt.search import _bayesian, _gp
 from mpiopt.space import Categorical, Integer, Real, Space
 
+
 def mixed_space() -> Space:
     return Space([Real(f"x{i}", 0.0, 1.0) for i in range(1, 5)]
                  + [Real("lr", 1e-4, 1e-1, prior="log-uniform"), Integer("units", 4, 64),
@@ -46,11 +47,6 @@ def scripted_suggestions(n: int = 48, running: int = 3) -> list[dict]:
             s.tell(t, p, loss(p))
             r.learn(p, loss(p))
     return out
-
-
-def same(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(
-        a[k] == b[k] if isinstance(a[k], str) else math.isclose(a[k], b[k], rel_tol=1e-9, abs_tol=1e-12) for k in a)
 
 
 @pytest.mark.slow
