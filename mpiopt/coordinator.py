@@ -216,7 +216,7 @@ class Coordinator:
         self._warned_unjudged = False
         self._beat_at = -math.inf  # time.monotonic() of the last heartbeat
         self._watch_at = -math.inf  # time.monotonic() of the next look for lost groups
-        self._epochs = 0  # epochs reported, the journal's included
+        self._epochs = 0  # (trial, epoch) pairs reported, the journal's included
         self._reached: dict[int, int] = {}  # per trial: the highest epoch it reported
         self._paused = {n for n, t in self.trials.items() if t.status == TrialStatus.PAUSED}
         self._replay_scheduler(history)
@@ -730,8 +730,11 @@ class Coordinator:
             best = loss
         self._best_so_far[n] = best
         decision = self.scheduler.report(n, epoch, best)
-        self._epochs += 1
-        self._reached[n] = max(epoch, self._reached.get(n, 0))
+        # an epoch trained again after a crash (from the last checkpoint) is counted once, as in
+        # mpiopt status: epochs come in order within a trial, so a new one is past the reached
+        if epoch > self._reached.get(n, 0):
+            self._epochs += 1
+            self._reached[n] = epoch
         rec = self.trials.get(n)
         if rec is not None:
             rec.rung = self.scheduler.rung(n)

@@ -209,6 +209,23 @@ def test_a_killed_scheduled_search_replays_and_resumes_without_losing_or_repeati
     assert max(by_trial.values()) <= 2  # rungs 1 and 3 below the top: never promoted twice from one
 
 
+def test_an_epoch_trained_again_after_a_kill_counts_once_in_the_epochs_trained(cfg, tmp_path):
+    path = tmp_path / "run"
+    groups = CurveGroups(3, kill_after=50)
+    with pytest.raises(Killed):
+        run(cfg, path, groups)
+    reported = {e["trial"] for e in journal(path) if e["event"] == "report"}
+    ended = {e["trial"] for e in journal(path) if e["event"] == "finish"}
+    cut_off = reported - ended
+    assert cut_off, "the kill came while trials were training"
+    # their checkpoints are an epoch behind their last report: that epoch is trained again
+    checkpoints = {n: e - 1 if n in cut_off else e for n, e in groups.done.items()}
+    coordinator, _ = run(cfg, path, CurveGroups(3, done_epochs=checkpoints), resume=True)
+    reports = [(e["trial"], e["epoch"]) for e in journal(path) if e["event"] == "report"]
+    assert len(reports) - len(set(reports)) >= len(cut_off)
+    assert coordinator._epochs == len(set(reports))
+
+
 def test_a_trial_paused_as_the_search_is_killed_shows_as_paused_as_resume_keeps_it(cfg, tmp_path, caplog):
     path = tmp_path / "run"
     live = scheduler()
