@@ -29,35 +29,40 @@ training: {{group_size: 3, epochs: 6, batch_size: 32, optimizer: adam}}
 RATE = 0.01
 
 
-@pytest.mark.parametrize("mode", ["downpour", "easgd", "gem", "allreduce"])
-def test_every_mode_learns_mnist1d(tmp_path, mode):
-    (tmp_path / "s.yaml").write_text(SPACE)
-    p = run_cli(["train", "s.yaml", "--set", f"mode={mode}", "--set", f"learning_rate={RATE}",
-                 "--set", "units=64", "--out", "out", "--trace"], cwd=tmp_path, np=3, timeout=240)
-    assert p.returncode == 0, p.stderr
-    rows = list(csv.DictReader(open(tmp_path / "out" / "history.csv")))
-    assert [int(r["epoch"]) for r in rows] == list(range(1, 7))
-    best = max(float(r["val_accuracy"]) for r in rows)
-    assert best > 0.3, (mode, best)  # 10 classes: chance is 0.1
-    assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(rows[0])
-
-    trace = json.load(open(tmp_path / "out" / "trace.json"))["traceEvents"]
-    spans = {(e["tid"], e["name"]) for e in trace if e["ph"] == "X"}
-    assert (1, "compute") in spans and (2, "compute") in spans
-    assert (0, "validate") in spans
-    if mode != "allreduce":
-        assert (0, "apply") in spans and (1, "wait") in spans
+MODES = ["downpour", "easgd", "gem", "allreduce"]
+# one trial a mode: a space of the modes alone, all of it the initial design, which never repeats a point
+EACH_MODE = f"""
+name: mn
+{mnist1d_objective()}parameters:
+  mode: {{choices: {MODES}}}
+  units: {{choices: [64]}}
+search: {{initial_points: 4, trials: 4, seed: 0}}
+training: {{group_size: 3, epochs: 6, batch_size: 32, optimizer: adam, learning_rate: {RATE}, trace: true}}
+"""
 
 
-def test_search_with_groups_of_three(tmp_path):
-    (tmp_path / "s.yaml").write_text(SPACE.replace("epochs: 6", "epochs: 3, mode: downpour"))
-    p = run_cli(["search", "s.yaml"], cwd=tmp_path, np=4, timeout=240)
+def test_every_mode_learns_mnist1d_in_a_search_with_a_group_of_three(tmp_path):
+    (tmp_path / "s.yaml").write_text(EACH_MODE)
+    p = run_cli(["search", "s.yaml"], cwd=tmp_path, np=4, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "4 ranks: 1 coordinator (rank 0) + 1 group of 3 ranks" in p.stderr
-    df = mpiopt.load_results(tmp_path / "runs" / "mn")
-    assert len(df) == 2 and set(df.status) == {"completed"}, df.error.tolist()
-    assert set(df.ranks) == {3} and (df.epochs == 3).all()
-    assert (df.objective == df.val_accuracy).all() and df.objective.max() > 0.2
+    run = tmp_path / "runs" / "mn"
+    df = mpiopt.load_results(run)
+    assert sorted(df.params_mode) == sorted(MODES) and set(df.status) == {"completed"}, df.error.tolist()
+    assert set(df.ranks) == {3} and (df.epochs == 6).all() and (df.objective == df.val_accuracy).all()
+    for trial, mode in zip(df.trial, df.params_mode, strict=True):
+        rows = list(csv.DictReader(open(run / "trials" / str(trial) / "history.csv")))
+        assert [int(r["epoch"]) for r in rows] == list(range(1, 7))
+        best = max(float(r["val_accuracy"]) for r in rows)
+        assert best > 0.3, (mode, best)  # 10 classes: chance is 0.1
+        assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(rows[0])
+
+        trace = json.load(open(run / "trials" / str(trial) / "trace.json"))["traceEvents"]
+        spans = {(e["tid"], e["name"]) for e in trace if e["ph"] == "X"}
+        assert (1, "compute") in spans and (2, "compute") in spans, mode
+        assert (0, "validate") in spans, mode
+        if mode != "allreduce":
+            assert (0, "apply") in spans and (1, "wait") in spans, mode
 
 
 def test_resumed_search_continues_a_trial_from_its_checkpoint(tmp_path):
@@ -85,6 +90,8 @@ def test_resumed_search_continues_a_trial_from_its_checkpoint(tmp_path):
     assert [int(r["epoch"]) for r in rows] == list(range(1, 13))  # nothing trained twice, nothing lost
 
 
+# every mode, with an odd `units` (training fails on one rank) and an even one (on every training
+# rank at once): the space's eight points, all of them the initial design, which never repeats one
 BOMB = f"""
 name: bomb
 objective:
@@ -92,23 +99,24 @@ objective:
   data: {SPACES}/tiny_model.py:load_data
   loss: sparse_categorical_crossentropy
 parameters:
-  units: {{{{type: integer, low: 4, high: 16}}}}
-search: {{{{initial_points: 4, trials: 4, seed: 0, grace_period: 5}}}}
-training: {{{{group_size: 2, mode: {{mode}}, epochs: 3, batch_size: 16, time_limit: 60}}}}
+  mode: {{choices: {MODES}}}
+  units: {{choices: [7, 8]}}
+search: {{initial_points: 8, trials: 8, seed: 0, grace_period: 5}}
+training: {{group_size: 2, epochs: 3, batch_size: 16, time_limit: 60}}
 """
 
 
-@pytest.mark.parametrize("mode", ["downpour", "easgd", "gem", "allreduce"])
-def test_a_trial_failing_mid_training_leaves_its_group_ready(tmp_path, mode):
-    # training fails a few batches in, on one rank or on every training rank at once (build_bomb):
-    # the group must learn it, drop the trial and take the next one at once, four times over (a
-    # group left waiting would time out)
-    (tmp_path / "s.yaml").write_text(BOMB.format(mode=mode))
-    p = run_cli(["search", "s.yaml"], cwd=tmp_path, np=3, timeout=240)
+def test_a_trial_failing_mid_training_leaves_its_group_ready_in_every_mode(tmp_path):
+    # training fails a few batches in (build_bomb): the group must learn it, drop the trial and
+    # take the next one at once, eight times over (a group left waiting would time out)
+    (tmp_path / "s.yaml").write_text(BOMB)
+    p = run_cli(["search", "s.yaml"], cwd=tmp_path, np=3, timeout=300)
     df = mpiopt.load_results(tmp_path / "runs" / "bomb")
-    assert list(df.status) == ["failed"] * 4, (df.status.tolist(), df.error.tolist(), p.stderr[-3000:])
+    tried = sorted(zip(df.params_mode, df.params_units, strict=True))
+    assert tried == sorted((m, u) for m in MODES for u in (7, 8)), tried
+    assert list(df.status) == ["failed"] * 8, (df.status.tolist(), df.error.tolist(), p.stderr[-3000:])
     assert all("InvalidArgumentError: assertion failed: [bomb went off]" in e for e in df.error), df.error.tolist()
-    assert p.returncode == 1 and "no trial completed (4 did not)" in p.stderr, p.stderr
+    assert p.returncode == 1 and "no trial completed (8 did not)" in p.stderr, p.stderr
 
 
 def test_asha_pauses_master_worker_groups_at_their_rungs(tmp_path):
