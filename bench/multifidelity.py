@@ -5,6 +5,7 @@ and Optuna's pruned TPE, with 1, 8 and 32 groups.
                                   [--methods bayes random+asha bayes+asha hyperband optuna]
                                   [--curves bench/data/mnist1d_cnn_curves.jsonl] [--oracle-at K ...] [--ranked-by R ...]
                                   [--acquisition gp_hedge|EI|PI|LCB] [--min-epochs 1] [--reduction-factor 3]
+                                  [--judge-final]
 
 The curves are real: bench/record_curves.py trained 200 random configurations of the MNIST-1D CNN
 space (searchspaces/mnist1d_cnn.yaml) for 27 epochs each on one process and kept every epoch's
@@ -41,6 +42,10 @@ searcher as a failure.
                 with the best recorded val_accuracy after R epochs among those not trained yet:
                 a searcher that knows rung R perfectly and hands out best first (a model fitted
                 on rung R's results can at most learn that order)
+
+With --judge-final, mpiopt's schedulers rank a trial at a rung by the best val_accuracy its recorded
+curve reaches in all 27 epochs instead of its best so far: a promotion rule that never mistakes a
+slow starter, the most any rule at the rungs could know (the searchers are still told the rung values).
 
 A search's best is the best figure of merit (its best epoch's val_accuracy) among its trials trained
 to the end: what `mpiopt results` calls the best. The target is the best such value in the table
@@ -97,6 +102,7 @@ class Knobs:
     acquisition: str = "gp_hedge"
     min_epochs: int = 1
     reduction_factor: int = 3
+    judge_final: bool = False  # the scheduler judges each trial by its final value (an oracle rule)
 
 
 # -- the recorded curves -------------------------------------------------------------------------
@@ -230,8 +236,9 @@ class MpioptPolicy:
     """The coordinator's rules with mpiopt's searcher and scheduler."""
 
     def __init__(self, curves: Curves, searcher, scheduler, oracle_at: int | None = None,
-                 ranked_by: int | None = None) -> None:
+                 ranked_by: int | None = None, judge_final: bool = False) -> None:
         self.curves, self.searcher, self.scheduler = curves, searcher, scheduler
+        self.judge_final = judge_final  # rungs rank trials by their recorded final value, not their value so far
         self.oracle_at = oracle_at  # the trial that trains the table's best configuration
         self.ranked_by = ranked_by  # every trial trains the best configuration left after this many epochs
         self.rungs = frozenset(scheduler.rung_epochs())
@@ -291,7 +298,8 @@ class MpioptPolicy:
         """As Coordinator._take_report: the scheduler judges the best loss so far."""
         best = min(self.best_loss.get(n, math.inf), -accuracy)
         self.best_loss[n] = best
-        decision = self.scheduler.report(n, epoch, best)
+        judged = -float(self.curves.acc[self.config[n]].max()) if self.judge_final else best
+        decision = self.scheduler.report(n, epoch, judged)
         if epoch in self.rungs:
             self.searcher.tell_rung(n, self.params[n], epoch, best)
         return decision
@@ -363,7 +371,7 @@ def make_policy(method: str, curves: Curves, cfg, seed: int, knobs: Knobs):
     else:  # as mpiopt search builds it (cli._make_searcher)
         searcher = RungModel(lambda: make_searcher(cfg.space, settings), cfg.space, top=EPOCHS,
                              enough=settings.initial_points, seed=seed)
-    return MpioptPolicy(curves, searcher, sched, oracle_at, ranked_by)
+    return MpioptPolicy(curves, searcher, sched, oracle_at, ranked_by, knobs.judge_final)
 
 
 # -- the experiment ------------------------------------------------------------------------------
@@ -396,7 +404,8 @@ def report(traces: dict, methods: list[str], widths: list[int], budget: float, c
     print(f"\n{len(curves.params)} configurations x {EPOCHS} epochs; best in the table "
           f"{curves.acc.max():.4f}, target {target:.4f}; median full training {full_train_s:.1f} s; "
           f"budget {budget:g} full trainings ({budget * EPOCHS:g} epochs); the GP's acquisition {knobs.acquisition}; "
-          f"rungs from {knobs.min_epochs} epochs, reduction factor {knobs.reduction_factor}")
+          f"rungs from {knobs.min_epochs} epochs, reduction factor {knobs.reduction_factor}"
+          + ("; rungs judge the final values" if knobs.judge_final else ""))
     print_rung_correlation(curves)
     fractions = (0.125, 0.25, 0.5, 1.0)
     for width in widths:
@@ -444,13 +453,17 @@ def main() -> None:
     parser.add_argument("--min-epochs", type=int, default=1, help="the first rung (asha, hyperband, optuna)")
     parser.add_argument("--reduction-factor", type=int, default=3,
                         help="keep the best 1/factor at each rung (asha, hyperband, optuna)")
+    parser.add_argument("--judge-final", action="store_true",
+                        help="mpiopt's schedulers rank each trial at a rung by its recorded final value, not by "
+                             "its value so far: a promotion rule that knows every curve's end (the searcher is "
+                             "still told the rung values)")
     args = parser.parse_args()
     args.methods += [f"oracle@{k}" for k in args.oracle_at] + [f"ranked@{r}" for r in args.ranked_by]
     if "optuna" in args.methods and importlib.util.find_spec("optuna") is None:
         parser.error("method optuna needs Optuna: pip install optuna (for this benchmark only)")
     cfg = load_config(ROOT / "searchspaces" / "mnist1d_cnn.yaml")
     curves = Curves.load(args.curves, cfg.space)
-    knobs = Knobs(args.acquisition, args.min_epochs, args.reduction_factor)
+    knobs = Knobs(args.acquisition, args.min_epochs, args.reduction_factor, args.judge_final)
     jobs = [(m, w, s, args.budget, args.curves, knobs) for w in args.widths for m in args.methods
             for s in range(args.first_seed, args.first_seed + args.seeds)]
     traces: dict = {(m, w): [] for m in args.methods for w in args.widths}
