@@ -1,4 +1,5 @@
-"""Distributed training under real `mpiexec -n 3`: every mode learns MNIST-1D; groups of 3 in a search."""
+"""Distributed training under real `mpiexec`: every mode learns MNIST-1D and survives a failing trial in a
+search; a trial resumed from its checkpoint; asha pausing master-worker groups."""
 from __future__ import annotations
 
 import csv
@@ -27,8 +28,6 @@ training: {{group_size: 3, epochs: 6, batch_size: 32, optimizer: adam}}
 
 # every mode with the optimizer and learning rate that train one process well
 RATE = 0.01
-
-
 MODES = ["downpour", "easgd", "gem", "allreduce"]
 # one trial a mode: a space of the modes alone, all of it the initial design, which never repeats a point
 EACH_MODE = f"""
