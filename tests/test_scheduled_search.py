@@ -214,9 +214,9 @@ def test_an_epoch_trained_again_after_a_kill_counts_once_in_the_epochs_trained(c
     groups = CurveGroups(3, kill_after=50)
     with pytest.raises(Killed):
         run(cfg, path, groups)
-    reported = {e["trial"] for e in journal(path) if e["event"] == "report"}
-    ended = {e["trial"] for e in journal(path) if e["event"] == "finish"}
-    cut_off = reported - ended
+    events = journal(path)
+    ended = {e["trial"] for e in events if e["event"] == "finish"}
+    cut_off = {e["trial"] for e in events if e["event"] == "report"} - ended
     assert cut_off, "the kill came while trials were training"
     # their checkpoints are an epoch behind their last report: that epoch is trained again
     checkpoints = {n: e - 1 if n in cut_off else e for n, e in groups.done.items()}
