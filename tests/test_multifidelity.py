@@ -272,6 +272,40 @@ def _cold(built: list[Spy]) -> Spy:
     return built[-1]
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_the_model_told_one_result_at_a_time_equals_one_built_from_all_of_them(seed):
+    """Random ASHA-like histories (failures, early completions, pruned trials): after every
+    result the model sits on the highest rung with `enough` finite results, and its inner
+    searcher holds what one built on that rung from everything so far would hold."""
+    rng = random.Random(seed)
+    s, _ = spies(enough=3)
+    rungs, reached, ended, first = (1, 3, 9, TOP), {}, set(), None
+    for step in range(120):
+        going = [t for t, k in reached.items() if k < len(rungs) and t not in ended]
+        if not going or rng.random() < 0.4:
+            trial = len(reached)
+            reached[trial] = 0
+            params = s.ask(trial)
+        else:
+            trial = rng.choice(going)
+            params = s.pending[trial]
+        rung, draw = rungs[reached[trial]], rng.random()
+        loss = rng.choice([None, math.nan]) if draw < 0.1 else float(rng.randint(0, 30))
+        if rung == TOP or draw > 0.9:  # it completes (early, below the top), or it is pruned
+            s.tell(trial, params, loss if rung == TOP or draw > 0.94 else None)
+            ended.add(trial)
+        else:
+            s.tell_rung(trial, params, rung, loss)
+            reached[trial] += 1
+        first = first or min(s.results, default=None)  # the first result's rung: the model starts there
+        finite = {r: sum(v is not None for _, v in s.rung_results(r).values()) for r in s.results}
+        due = [r for r in finite if finite[r] >= 3] + ([first] if first is not None else [])
+        assert s.model_rung == max(due, default=None), f"step {step}"  # never below its first rung
+        if s.model_rung is not None:
+            fresh = s._build(s.model_rung)[0]
+            assert s.inner.observed == fresh.observed and set(s.inner.pending) == set(fresh.pending), f"step {step}"
+
+
 @pytest.mark.parametrize("top, enough", [(0, 1), (9, 0)])
 def test_nonsense_settings_are_refused(top, enough):
     with pytest.raises(ValueError):

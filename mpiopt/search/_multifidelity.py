@@ -96,6 +96,7 @@ class RungModel(Searcher):
         self._backlog: Callable[[], bool] | None = None
         self._busy: bool | None = None
         self._closed = False
+        self._enough_at: set[int] = set()  # rungs found with `enough` finite results (see _rung_due)
 
     # -- the interface -------------------------------------------------------------------
     def ask(self, trial: int) -> Params:
@@ -203,30 +204,38 @@ class RungModel(Searcher):
         """The trial's outcome at `rung` to `inner`, if it has one now and `inner` has not seen one."""
         if trial in told:
             return
-        outcome = self._outcome(trial, self.rung_results(rung) if rung is not None else {})
+        outcome = self._outcome(trial, rung)
         if outcome is not None:
             inner.tell(trial, *outcome)
             told.add(trial)
 
-    def _outcome(self, trial: int, at_rung: dict[int, Result]) -> Result | None:
-        """The trial's result at the rung, a failure (it ended without one), or None: still pending."""
-        if trial in at_rung:
-            return at_rung[trial]
-        if trial in self.observed and self.observed[trial][1] is None:
-            return self.observed[trial][0], None
-        return None
+    def _outcome(self, trial: int, rung: int | None) -> Result | None:
+        """The trial's result at the rung (as `rung_results` has it), a failure (it ended
+        without one), or None: still pending. One lookup: this runs on every result."""
+        if rung is not None and trial in self.results.get(rung, {}):
+            return self.results[rung][trial]
+        final = self.observed.get(trial)
+        if final is None or (rung is None and final[1] is not None):
+            return None
+        return final  # a failure, or a completed trial standing at the rung with its final loss
 
     def _count(self, rung: int) -> int:
         """Finite results at `rung`: a failure tells the model nothing about a good region."""
         return sum(loss is not None for _, loss in self.rung_results(rung).values())
 
     def _rung_due(self) -> int | None:
-        """The highest rung above the model's (and the staged one's) with `enough` results, if any."""
+        """The highest rung above the model's (and the staged one's) with `enough` results, if any.
+
+        A rung keeps every result it counts (the first report wins, a final loss only stands
+        where no report came), so one found with `enough` is not counted again: the count is
+        O(trials), and this runs on every result."""
         floor = self.staged_rung if self.staged is not None else self.model_rung
         if floor is None:
             return None
-        higher = [r for r in self.results if r > floor and self._count(r) >= self.enough]
-        return max(higher, default=None)
+        for r in self.results:
+            if r > floor and r not in self._enough_at and self._count(r) >= self.enough:
+                self._enough_at.add(r)
+        return max((r for r in self._enough_at if r > floor), default=None)
 
     # -- a switch of rung ----------------------------------------------------------------------
     def _inners(self) -> list[Searcher]:
@@ -258,13 +267,12 @@ class RungModel(Searcher):
             inner.watch_backlog(self._backlog)
         if self._busy is not None:
             inner.pause(self._busy)
-        at_rung = self.rung_results(rung)
         told: set[int] = set()
-        for trial, (params, loss) in at_rung.items():
+        for trial, (params, loss) in self.rung_results(rung).items():
             inner.tell(trial, params, loss)
             told.add(trial)
         for trial in sorted(self.observed):
-            outcome = self._outcome(trial, at_rung)
+            outcome = self._outcome(trial, rung)
             if trial not in told and outcome is not None:
                 inner.tell(trial, *outcome)
                 told.add(trial)
