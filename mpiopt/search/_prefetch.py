@@ -393,9 +393,11 @@ class Prefetching(Searcher):
         """Whether a hand-out may wait for a round that includes the latest result: when one round
         per result costs the groups under `fresh_share` of their time (groups x round time against
         a trial). A round brought up to date at hand-out is good, a fresh one a little better."""
-        t = self._median_turnaround()
         share = self.policy.fresh_share
-        return share > 0 and t is not None and self.round_s > 0 and self.groups * self.round_s <= share * t
+        if share <= 0:  # off (the default): no median to take, on every pass of the dispatch loop
+            return False
+        t = self._median_turnaround()
+        return t is not None and self.round_s > 0 and self.groups * self.round_s <= share * t
 
     def _polish_s(self) -> float:
         """How long a hand-out may polish its pick: `handout_polish_s`, when that for every group
