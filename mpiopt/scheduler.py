@@ -141,15 +141,17 @@ class Scheduler:
 class _Rung:
     """The losses recorded at one rung epoch of a bracket, and the trials promoted from it.
 
-    The results are also kept in rank order as they arrive: the coordinator asks for the leaders
-    on every report at a rung and every hand-out, and sorting a rung of thousands each time would
-    cost the dispatch loop milliseconds.
+    The results are also kept in rank order as they arrive, and so are the trials paused here:
+    the coordinator asks whether a trial leads on every report at a rung and for the paused
+    leaders on every hand-out, and a sort or a pass over the leaders of a rung of thousands each
+    time would cost the dispatch loop milliseconds.
     """
 
     def __init__(self, epoch: int):
         self.epoch = epoch
         self.results: dict[int, float | None] = {}
         self.ranked: list[tuple[bool, float, int]] = []  # _rank_key of each result, best first
+        self.waiting: list[tuple[bool, float, int]] = []  # _rank_key of each trial paused here, best first
         self.promoted: set[int] = set()
 
     def add(self, trial: int, loss: float | None) -> None:
@@ -171,9 +173,27 @@ class _Rung:
         key = _rank_key(self.results[trial], trial)
         return not key[0] and bisect.bisect_left(self.ranked, key) < self._leader_count(reduction_factor, False)
 
+    def wait(self, trial: int) -> None:
+        """The trial (with a result here) is paused at this rung."""
+        bisect.insort(self.waiting, _rank_key(self.results[trial], trial))
+
+    def stop_waiting(self, trial: int) -> None:
+        key = _rank_key(self.results[trial], trial)
+        i = bisect.bisect_left(self.waiting, key)
+        if i < len(self.waiting) and self.waiting[i] == key:
+            del self.waiting[i]
+
     def candidates(self, reduction_factor: int, closing: bool = False) -> list[int]:
-        """ASHA's get_job rule: the leaders not yet promoted from this rung."""
-        return [t for t in self.leaders(reduction_factor, closing) if t not in self.promoted]
+        """ASHA's get_job rule: the trials paused here that are among the leaders (a promoted
+        one waits here no more). The paused are in rank order, so they lead up to the first that
+        does not: a few bisections, however many results the rung holds."""
+        count = self._leader_count(reduction_factor, closing)
+        found = []
+        for key in self.waiting:
+            if key[0] or bisect.bisect_left(self.ranked, key) >= count:
+                break
+            found.append(key[2])
+        return found
 
 
 class _Bracket:
@@ -201,27 +221,35 @@ class _Bracket:
         if rung is None:
             return Decision.CONTINUE
         if epoch == self.top:
-            self.paused.pop(trial, None)
+            self.unpause(trial)
             return Decision.CONTINUE
         # A trial already promoted from this rung keeps its promotion when it reports it again.
         if trial in rung.promoted or rung.leads(trial, self.reduction_factor):
             rung.promoted.add(trial)
-            self.paused.pop(trial, None)
+            self.unpause(trial)
             return Decision.CONTINUE
         if not self.pausable:
             return Decision.STOP
+        self.unpause(trial)  # a re-run reporting again where it was paused: paused once
         self.paused[trial] = epoch
+        rung.wait(trial)
         return Decision.PAUSE
+
+    def unpause(self, trial: int) -> None:
+        """The trial waits at no rung any more (if it did)."""
+        epoch = self.paused.pop(trial, None)
+        if epoch is not None:
+            self.rungs[epoch].stop_waiting(trial)
 
     def promotable(self, closing: bool = False) -> list[tuple[int, float | None, int]]:
         """(rung epoch, loss, trial) of each paused trial that ASHA's get_job rule would pick."""
         return [(rung.epoch, rung.results[trial], trial)
                 for rung in self.rungs.values()
-                for trial in rung.candidates(self.reduction_factor, closing)
-                if self.paused.get(trial) == rung.epoch]
+                for trial in rung.candidates(self.reduction_factor, closing)]
 
     def promote(self, trial: int) -> None:
-        epoch = self.paused.pop(trial)
+        epoch = self.paused[trial]
+        self.unpause(trial)
         self.rungs[epoch].promoted.add(trial)
 
     def rung(self, trial: int) -> int | None:
@@ -290,14 +318,14 @@ class _Laddered(Scheduler):
         return [trial for _, _, trial in found]
 
     def promote(self, trial: int) -> None:
-        if trial not in self.paused():
+        if trial not in self._bracket_of or trial not in self._bracket(trial).paused:
             super().promote(trial)
         self._bracket(trial).promote(trial)
 
     def finished(self, trial: int) -> None:
         self._finished.add(trial)
         if trial in self._bracket_of:
-            self._bracket(trial).paused.pop(trial, None)
+            self._bracket(trial).unpause(trial)
 
     def paused(self) -> list[int]:
         return sorted(trial for bracket in self._brackets for trial in bracket.paused)

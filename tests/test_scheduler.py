@@ -391,6 +391,37 @@ def test_replay_rebuilds_the_same_state(name, pausable, seed):
         assert any(method == "promote" for method, _ in log)
 
 
+def promotable_by_definition(scheduler, closing):
+    """ASHA's get_job rule read off every rung: its leaders not promoted from it and paused there,
+    highest rung first, then best first."""
+    found = []
+    for bracket in scheduler._brackets:
+        for rung in bracket.rungs.values():
+            found += [(rung.epoch, rung.results[t], t) for t in rung.leaders(bracket.reduction_factor, closing)
+                      if t not in rung.promoted and bracket.paused.get(t) == rung.epoch]
+    found.sort(key=lambda e: (-e[0], e[1] is None, e[1] or 0.0, e[2]))
+    return [t for *_, t in found]
+
+
+@pytest.mark.parametrize("name", ["asha", "hyperband"])
+@pytest.mark.parametrize("seed", range(4))
+def test_promotable_is_the_rule_read_off_every_rung_after_every_call(name, seed):
+    settings = dict(epochs=EPOCHS, min_epochs=1, reduction_factor=3, pausable=True)
+    driven = make_scheduler(name, **settings)
+    log, _ = drive(driven, seed)
+    # then the search ends early (a target, max_failures): its paused trials are pruned one by one
+    log += [("finished", (t,)) for t in random.Random(seed).sample(driven.paused(), k=len(driven.paused()))]
+    scheduler = make_scheduler(name, **settings)
+    checked = 0
+    for method, args in log:
+        getattr(scheduler, method)(*args)
+        for closing in (False, True):
+            expected = promotable_by_definition(scheduler, closing)
+            assert scheduler.promotable(closing) == expected, (method, args, closing)
+            checked += bool(expected)
+    assert checked > 10 and scheduler.paused() == []  # it had paused leaders to find, and none is left
+
+
 def test_each_scheduler_describes_itself_in_a_line():
     assert asha().describe() == ("asha: rungs at epochs 1, 3, 9, 27; a trial not among the best 1/3 at a rung "
                                  "is paused there")
