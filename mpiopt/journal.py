@@ -460,7 +460,14 @@ class RunDir:
 
 
 def _line(event: dict[str, Any]) -> bytes:
-    return json.dumps(clean(event), separators=(",", ":"), allow_nan=False).encode("utf-8") + b"\n"
+    """The event as one JSON line, as `clean` makes it JSON-safe. Most events are plain JSON
+    already, and the dispatch loop journals one per report: they skip the copy, and only a
+    non-finite float (which `json` refuses here) or a key it cannot take sends one through it."""
+    try:
+        text = json.dumps(event, separators=(",", ":"), allow_nan=False, default=clean)
+    except (ValueError, TypeError):
+        text = json.dumps(clean(event), separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8") + b"\n"
 
 
 def is_live(path: str | os.PathLike) -> bool:

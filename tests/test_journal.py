@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from mpiopt._errors import ConfigError
@@ -73,6 +74,20 @@ def test_a_trial_resumed_from_its_checkpoint_counts_its_earlier_training(tmp_pat
     rows = list(csv.DictReader(io.StringIO((tmp_path / "run" / "results.csv").read_text())))
     assert rows[0]["duration_s"] == "4.5"
     rd.close()
+
+
+@pytest.mark.parametrize("value", [
+    1.5, float("nan"), float("-inf"), np.float64(0.25), np.float64("nan"), np.float32(0.5), np.float32("inf"),
+    np.int64(3), np.bool_(True), TrialStatus.PAUSED, [np.float32(1.0), (2, float("nan"))], "text", None, True,
+])
+def test_a_journal_line_is_the_event_made_json_safe(value):
+    # plain events skip `clean` on the way to JSON; every line must still be exactly clean's
+    from mpiopt.journal import _line
+    from mpiopt.trial import clean
+
+    event = {"event": "report", "trial": 1, "metrics": {"val": value, "nested": {"v": [value]}}, "status": value}
+    expected = json.dumps(clean(event), separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    assert _line(event) == expected
 
 
 def test_torn_and_corrupt_lines_are_skipped(tmp_path):
