@@ -12,7 +12,7 @@ uniformly within +-spread of the mean N/rate seconds (about 1 s, 7.5 s and 60 s 
 the test function at its parameters (bench/spaces/scale_functions.py).
 
 With --scheduler asha (or hyperband) a trial trains 9 epochs of equal length and reports each
-(its value plus 30/epoch, a curve falling to the function's value); the scheduler judges it at
+(a curve falling to the function's value at epoch 9: plus 30/epoch - 30/9); the scheduler judges it at
 rungs 1, 3 and 9 and pauses it there (as a model objective's trial would be), and a promoted
 trial goes on from the epoch it paused at on whichever group is free. `mpiopt search` then
 fits its model on rung results (RungModel).
@@ -157,7 +157,7 @@ class SimulatedGroups:
         value): (None, _) while it trains on."""
         epoch = self.trained.get(trial, 0) + 1
         self.trained[trial] = epoch
-        value = final + 30.0 / epoch
+        value = final + 30.0 * (1 / epoch - 1 / self.epochs)  # the function's value at the last epoch
         decision = self.on_report(group, Report(trial, epoch, {"objective": value},
                                                 decide=epoch in self.decide_at[trial]))
         if decision in ("pause", "stop"):
