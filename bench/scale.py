@@ -15,7 +15,8 @@ With --scheduler asha (or hyperband) a trial trains 9 epochs of equal length and
 (a curve falling to the function's value at epoch 9: plus 30/epoch - 30/9); the scheduler judges it at
 rungs 1, 3 and 9 and pauses it there (as a model objective's trial would be), and a promoted
 trial goes on from the epoch it paused at on whichever group is free. `mpiopt search` then
-fits its model on rung results (RungModel).
+fits its model on rung results (RungModel). The best after 1k, 2k, ... trials is the best
+completed value once that many trials came back, so trials a rung paused or stopped count too.
 
 Prints, per run: group utilization (busy time over N x the time until the last trial was handed
 out: after that, idle groups are the budget's doing), dispatch latency p50/p99 (a result taken in
@@ -88,6 +89,10 @@ class SimulatedGroups:
         self.busy: list[tuple[float, float]] = []  # (sent, due) of every trial
         self.dispatch: list[float] = []
         self.values: list[float] = []  # in the order results were taken in (completed trials)
+        # with a scheduler: the best completed value once each trial first came back (completed,
+        # paused or pruned), so that "best after 1,000 trials" counts those a rung ended too
+        self.best_by_trials: list[float] = []
+        self.came_back: set[int] = set()
         self.ended = 0  # results taken in (with `epochs`, pauses included)
         self.t0 = time.perf_counter()
         self.last_send = self.t0
@@ -143,6 +148,14 @@ class SimulatedGroups:
     def _result(self, due: float, trial: int, group: int, sent: float, status: str, value: float):
         if status == "completed":
             self.values.append(value)
+        if self.epochs:
+            best = min(self.best_by_trials[-1] if self.best_by_trials else float("inf"),
+                       value if status == "completed" else float("inf"))
+            if trial in self.came_back:  # a promoted trial: the best so far at the same count
+                self.best_by_trials[-1] = best
+            else:
+                self.came_back.add(trial)
+                self.best_by_trials.append(best)
         self.ended += 1
         self.busy.append((sent, due))
         self.taken_at[group] = time.perf_counter()
@@ -228,7 +241,7 @@ def run(groups: int, trials: int, search: str, function: str, seed: int, spread:
             searcher.close()
             run_dir.close()
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-        best = np.minimum.accumulate(np.array(link.values))
+        best = np.array(link.best_by_trials) if link.epochs else np.minimum.accumulate(np.array(link.values))
         d = np.array(link.dispatch) * 1000 if link.dispatch else np.zeros(1)
         out = {
             "groups": groups, "trials": trials, "search": search, "function": function, "seed": seed,
