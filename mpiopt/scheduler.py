@@ -161,15 +161,12 @@ class _Rung:
             bisect.insort(self.ranked, _rank_key(loss, trial))
 
     def _leader_count(self, reduction_factor: int, closing: bool) -> int:
+        """How many lead: the best floor(n / reduction_factor) (closing: ceil); a non-finite loss never leads."""
         n = len(self.ranked)
         return -(-n // reduction_factor) if closing else n // reduction_factor
 
-    def leaders(self, reduction_factor: int, closing: bool = False) -> list[int]:
-        """The best floor(n / reduction_factor) trials (closing: ceil); a non-finite loss never leads."""
-        return [t for none, _, t in self.ranked[:self._leader_count(reduction_factor, closing)] if not none]
-
     def leads(self, trial: int, reduction_factor: int) -> bool:
-        """Whether `trial` is among `leaders(reduction_factor)`."""
+        """Whether `trial` is among the best floor(n / reduction_factor) results here (see `_leader_count`)."""
         key = _rank_key(self.results[trial], trial)
         return not key[0] and bisect.bisect_left(self.ranked, key) < self._leader_count(reduction_factor, False)
 
