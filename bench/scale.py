@@ -85,6 +85,7 @@ class SimulatedGroups:
         # (due, trial, group, params, sent): the trial's end, or with `epochs` its next epoch's
         self.heap: list[tuple[float, int, int, dict, float]] = []
         self.epoch_s: dict[int, float] = {}  # trial -> the length of each of its epochs
+        self.final: dict[int, float] = {}  # trial -> the function's value, its curve's end
         self.taken_at: dict[int, float] = {}  # group -> when its result was taken in
         self.busy: list[tuple[float, float]] = []  # (sent, due) of every trial
         self.dispatch: list[float] = []
@@ -93,7 +94,6 @@ class SimulatedGroups:
         # paused or pruned), so that "best after 1,000 trials" counts those a rung ended too
         self.best_by_trials: list[float] = []
         self.came_back: set[int] = set()
-        self.ended = 0  # results taken in (with `epochs`, pauses included)
         self.t0 = time.perf_counter()
         self.last_send = self.t0
 
@@ -115,7 +115,6 @@ class SimulatedGroups:
         if self.epochs:  # the first epoch's end; the rest follow one by one
             self.decide_at[task.trial] = task.decide_at
             self.epoch_s[task.trial] = length / self.epochs
-            length *= (self.epochs - self.trained.get(task.trial, 0)) / self.epochs
             heapq.heappush(self.heap, (now + self.epoch_s[task.trial], task.trial, group, task.params, now))
         else:
             heapq.heappush(self.heap, (now + length, task.trial, group, task.params, now))
@@ -138,9 +137,10 @@ class SimulatedGroups:
             if wait > 0:
                 time.sleep(wait)
             due, trial, group, params, sent = heapq.heappop(self.heap)
-            value, status = self.fn(params), "completed"
             if self.epochs:
-                status, value = self._epoch(due, trial, group, params, sent, value)
+                status, value = self._epoch(due, trial, group, params, sent)
+            else:
+                status, value = "completed", self.fn(params)
             if status is not None:
                 return self._result(due, trial, group, sent, status, value)
             timeout = 0.0 if timeout is None else max(0.0, timeout - (time.perf_counter() - now))
@@ -156,7 +156,6 @@ class SimulatedGroups:
             else:
                 self.came_back.add(trial)
                 self.best_by_trials.append(best)
-        self.ended += 1
         self.busy.append((sent, due))
         self.taken_at[group] = time.perf_counter()
         end = time.time()
@@ -165,12 +164,14 @@ class SimulatedGroups:
                                   metrics={"objective": value}, epochs=self.trained.get(trial),
                                   start=end - (due - sent), end=end)
 
-    def _epoch(self, due: float, trial: int, group: int, params: dict, sent: float, final: float):
+    def _epoch(self, due: float, trial: int, group: int, params: dict, sent: float):
         """The trial's next epoch ends: its report and the scheduler's word. Returns (status,
         value): (None, _) while it trains on."""
         epoch = self.trained.get(trial, 0) + 1
         self.trained[trial] = epoch
-        value = final + 30.0 * (1 / epoch - 1 / self.epochs)  # the function's value at the last epoch
+        if trial not in self.final:
+            self.final[trial] = self.fn(params)
+        value = self.final[trial] + 30.0 * (1 / epoch - 1 / self.epochs)  # the function's value at the last epoch
         decision = self.on_report(group, Report(trial, epoch, {"objective": value},
                                                 decide=epoch in self.decide_at[trial]))
         if decision in ("pause", "stop"):
