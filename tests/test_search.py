@@ -387,6 +387,54 @@ def test_the_background_thread_lets_the_dispatch_loop_in_every_millisecond():
         s.close()
 
 
+class _BusyFlag:
+    """`Prefetching._go` on a fake clock: a wait while the coordinator is busy passes fake time."""
+
+    def __init__(self, clock: list[float]) -> None:
+        self.clock, self.idle, self.waits = clock, True, []
+
+    def set(self) -> None:
+        self.idle = True
+
+    def clear(self) -> None:
+        self.idle = False
+
+    def is_set(self) -> bool:
+        return self.idle
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        self.clock[0] += timeout  # nobody sets it meanwhile: the coordinator stays busy
+        return self.idle
+
+
+@pytest.mark.parametrize("busy", [True, False])
+def test_a_busy_coordinator_parks_the_thread_for_at_most_half_of_every_window(busy):
+    """While the dispatch loop works (a result in, trials out) the thread parks at every
+    checkpoint, the first round's included; a loop that is never idle still leaves it half of
+    every `park_window_s`, and an idle one never parks it."""
+    clock = [0.0]
+    policy = RoundPolicy(park_window_s=0.2, park_share=0.5)
+    s = Prefetching(BayesianSearch(SPACE, seed=0), groups=4, policy=policy, clock=lambda: clock[0],
+                    sleep=lambda d: None)
+    flag = s._go = _BusyFlag(clock)
+    try:
+        s.pause(busy)
+        worked = 0.0
+        while clock[0] < 2.0:  # checkpoints 1 ms of work apart
+            s._checkpoint()
+            clock[0] += 0.001
+            worked += 0.001
+        assert s.round is None  # all of it before the first round
+        if not busy:
+            assert flag.waits == []
+        else:
+            assert len(flag.waits) == 10 and all(w == pytest.approx(0.1) for w in flag.waits)
+            assert worked / clock[0] == pytest.approx(0.5, abs=0.01)
+    finally:
+        s.close()
+
+
 def test_the_waits_for_rounds_do_not_count_in_the_trial_length():
     """A hand-out that waits for a round holds up the dispatch loop, and every other group's
     result comes in that much later; counted in the turnaround, the waits would make trials look

@@ -66,10 +66,11 @@ class RoundPolicy:
     # trials this many times shorter than a round: a hand-out's round may be at most one result behind,
     # since the model, not the groups, limits such a search
     very_short: int = 4
-    # the thread parks while the coordinator hands out trials, at most this long at a time and
-    # only after working as long since its last park: a coordinator that is never idle (trials of
+    # the thread parks at its checkpoints while the coordinator hands out trials, but for at most
+    # `park_share` of every `park_window_s`: a coordinator that is never idle (trials of
     # milliseconds, reports by the thousand) must still get rounds
-    park_max_s: float = 0.05
+    park_window_s: float = 0.2
+    park_share: float = 0.5
     # after this much work the thread sleeps `yield_s`: numpy releases and retakes the interpreter
     # lock inside its calls, which resets the dispatch loop's claim to it, so without a real sleep
     # the loop could wait for the whole round
@@ -149,7 +150,7 @@ class Prefetching(Searcher):
         self._skip_wait = False  # `holds_hand_outs` said no: the next hand-out does not wait for a round
         self._go.set()
         self._yielded = self._clock()
-        self._parked_until = self._yielded  # when the thread last stopped parking
+        self._park_window = (self._yielded, 0.0)  # the current window's start, and the time parked in it
         # statistics, for `report`
         self.round_s = 0.0  # seconds the last round took to prepare
         self.rounds = 0
@@ -423,10 +424,8 @@ class Prefetching(Searcher):
     def _checkpoint(self) -> None:
         """Called by the surrogate between steps of a round: let the dispatch loop in.
 
-        While the coordinator is busy (a burst of results is handed out fastest with this thread
-        out of the way) it parks, at most `park_max_s` at a time and at most every other
-        `park_max_s`, so that it still works half the time; the first round is never
-        parked, since until it is ready the groups get design points. And every `yield_every_s`
+        While the coordinator is busy (a result is handed out fastest with this thread out of
+        the way) it parks (`_park_while_busy`). And every `yield_every_s`
         of work it sleeps `yield_s` whatever the coordinator does: numpy releases and retakes the
         interpreter lock inside its calls, microseconds apart, and each retake resets the
         dispatch loop's claim to it (CPython hands the lock over on request only when no other
@@ -439,10 +438,25 @@ class Prefetching(Searcher):
         if self._clock() - self._yielded > p.yield_every_s:
             self._sleep(p.yield_s)
             self._yielded = self._clock()
-        if (not self._go.is_set() and self.round is not None
-                and self._clock() - self._parked_until > p.park_max_s):
-            self._go.wait(p.park_max_s)
-            self._parked_until = self._clock()
+        if not self._go.is_set():
+            self._park_while_busy()
+
+    def _park_while_busy(self) -> None:
+        """Wait until the coordinator is idle again, within this window's allowance: at most
+        `park_share` of every `park_window_s` parked, so that rounds go on at least that fast
+        however busy the loop is. The first round parks too: meanwhile the design (or, for a
+        model staged on a higher rung, the serving one) hands out, and hand-outs that wait for
+        it are held, which keeps the thread unparked (`pause`)."""
+        p = self.policy
+        now = self._clock()
+        start, parked = self._park_window
+        if now - start >= p.park_window_s:
+            start, parked = now, 0.0
+        allowance = p.park_share * p.park_window_s - parked
+        if allowance > p.yield_s:  # a shorter park is not worth the thread switches
+            self._go.wait(allowance)
+            parked += self._clock() - now
+        self._park_window = (start, parked)
 
     def _start(self) -> None:
         if self._thread is None and self.inner.model_ready():
