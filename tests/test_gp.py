@@ -252,3 +252,33 @@ def test_the_kernel_fit_lets_others_in_before_every_evaluation():
     calls = []
     _gp.fit_hyper(X, (y - y.mean()) / y.std(), checkpoint=lambda: calls.append(1), maxiter=5)
     assert len(calls) > 5  # L-BFGS iterations are at most 5: its line searches evaluate more often
+
+
+def test_candidates_conditioned_by_blocks_or_added_later_are_the_ones_conditioned_at_once():
+    """A round conditions its candidates a block at a time (a checkpoint between blocks) and
+    adds its polished ones later without redoing the others: the same means and variances."""
+    rng = np.random.default_rng(3)
+    X = rng.random((150, 4))
+    y = np.sin(3 * X).sum(1)
+    h = Hyper(np.full(4, 0.4), 1.0, 1e-3)
+    C = rng.random((2 * _gp.CANDIDATE_BLOCK + 5, 4))
+    calls = []
+    blocks = Posterior(h, X, y)
+    blocks.set_candidates(C[:-3], checkpoint=lambda: calls.append(1))
+    blocks.add_candidates(C[-3:])
+    mu, var = Posterior(h, X, y).predict(C)
+    assert len(calls) == 2  # between the three blocks
+    assert np.allclose(blocks.mu_c, mu, atol=1e-9) and np.allclose(blocks.var_c, var, atol=1e-9)
+    assert np.array_equal(blocks.C, C) and blocks.V.shape == (len(blocks.Li), len(C))
+    blocks.add(X[0] + 0.01, 0.5)  # and conditioning on more goes on updating every candidate
+    mu, var = blocks.predict(C)
+    assert np.allclose(blocks.mu_c, mu, atol=1e-9) and np.allclose(blocks.var_c, var, atol=1e-9)
+
+
+def test_building_a_posterior_lets_others_in_between_the_steps_of_the_inverse():
+    rng = np.random.default_rng(4)
+    X = rng.random((300, 3))
+    calls = []
+    post = Posterior(Hyper(np.full(3, 0.3), 1.0, 1e-3), X, np.sin(4 * X[:, 0]), checkpoint=lambda: calls.append(1))
+    assert len(calls) >= 4  # after the kernel matrix, then at every split of the triangular inverse
+    assert np.allclose(post.Li[:300, :300], Posterior(post.h, X, np.sin(4 * X[:, 0])).Li[:300, :300])

@@ -240,6 +240,8 @@ class BayesianSearch(Searcher):
         """The GP on the data, with every pending point added at its fantasy value; the kernel is
         fitted first unless `defer_fit` and there is a fit to keep."""
         X, y, n_done = self._data()
+        if checkpoint is not None:
+            checkpoint()
         mean, sd = prior_mean(y)
         ys = (y - mean) / sd
         rng = np.random.default_rng([self.seed, len(self.observed), len(self.pending)])
@@ -249,7 +251,7 @@ class BayesianSearch(Searcher):
             self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=restarts, rng=rng, checkpoint=checkpoint)
             self.fitted_on = len(self.observed)
         running = list(self.pending.values())[-MAX_FANTASIES:]
-        post = _gp.Posterior(self.hyper, X, ys, capacity=len(X) + len(running) + extra)
+        post = _gp.Posterior(self.hyper, X, ys, capacity=len(X) + len(running) + extra, checkpoint=checkpoint)
         best = float(ys[:n_done].min())
         known = {tuple(np.round(x, 9)) for x in X}
         rows: dict[tuple, tuple[int, float]] = {}  # pending point -> (its row in `post`, its fantasy value)
@@ -263,7 +265,7 @@ class BayesianSearch(Searcher):
             rows[tuple(encode(self.space, p))] = (post.n, f)
             post.add(x, f)
         C = _gp.candidates(self.coder, X[:n_done], ys[:n_done], rng)
-        post.set_candidates(C)
+        post.set_candidates(C, checkpoint)
         return post, (mean, sd, best, float(ys.max())), rng, known, rows
 
     def _propose(self, post: _gp.Posterior, best: float) -> None:
@@ -297,7 +299,7 @@ class BayesianSearch(Searcher):
         self._propose(post, best)
         extra = self._polished_candidates(post, best, polish, deadline, checkpoint) if self.coder.continuous else []
         if extra:
-            post.set_candidates(np.vstack([post.C, np.array(extra)]))
+            post.add_candidates(np.array(extra))
         return Round(self, post, rows, mean, sd, best, worst, rng, probs, known)
 
     def _polished_candidates(self, post: _gp.Posterior, best: float, polish: int, deadline: float | None,
