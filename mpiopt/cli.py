@@ -367,12 +367,13 @@ def _make_searcher(cfg, link):
     waits for a surrogate fit. One group: suggested on demand, so that a sequential search is
     exactly reproducible. MPIOPT_PREFETCH=0 asks on demand with any number of groups."""
     from .search import RungModel, Searcher, make_searcher
+    from .transport import coordinator_has_a_core
 
     ahead = link.n_groups > 1 and _env.get("MPIOPT_PREFETCH") != "0"
 
     def make() -> Searcher:
         return make_searcher(cfg.space, cfg.search, prefetch=link.n_groups if ahead else 0,
-                             goals=max(1, len(cfg.objective.pareto)))
+                             goals=max(1, len(cfg.objective.pareto)), own_core=coordinator_has_a_core())
 
     if cfg.search.scheduler not in ("asha", "hyperband"):
         return make()

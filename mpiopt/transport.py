@@ -184,19 +184,45 @@ def configure_waits(comm) -> str:
 
     With more ranks on a node than cores, a spinning rank takes the core a computing rank needs;
     there mpiopt only sleeps between tests. MPIOPT_SPIN / MPIOPT_COLLECTIVE_SPIN override this.
+    Also finds whether world rank 0 has a core no other rank runs on (`coordinator_has_a_core`).
     """
     ranks_here = ranks_on_this_node(comm)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    if ranks_here > cores:
+    cores = _affinity()
+    _node_cores.update(coordinator_has_a_core=_has_a_core(share_with_node(comm, sorted(cores))))
+    if ranks_here > len(cores):
         if not _env.is_set("MPIOPT_SPIN"):
             waits().spin = 0.0
         if not _env.is_set("MPIOPT_COLLECTIVE_SPIN"):
             waits().collective_spin = 0.0
-        return f"{ranks_here} ranks on {cores} cores: waiting ranks sleep"
-    return f"{ranks_here} ranks on {cores} cores"
+        return f"{ranks_here} ranks on {len(cores)} cores: waiting ranks sleep"
+    return f"{ranks_here} ranks on {len(cores)} cores"
+
+
+# filled in by `configure_waits`; a single process has its core
+_node_cores = {"coordinator_has_a_core": True}
+
+
+def coordinator_has_a_core() -> bool:
+    """Whether world rank 0 (the coordinator) shares its cores with no other rank of its node,
+    or the node has a core for every rank; known on world rank 0 once `configure_waits` ran."""
+    return _node_cores["coordinator_has_a_core"]
+
+
+def _affinity() -> set[int]:
+    """The cores this process may run on."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return set(range(os.cpu_count() or 1))
+
+
+def _has_a_core(node: dict[int, list[int]]) -> bool:
+    """From every rank's cores on rank 0's node (by world rank): whether rank 0 has a core."""
+    if 0 not in node:
+        return True  # not rank 0's node: nobody asks
+    mine = set(node[0])
+    others = [set(cores) for rank, cores in node.items() if rank != 0]
+    return not any(mine & theirs for theirs in others) or len(node) <= len(mine.union(*others))
 
 
 def share_with_node(comm, mine: Any) -> dict[int, Any]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import threading
@@ -408,13 +409,14 @@ class _BusyFlag:
         return self.idle
 
 
-@pytest.mark.parametrize("busy", [True, False])
-def test_a_busy_coordinator_parks_the_thread_for_at_most_half_of_every_window(busy):
+@pytest.mark.parametrize("busy, own_core", [(True, True), (False, True), (True, False)])
+def test_a_busy_coordinator_parks_the_thread_for_at_most_half_of_every_window(busy, own_core):
     """While the dispatch loop works (a result in, trials out) the thread parks at every
     checkpoint, the first round's included; a loop that is never idle still leaves it half of
-    every `park_window_s`, and an idle one never parks it."""
+    every `park_window_s`, and an idle one never parks it. A coordinator that shares its cores
+    with other ranks never parks it."""
     clock = [0.0]
-    policy = RoundPolicy(park_window_s=0.2, park_share=0.5)
+    policy = dataclasses.replace(RoundPolicy.from_env(own_core=own_core), park_window_s=0.2)
     s = Prefetching(BayesianSearch(SPACE, seed=0), groups=4, policy=policy, clock=lambda: clock[0],
                     sleep=lambda d: None)
     flag = s._go = _BusyFlag(clock)
@@ -426,13 +428,23 @@ def test_a_busy_coordinator_parks_the_thread_for_at_most_half_of_every_window(bu
             clock[0] += 0.001
             worked += 0.001
         assert s.round is None  # all of it before the first round
-        if not busy:
-            assert flag.waits == []
+        if not busy or not own_core:
+            assert flag.waits == [] and s.parked_s == 0
         else:
             assert len(flag.waits) == 10 and all(w == pytest.approx(0.1) for w in flag.waits)
-            assert worked / clock[0] == pytest.approx(0.5, abs=0.01)
+            assert worked / clock[0] == pytest.approx(0.5, abs=0.01) and s.parked_s == pytest.approx(1.0, abs=0.01)
     finally:
         s.close()
+
+
+def test_the_coordinator_has_a_core_unless_another_rank_of_its_node_may_run_there():
+    from mpiopt.transport import _has_a_core
+
+    assert _has_a_core({0: [0], 1: [1], 2: [1]})  # bound apart (mpiexec -bind-to)
+    assert not _has_a_core({0: [0, 1], 1: [0, 1], 2: [0, 1]})  # 3 ranks free on 2 cores
+    assert _has_a_core({0: [0, 1, 2, 3], 1: [0, 1, 2, 3]})  # unbound, a core each
+    assert not _has_a_core({0: [0], 1: [0], 2: [1]})  # bound, but with another rank
+    assert _has_a_core({4: [0], 5: [0]})  # another node's ranks: not the coordinator's
 
 
 def test_the_waits_for_rounds_do_not_count_in_the_trial_length():

@@ -19,10 +19,11 @@ __all__ = ["Searcher", "RandomSearch", "BayesianSearch", "EvolutionSearch", "Par
            "RoundPolicy", "RungModel", "LadderModel", "BudgetModel", "ladder_scores", "rung_offsets", "make_searcher"]
 
 
-def make_searcher(space: Space, settings, *, prefetch: int = 0, goals: int = 1) -> Searcher:
+def make_searcher(space: Space, settings, *, prefetch: int = 0, goals: int = 1, own_core: bool = True) -> Searcher:
     """The searcher of a `SearchSettings`; with `prefetch` (the number of groups), suggestions are
-    computed ahead in a background thread (`Prefetching`, tuned by the environment). With two
-    `goals` or more it is a Pareto search, asked on demand (each hand-out scalarises anew)."""
+    computed ahead in a background thread (`Prefetching`, tuned by the environment and by
+    `own_core`: whether the coordinator has a core to itself). With two `goals` or more it is a
+    Pareto search, asked on demand (each hand-out scalarises anew)."""
     if goals > 1:
         # gp_hedge credits each acquisition by the model's view of its past picks, which means
         # nothing once every hand-out scalarises the goals anew: ParEGO's EI instead
@@ -36,4 +37,4 @@ def make_searcher(space: Space, settings, *, prefetch: int = 0, goals: int = 1) 
                               acquisition=settings.acquisition, initial_points=settings.initial_points)
     # rounds are GP posteriors; a tree surrogate is asked on demand
     ahead = prefetch and settings.surrogate == "GP"
-    return Prefetching(searcher, groups=prefetch, policy=RoundPolicy.from_env()) if ahead else searcher
+    return Prefetching(searcher, groups=prefetch, policy=RoundPolicy.from_env(own_core=own_core)) if ahead else searcher

@@ -92,9 +92,12 @@ class RoundPolicy:
     handout_polish_s: float = 0.001
 
     @classmethod
-    def from_env(cls) -> RoundPolicy:
-        """The defaults, with `fresh_share` from MPIOPT_FRESH_SHARE (a ConfigError if malformed)."""
-        return cls(fresh_share=_env.get("MPIOPT_FRESH_SHARE"))
+    def from_env(cls, *, own_core: bool = True) -> RoundPolicy:
+        """The defaults, with `fresh_share` from MPIOPT_FRESH_SHARE (a ConfigError if malformed).
+        Without `own_core` (the coordinator shares its cores with other ranks) the thread never
+        parks: the loop then waits for a core among the ranks whatever the thread does, and a
+        parked thread only makes the groups wait longer for fresh rounds."""
+        return cls(fresh_share=_env.get("MPIOPT_FRESH_SHARE"), park_share=cls.park_share if own_core else 0.0)
 
 
 class _Abandoned(Exception):
@@ -160,6 +163,7 @@ class Prefetching(Searcher):
         # hand-outs that waited for a round with the latest result, how long, and how many timed out
         self.fresh_waits, self.fresh_wait_s, self.fresh_missed = 0, 0.0, 0
         self.polished, self.unpolished_in_bursts = 0, 0
+        self.parked_s = 0.0  # how long the thread parked while the coordinator was busy
         self.counts = {"model": 0, "design": 0, "fallback": 0}
         self.behind: list[int] = []  # per model suggestion: results newer than its round's fit
 
@@ -261,12 +265,14 @@ class Prefetching(Searcher):
     def report(self) -> str:
         behind = (f"; results newer than the round's fit p50 {statistics.median_high(self.behind)}, "
                   f"max {max(self.behind)}") if self.behind else ""
+        parked = (f"parked {self.parked_s * 1000:.0f} ms while the coordinator was busy" if self.policy.park_share
+                  else "never parked (the coordinator shares its cores with other ranks)")
         fresh = (f"{self.fresh_waits} waits for a round with the latest result ({self.fresh_wait_s * 1000:.0f} ms, "
                  f"{self.fresh_missed} timed out), ") if self.fresh_waits else ""
         return (f"suggestions: {self.counts['model']} from the surrogate ({self.rounds} rounds, {self.fits} refits, "
                 f"first round waited for {self.first_wait_s * 1000:.0f} ms, {self.waits} waits for a fresher "
                 f"round ({self.wait_s * 1000:.0f} ms), {fresh}{self.polished} polished at hand-out "
-                f"({self.unpolished_in_bursts} not, in bursts), last round {self.round_s * 1000:.0f} ms"
+                f"({self.unpolished_in_bursts} not, in bursts), last round {self.round_s * 1000:.0f} ms, {parked}"
                 f"{behind}), {self.counts['design']} from the initial design, "
                 f"{self.counts['fallback']} fallback design points")
 
@@ -456,6 +462,7 @@ class Prefetching(Searcher):
         if allowance > p.yield_s:  # a shorter park is not worth the thread switches
             self._go.wait(allowance)
             parked += self._clock() - now
+            self.parked_s += self._clock() - now
         self._park_window = (start, parked)
 
     def _start(self) -> None:
