@@ -409,17 +409,21 @@ class _BusyFlag:
         return self.idle
 
 
-@pytest.mark.parametrize("busy, own_core", [(True, True), (False, True), (True, False)])
-def test_a_busy_coordinator_parks_the_thread_for_at_most_half_of_every_window(busy, own_core):
+@pytest.mark.parametrize("busy, own_core, standing_by", [(True, True, True), (False, True, True),
+                                                          (True, False, True), (True, True, False)])
+def test_a_busy_coordinator_parks_the_thread_for_at_most_half_of_every_window(busy, own_core, standing_by):
     """While the dispatch loop works (a result in, trials out) the thread parks at every
-    checkpoint, the first round's included; a loop that is never idle still leaves it half of
-    every `park_window_s`, and an idle one never parks it. A coordinator that shares its cores
-    with other ranks never parks it."""
+    checkpoint; a loop that is never idle still leaves it half of every `park_window_s`, and an
+    idle one never parks it. A coordinator that shares its cores with other ranks never parks
+    it, and the first round parks only for a model standing by (the design hands out meanwhile
+    otherwise)."""
     clock = [0.0]
     policy = dataclasses.replace(RoundPolicy.from_env(own_core=own_core), park_window_s=0.2)
     s = Prefetching(BayesianSearch(SPACE, seed=0), groups=4, policy=policy, clock=lambda: clock[0],
                     sleep=lambda d: None)
     flag = s._go = _BusyFlag(clock)
+    if standing_by:
+        s.stand_by()
     try:
         s.pause(busy)
         worked = 0.0
@@ -428,7 +432,7 @@ def test_a_busy_coordinator_parks_the_thread_for_at_most_half_of_every_window(bu
             clock[0] += 0.001
             worked += 0.001
         assert s.round is None  # all of it before the first round
-        if not busy or not own_core:
+        if not busy or not own_core or not standing_by:
             assert flag.waits == [] and s.parked_s == 0
         else:
             assert len(flag.waits) == 10 and all(w == pytest.approx(0.1) for w in flag.waits)

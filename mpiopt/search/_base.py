@@ -98,6 +98,10 @@ class Searcher(ABC):
         """The coordinator is (`busy=True`) or is no longer handing out trials: background work,
         if any, should keep out of its way meanwhile."""
 
+    def stand_by(self) -> None:  # noqa: B027 - optional hook
+        """This searcher is prepared while another one serves (a model staged on a higher rung):
+        its background work may keep out of the coordinator's way from the start."""
+
     def report(self) -> str | None:
         """One line about where the suggestions came from, for the search's statistics; None: nothing to say."""
         return None

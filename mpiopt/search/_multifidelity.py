@@ -263,6 +263,7 @@ class RungModel(Searcher):
         results, then failures, then the trials still pending there; with its rung and the trials
         it was told."""
         inner = self.make_inner()
+        inner.stand_by()  # the serving model hands out until this one is ready
         if self._backlog is not None:
             inner.watch_backlog(self._backlog)
         if self._busy is not None:

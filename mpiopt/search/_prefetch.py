@@ -154,6 +154,7 @@ class Prefetching(Searcher):
         self._go.set()
         self._yielded = self._clock()
         self._park_window = (self._yielded, 0.0)  # the current window's start, and the time parked in it
+        self._standing_by = False  # see `stand_by`
         # statistics, for `report`
         self.round_s = 0.0  # seconds the last round took to prepare
         self.rounds = 0
@@ -253,6 +254,9 @@ class Prefetching(Searcher):
             self._go.clear()
         else:
             self._go.set()
+
+    def stand_by(self) -> None:
+        self._standing_by = True
 
     def close(self) -> None:
         self._go.set()
@@ -444,15 +448,16 @@ class Prefetching(Searcher):
         if self._clock() - self._yielded > p.yield_every_s:
             self._sleep(p.yield_s)
             self._yielded = self._clock()
-        if not self._go.is_set():
+        if not self._go.is_set() and (self.round is not None or self._standing_by):
             self._park_while_busy()
 
     def _park_while_busy(self) -> None:
         """Wait until the coordinator is idle again, within this window's allowance: at most
         `park_share` of every `park_window_s` parked, so that rounds go on at least that fast
-        however busy the loop is. The first round parks too: meanwhile the design (or, for a
-        model staged on a higher rung, the serving one) hands out, and hand-outs that wait for
-        it are held, which keeps the thread unparked (`pause`)."""
+        however busy the loop is. The first round parks only for a model standing by
+        (`stand_by`), which the serving one stands in for: otherwise, until it is ready, the
+        groups get design points, and a coordinator that is never idle (hundreds of groups)
+        could hand out the whole budget from the design."""
         p = self.policy
         now = self._clock()
         start, parked = self._park_window
