@@ -466,8 +466,9 @@ class Prefetching(Searcher):
         allowance = p.park_share * p.park_window_s - parked
         if allowance > p.yield_s:  # a shorter park is not worth the thread switches
             self._go.wait(allowance)
-            parked += self._clock() - now
-            self.parked_s += self._clock() - now
+            waited = self._clock() - now
+            parked += waited
+            self.parked_s += waited
         self._park_window = (start, parked)
 
     def _start(self) -> None:
