@@ -122,6 +122,7 @@ def test_hdf5_data(model_space, tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_mnist1d_search_under_mpiexec(tmp_path):
     root = SPACES.parent.parent
     space = tmp_path / "mnist1d.yaml"

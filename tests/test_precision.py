@@ -160,16 +160,16 @@ name: mp
 {mnist1d_objective()}parameters:
   units: {{type: integer, low: 16, high: 128}}
 search: {{trials: 1}}
-training: {{group_size: 3, epochs: 3, batch_size: 64, optimizer: adam, learning_rate: 0.01}}
+training: {{group_size: 2, epochs: 3, batch_size: 64, optimizer: adam, learning_rate: 0.01}}
 """
 
 
 @pytest.mark.slow
 @pytest.mark.mpi
-def test_a_group_of_three_trains_with_mixed_precision_and_xla(tmp_path):
+def test_a_master_and_a_worker_train_with_mixed_precision_and_xla(tmp_path):
     (tmp_path / "s.yaml").write_text(SPACE)
     p = run_cli(["train", "s.yaml", "--set", "mixed_precision=true", "--set", "jit_compile=true",
-                 "--set", "mode=downpour", "--set", "units=64", "--out", "out"], cwd=tmp_path, np=3, timeout=240)
+                 "--set", "mode=downpour", "--set", "units=64", "--out", "out"], cwd=tmp_path, np=2, timeout=240)
     assert p.returncode == 0, p.stderr
     rows = list(csv.DictReader(open(tmp_path / "out" / "history.csv")))
     assert [int(r["epoch"]) for r in rows] == [1, 2, 3]
