@@ -62,6 +62,24 @@ def test_a_pending_point_is_no_longer_attractive():
     assert np.linalg.norm(grid[int(np.argmax(ei2))] - grid[j]) > 0.02  # the next group goes elsewhere
 
 
+@pytest.mark.parametrize("rule", ["believer", "liar", "believer_clipped"])
+def test_a_fantasy_is_conditioned_on_as_its_predicted_mean_would_be(rule):
+    X, y = _data(20, 3)
+    h = fit_hyper(X, y)
+    at_once, by_hand = Posterior(h, X[:15], y[:15]), Posterior(h, X[:15], y[:15])
+    for post in (at_once, by_hand):
+        post.set_candidates(X[18:])
+    best = float(y[:15].min())
+    for x in X[15:18]:
+        mu, _ = by_hand.predict(x[None, :])
+        value = fantasy(rule, float(mu[0]), best)
+        by_hand.add(x, value)
+        assert at_once.add_fantasy(x, rule, best) == pytest.approx(value, abs=1e-12)
+    assert at_once.n == by_hand.n == 18
+    assert np.allclose(at_once.mu_c, by_hand.mu_c, atol=1e-12) and np.allclose(at_once.var_c, by_hand.var_c, atol=1e-12)
+    assert np.allclose(at_once.predict(X[:5])[0], by_hand.predict(X[:5])[0], atol=1e-12)
+
+
 def test_unit_coding_round_trips_every_kind_of_parameter():
     space = Space((Real("lr", 1e-5, 1e-1, "log-uniform"), Integer("units", 8, 512, "log-uniform"),
                    Integer("layers", 1, 4), Categorical("act", ("relu", "tanh", "gelu")), Real("drop", 0.0, 0.5)))

@@ -260,10 +260,8 @@ class BayesianSearch(Searcher):
                 checkpoint()
             x = self.coder.encode(p)
             known.add(tuple(np.round(x, 9)))
-            mu, _ = post.predict(x[None, :])
-            f = _gp.fantasy(self.batch_rule, float(mu[0]), best)
-            rows[tuple(encode(self.space, p))] = (post.n, f)
-            post.add(x, f)
+            row = post.n
+            rows[tuple(encode(self.space, p))] = (row, post.add_fantasy(x, self.batch_rule, best))
         C = _gp.candidates(self.coder, X[:n_done], ys[:n_done], rng)
         post.set_candidates(C, checkpoint)
         return post, (mean, sd, best, float(ys.max())), rng, known, rows
@@ -415,11 +413,9 @@ class Round:
         if self.post.n >= self.limit:
             self.known.add(tuple(np.round(x, 9)))
             return
-        mu, _ = self.post.predict(x[None, :])
-        f = _gp.fantasy(self.owner.batch_rule, float(mu[0]), self.best)
-        self.rows[key] = (self.post.n, f)
+        row = self.post.n
+        self.rows[key] = (row, self.post.add_fantasy(x, self.owner.batch_rule, self.best))
         self.known.add(tuple(np.round(x, 9)))
-        self.post.add(x, f)
 
     def learn(self, params: dict[str, Any], loss: float | None) -> None:
         """A running trial finished: its fantasy becomes its value (failures: the worst value)."""

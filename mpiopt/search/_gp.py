@@ -397,13 +397,28 @@ class Posterior:
 
     def add(self, x: np.ndarray, value: float, noise: float | None = None) -> None:
         """Condition on one more observation `value` at `x` (O(n^2 + n C)), of variance `noise`."""
+        self._append(x, *self._project(x), value, noise)
+
+    def add_fantasy(self, x: np.ndarray, rule: str, best: float) -> float:
+        """Condition on a pending point at `x`, valued at `fantasy(rule, its posterior mean, best)`;
+        returns that value. One O(n^2) projection serves the mean and the update."""
+        w, mean_x = self._project(x)
+        value = fantasy(rule, mean_x, best)
+        self._append(x, w, mean_x, value, None)
+        return value
+
+    def _project(self, x: np.ndarray) -> tuple[np.ndarray, float]:
+        """(L^-1 k(X, x), the posterior mean at x), with room made for one more point."""
         if self.n + 1 >= len(self.Li):
             self._grow()
         n = self.n
-        k = kernel(self.X[:n], x[None, :], self.h)[:, 0]
-        w = self.Li[:n, :n] @ k
+        w = self.Li[:n, :n] @ kernel(self.X[:n], x[None, :], self.h)[:, 0]
+        return w, float(w @ self.beta[:n])
+
+    def _append(self, x: np.ndarray, w: np.ndarray, mean_x: float, value: float, noise: float | None) -> None:
+        """Condition on `value` at `x`, given `_project(x)`."""
+        n = self.n
         dd = math.sqrt(max(self.h.amplitude + (self.h.noise if noise is None else noise) + JITTER - w @ w, 1e-12))
-        mean_x = w @ self.beta[:n]
         b = (value - mean_x) / dd
         self.X[n] = x
         self.Li[n, :n] = -(w @ self.Li[:n, :n]) / dd  # the new row of L^-1 for L's new row [w, dd]
@@ -542,6 +557,5 @@ def select(post: Posterior, k: int, kinds: list[str], best: float, *, rule: str,
                 x = C[j]
         exclude.add(tuple(np.round(x, 9)))
         picks.append(x)
-        mu, _ = post.predict(x[None, :])
-        post.add(x, fantasy(rule, float(mu[0]), best))
+        post.add_fantasy(x, rule, best)
     return picks

@@ -620,7 +620,7 @@ class BudgetModel(Searcher):
         post.set_candidates(self._at_top(found))
         for params in fresh:
             z = self._at_top(self.coder.encode(params)[None, :])[0]
-            post.add(z, _gp.fantasy("believer_clipped", float(post.predict(z[None, :])[0][0]), best))
+            post.add_fantasy(z, "believer_clipped", best)
         return post, found, best
 
     @staticmethod
