@@ -119,7 +119,7 @@ def test_a_trial_failing_mid_training_leaves_its_group_ready_in_every_mode(tmp_p
     assert p.returncode == 1 and "no trial completed (8 did not)" in p.stderr, p.stderr
 
 
-# the tiny model of tests/spaces, whose epochs take milliseconds: what the test times is the rungs' traffic
+# the tiny model of tests/spaces, whose epochs take milliseconds: the test is about the rungs, not learning
 ASHA = f"""
 name: mn
 objective: {{model: {SPACES}/tiny_model.py:build_model, data: {SPACES}/tiny_model.py:load_data,
