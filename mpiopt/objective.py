@@ -6,6 +6,7 @@ communicator when it takes `comm`. A `model` objective is trained by `mpiopt.lea
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import numbers
 import re
@@ -200,6 +201,7 @@ class TrialRunner:
         self.resume_checkpoints = resume_checkpoints  # a re-run trial continues from its checkpoint
         self.cross_validate = cross_validate
         self.last_training = None
+        self.heap_frozen = False
         o = cfg.objective
         src = str(cfg.path)
         if o.kind == "function":
@@ -261,7 +263,14 @@ class TrialRunner:
 
         with quiet_tensorflow():
             import keras  # noqa: F401  (first import here, before the user's loader imports it)
-        return learn.load_source(self.cfg.objective.data, self.cfg.base_dir, self.loader)
+        source = learn.load_source(self.cfg.objective.data, self.cfg.base_dir, self.loader)
+        if not self.heap_frozen:
+            # each trial's build clears Keras' session, which collects garbage in full: what is
+            # loaded by now (TensorFlow's modules, the data) stays out of those collections
+            gc.collect()
+            gc.freeze()
+            self.heap_frozen = True
+        return source
 
     def fit(self, source, params, training, comm, trial: int, out_dir: Path | None, on_epoch=None,
             decide_at: frozenset[int] = frozenset()) -> TrialResult:
@@ -412,7 +421,7 @@ def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, param
     except Exception as exc:
         raise misfit(f"a training step on {nb} samples", exc) from None
     try:
-        reported |= {f"val_{k}" for k in _evaluate(model, val[0], val[1], int(training["batch_size"]))}
+        reported |= {f"val_{k}" for k in _evaluate(flat, val[0], val[1], int(training["batch_size"]))}
     except Exception as exc:
         raise misfit(f"validating {n_samples(val[0])} samples", exc) from None
     if o.metric not in reported:

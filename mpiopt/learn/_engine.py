@@ -133,11 +133,8 @@ def set_precision(training: dict[str, Any]) -> None:
     keras.config.set_dtype_policy("mixed_float16" if training.get("mixed_precision") else keras.config.floatx())
 
 
-def _evaluate(model, x, y, batch_size: int) -> dict[str, float]:
-    if n_samples(x) == 0:
-        return {}
-    res = model.evaluate(x, y, batch_size=batch_size, verbose=0, return_dict=True)
-    return {k: float(v) for k, v in res.items()}
+def _evaluate(flat: FlatModel, x, y, batch_size: int) -> dict[str, float]:
+    return flat.evaluate(x, y, batch_size) if n_samples(x) else {}
 
 
 def _finite(row: dict[str, float]) -> bool:
@@ -424,7 +421,7 @@ class _AllreduceRank:
         comm, flat = self.comm, self.flat
         with self.tracer.span("validate"):
             row = _reduce_metrics(comm, flat.metrics(), mine)
-            val = _reduce_metrics(comm, _attempt(_evaluate, self.model, self.xv, self.yv, self.bs),
+            val = _reduce_metrics(comm, _attempt(_evaluate, self.flat, self.xv, self.yv, self.bs),
                                   n_samples(self.xv))
         row = {"epoch": epoch + 1, **row, **{f"val_{k}": v for k, v in val.items()}}
         if comm is not None and self.size > 1:  # batch-norm statistics: the group's average
@@ -527,7 +524,7 @@ class _Validator(threading.Thread):
                 self.flat.set(weights)
                 if state.size:
                     self.flat.set_state(state)
-                result = _evaluate(self.model, self.data[0], self.data[1], self.bs)
+                result = _evaluate(self.flat, self.data[0], self.data[1], self.bs)
             except Exception as exc:  # reported to the serving loop, which fails the trial
                 result = exc
             self.tracer.add("validate", t0, time.perf_counter() - t0)

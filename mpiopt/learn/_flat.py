@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from ._data import n_samples, take
+
 
 class _OwnRetracing(logging.Filter):
     """Drop TensorFlow's retracing warning about FlatModel's functions: they are made anew for
@@ -78,6 +80,13 @@ def compute_dtypes(model) -> list[str]:
     return list(seen)
 
 
+def _open_batch_spec(batch: Any):
+    """The TensorSpec nest of a batch with its first dimension (the batch size) left open."""
+    import tensorflow as tf
+
+    return tf.nest.map_structure(lambda a: tf.TensorSpec((None, *a.shape[1:]), tf.as_dtype(a.dtype)), batch)
+
+
 class FlatModel:
     """Flat views of a model's trainable weights, its non-trainable state, and its gradients.
 
@@ -115,6 +124,7 @@ class FlatModel:
 
         self._set, self._get = _set, _get
         self._grad_step = None
+        self._test_step = None
 
     # -- weights ---------------------------------------------------------------------------
     def get(self, out: np.ndarray | None = None) -> np.ndarray:
@@ -151,7 +161,7 @@ class FlatModel:
         scale of 2**-10 (or a loss that is not finite: divergence) comes back as zeros.
         """
         if self._grad_step is None:
-            self._grad_step = self._make_grad_step()
+            self._grad_step = self._make_grad_step(x, y)
         if self.loss_scale is None:
             loss, flat = self._grad_step(x, y)
             return float(loss), flat.numpy()
@@ -164,10 +174,14 @@ class FlatModel:
             if not math.isfinite(float(loss)) or self.loss_scale.scale < self.SMALLEST_SCALE:
                 return float(loss), np.zeros(self.size, dtype=np.float32)
 
-    def _make_grad_step(self):
+    def _make_grad_step(self, x: Any, y: Any):
+        """The training step, traced once for every batch size (the first dimension left open: an
+        epoch's last batch is smaller), on a model whose metric variables exist before the trace:
+        variables made while tracing make TensorFlow trace the function a second time."""
         import tensorflow as tf
 
         model, trainable = self.model, self.trainable
+        self._build_metrics(x, y)
 
         def gradient(x, y, scale):
             with tf.GradientTape() as tape:
@@ -201,8 +215,45 @@ class FlatModel:
                     lambda: tf.constant(False))
             return loss, flat / scale, finite
 
-        compile_ = tf.function(reduce_retracing=True, jit_compile=self.jit_compile or None)
+        signature = [_open_batch_spec(x), _open_batch_spec(y)]
+        if self.loss_scale is not None:
+            signature.append(tf.TensorSpec([], tf.float32))
+        compile_ = tf.function(input_signature=signature, jit_compile=self.jit_compile or None)
         return compile_(step if self.loss_scale is None else scaled_step)
+
+    def _build_metrics(self, x: Any, y: Any) -> None:
+        """Make the compiled loss's and metrics' variables on one sample, eagerly; reset after."""
+        import tensorflow as tf
+
+        one_x, one_y = (tf.nest.map_structure(lambda a: a[:1], b) for b in (x, y))
+        y_pred = self.model(one_x, training=False)
+        self.model.compute_loss(x=one_x, y=one_y, y_pred=y_pred, training=False)
+        self.model.compute_metrics(one_x, one_y, y_pred, sample_weight=None)
+        self.model.reset_metrics()
+
+    # -- validation ----------------------------------------------------------------------------
+    def evaluate(self, x: Any, y: Any, batch_size: int) -> dict[str, float]:
+        """The loss and metrics on (x, y), as Keras' `evaluate` gives them (its metrics reset, then
+        the model's `test_step` on each batch), with the step traced once for every batch size."""
+        if self._test_step is None:
+            self._test_step = self._make_test_step(x, y)
+        self.model.reset_metrics()
+        for lo in range(0, n_samples(x), batch_size):
+            part = slice(lo, lo + batch_size)
+            self._test_step(take(x, part), take(y, part))
+        return self.metrics()
+
+    def _make_test_step(self, x: Any, y: Any):
+        import tensorflow as tf
+
+        self._build_metrics(x, y)
+
+        def step(x, y):
+            self.model.test_step((x, y))
+            return tf.constant(True)
+
+        signature = [_open_batch_spec(x), _open_batch_spec(y)]
+        return tf.function(step, input_signature=signature, jit_compile=self.jit_compile or None)
 
     def metrics(self) -> dict[str, float]:
         out = {}
