@@ -23,7 +23,7 @@ The budget is a whole number of trials per group, at least 300 (315 for 63 group
 sit idle at the end whatever the coordinator does (315 trials on 32 groups leave 5 groups idle for
 the last half second, 1.5% of utilization), and that is the budget's doing, not the coordinator's.
 
-The run directory is read back (`mpiopt.analysis.timeline`): group utilization (busy time over
+The run directory is read back (`mpiopt.analysis.load_timeline`, `timeline`): group utilization (busy time over
 groups x active time), how many trials were sent ahead and how many after a result, the
 coordinator's dispatch latency (result received -> next trial sent) p50/p99 over the hand-outs
 that followed a result, the start-up wave (search start -> the last
@@ -61,7 +61,7 @@ SPACE = ROOT / "bench" / "spaces" / "sleepy_hartmann6.yaml"
 
 def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path, scheduler: str = "none",
         nodes: int = 1, own_core: bool = False) -> dict:
-    from mpiopt.analysis import dispatch_after_result, load_results, timeline
+    from mpiopt.analysis import dispatch_after_result, load_timeline, timeline
 
     env = dict(os.environ, MPIOPT_BENCH_SLEEP=str(sleep), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     if mode == "sync":
@@ -85,7 +85,7 @@ def run(ranks: int, size: int, sleep: float, trials: int, mode: str, out: Path, 
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    df = load_results(out / "run")
+    df = load_timeline(out / "run")
     _, summary = timeline(df)
     log = (out / "run" / "search.log").read_text()  # the coordinator's own figures are written there
     cpu = re.search(r"coordinator CPU ([0-9.]+) s \(([0-9]+)% of one core\)", log)

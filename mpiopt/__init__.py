@@ -5,7 +5,7 @@ __version__ = "0.1.0"
 # the plots (mpiopt.plots) load matplotlib on first use, not with mpiopt
 PLOTS = ("plot_history", "plot_importance", "plot_parallel", "plot_slices", "plot_curves", "plot_timeline",
          "plot_pareto", "parameter_importance", "write_report")
-__all__ = ["load_results", "load_history", "load_model", "best_params", "__version__", *PLOTS]
+__all__ = ["load_results", "load_history", "load_timeline", "load_model", "best_params", "__version__", *PLOTS]
 
 
 def __getattr__(name: str):
@@ -30,6 +30,14 @@ def load_results(path):
 def load_history(path):
     """Every trial's per-epoch reports as a pandas DataFrame: trial, epoch, one column a metric."""
     from .analysis import load_history as _load
+
+    return _load(path)
+
+
+def load_timeline(path):
+    """What each group trained when, as a pandas DataFrame: one row a stretch of training (a
+    paused trial's promotion is a stretch of its own); the input of `plot_timeline`."""
+    from .analysis import load_timeline as _load
 
     return _load(path)
 

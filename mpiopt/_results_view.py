@@ -82,7 +82,8 @@ def best_yaml(run_dir: str, top, direction: str, metric: str) -> str:
 
 def timeline_line(run_dir: str, summary: dict[str, Any]) -> str:
     """One line over the groups of a search: utilization, and the dispatch figures it has."""
-    line = (f"{run_dir}: {summary['groups']} groups, {summary['trials']} trials, active "
+    groups, trials = summary["groups"], summary["trials"]
+    line = (f"{run_dir}: {groups} group{'s' * (groups != 1)}, {trials} trial{'s' * (trials != 1)}, active "
             f"{summary['active_s']:.1f} s; group utilization {summary['utilization']:.3f}")
     if "dispatch_p50_ms" in summary:
         line += f"; dispatch latency p50 {summary['dispatch_p50_ms']:.2f} ms, p99 {summary['dispatch_p99_ms']:.2f} ms"

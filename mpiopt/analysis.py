@@ -10,7 +10,8 @@ import yaml
 
 from ._errors import ConfigError
 from .pareto import MEASURED, Goals
-from .journal import CONFIG, JOURNAL, RESULTS, TRAIN_INFO, is_live, read_journal, replay, result_rows
+from .journal import (CONFIG, JOURNAL, RESULTS, STRETCH_COLUMNS, TRAIN_INFO, is_live, read_journal, replay, result_rows,
+                      stretch_rows)
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,13 @@ def load_results(path: str | os.PathLike):
         df = pd.read_csv(p / RESULTS)
     else:
         raise ConfigError(f"holds no search results (no {JOURNAL})", source=str(path))
+    return _typed(df)
+
+
+def _typed(df):
+    """`df` with its times as datetimes and its counts as nullable integers."""
+    import pandas as pd
+
     for col in ("start", "end"):
         if col in df:
             df[col] = pd.to_datetime(df[col].replace("", None), utc=True, format="ISO8601")
@@ -76,6 +84,21 @@ def load_results(path: str | os.PathLike):
         if col in df:
             df[col] = df[col].astype("Int64")
     return df
+
+
+def load_timeline(path: str | os.PathLike):
+    """What each group trained when: a DataFrame, one row a stretch of training (a trial from a
+    hand-out to its group's result: a paused trial's promotion is a stretch of its own), with
+    `trial`, `status` (how the stretch ended), `epochs` (reached by its end), `start`, `end`,
+    `group`, `ranks`, `dispatch_ms` and `wait_ms`. The input of `timeline` and `plot_timeline`."""
+    import pandas as pd
+
+    p = Path(path)
+    if not (p / JOURNAL).exists():  # a folder with only results.csv (or none: the error says so)
+        df = load_results(p)
+        return df[[c for c in STRETCH_COLUMNS if c in df]]
+    rows = stretch_rows(_events(p), live=is_live(p))
+    return _typed(pd.DataFrame(rows, columns=STRETCH_COLUMNS))
 
 
 def load_history(path: str | os.PathLike):
@@ -118,7 +141,8 @@ def dispatch_after_result(df):
 
 
 def timeline(df):
-    """Group utilization of a search: per group, trials and busy seconds; overall, the busy share.
+    """Group utilization of a search, from its stretches of training (`load_timeline`; the results
+    table does where no trial was paused): per group, trials and busy seconds; overall, the busy share.
 
     Utilization is busy time over (groups x active time), where active time is the union of the
     trials' intervals, so the pause between a kill and its --resume is not counted as idle.
@@ -146,10 +170,10 @@ def timeline(df):
             cur_e = max(cur_e, e)
     active += cur_e - cur_s
     busy = (done.end - done.start).dt.total_seconds()
-    per = done.assign(busy_s=busy).groupby("group").agg(trials=("trial", "count"), busy_s=("busy_s", "sum"))
+    per = done.assign(busy_s=busy).groupby("group").agg(trials=("trial", "nunique"), busy_s=("busy_s", "sum"))
     per = per.reset_index()
     per["utilization"] = per.busy_s / active if active > 0 else float("nan")
-    summary = {"groups": int(len(per)), "trials": int(len(done)), "active_s": active,
+    summary = {"groups": int(len(per)), "trials": int(done.trial.nunique()), "active_s": active,
                "utilization": float(per.busy_s.sum() / (len(per) * active)) if active > 0 else float("nan")}
     if "dispatch_ms" in df and df["dispatch_ms"].notna().any():
         first_wave, early, after = _hand_outs(df)

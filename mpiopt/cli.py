@@ -754,9 +754,9 @@ def cmd_results(args) -> int:
 
     from .analysis import best_trials, direction_of, goals_of, load_results
 
-    df = load_results(args.dir)
     if args.timeline:
-        return _print_timeline(args.dir, df)
+        return _print_timeline(args.dir)
+    df = load_results(args.dir)
     direction, metric = direction_of(args.dir)
     goals = goals_of(args.dir)
     if goals and not args.best:
@@ -819,10 +819,10 @@ def cmd_status(args) -> int:
     return 0
 
 
-def _print_timeline(run_dir: str, df) -> int:
-    from .analysis import timeline
+def _print_timeline(run_dir: str) -> int:
+    from .analysis import load_timeline, timeline
 
-    per, summary = timeline(df)
+    per, summary = timeline(load_timeline(run_dir))
     if not summary:
         print(f"{run_dir}: no finished trial yet")
         return 0

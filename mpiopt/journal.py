@@ -154,7 +154,7 @@ def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool,
         row[m] = t.metrics.get(m)
     row["epochs"] = t.epochs
     row["rung"] = t.rung
-    row["start"] = iso(t.start)
+    row["start"] = iso(t.first_start if t.first_start is not None else t.start)
     row["end"] = iso(t.end) if status.is_finished() else ""
     row["duration_s"] = round(t.duration_s, 3) if t.duration_s is not None else None
     row["group"] = t.group
@@ -176,6 +176,41 @@ def result_rows(trials: Iterable[TrialRecord], param_names: list[str], *,
     columns, names, metric_names = _columns(trials, param_names, goals)
     on = front(trials, goals) if goals else None
     return columns, [_row(t, names, metric_names, live, None if on is None else t.trial in on) for t in trials]
+
+
+STRETCH_COLUMNS = ["trial", "status", "epochs", "start", "end", "group", "ranks", "dispatch_ms", "wait_ms"]
+
+
+def stretch_rows(events: Iterable[dict[str, Any]], *, live: bool = False) -> list[dict[str, Any]]:
+    """The rows of `STRETCH_COLUMNS`, one a stretch of training: a trial from a hand-out (its
+    first, a promotion, a re-run) to its group's result, which gives the status it ended in and
+    the epochs it reached; a stretch without a result yet ends last, without an `end`. A trial
+    that is never paused is one stretch, as in the results table. A result with no stretch open
+    (a paused trial pruned at the end, unpromoted) is the status of the trial's last stretch."""
+    trials: dict[int, TrialRecord] = {}
+    ended: list[dict[str, Any]] = []
+    last: dict[int, dict[str, Any]] = {}
+    unended: dict[int, TrialRecord] = {}
+    for event in events:
+        rec = apply_event(trials, event)
+        if rec is None or event.get("event") == "report":
+            continue
+        if event.get("event") == "start":
+            unended[rec.trial] = rec
+        elif unended.pop(rec.trial, None) is not None:
+            last[rec.trial] = _stretch(rec, live)
+            ended.append(last[rec.trial])
+        elif rec.trial in last:
+            last[rec.trial]["status"] = rec.shown_status(live).value
+    return ended + [_stretch(rec, live) for rec in unended.values()]
+
+
+def _stretch(t: TrialRecord, live: bool) -> dict[str, Any]:
+    status = t.shown_status(live)
+    return {"trial": t.trial, "status": status.value, "epochs": t.epochs, "start": iso(t.start),
+            "end": iso(t.end) if t.end is not None else "", "group": t.group, "ranks": t.ranks,
+            "dispatch_ms": round(t.dispatch_s * 1000, 3) if t.dispatch_s is not None else None,
+            "wait_ms": round(t.wait_s * 1000, 3) if t.wait_s is not None else None}
 
 
 def results_csv(trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = False,

@@ -320,9 +320,12 @@ def _drawn_curves(curves, metric: str, direction: str) -> set | None:
 
 # -- the group timeline ---------------------------------------------------------------------------
 def plot_timeline(df, *, now=None):
-    """A Gantt chart: each group's trials against time, coloured by status, with the utilization.
-    A trial without an end (running, or cut off by a kill) is drawn up to `now` (default: the
-    latest time in the table)."""
+    """A Gantt chart: each group's stretches of training (`mpiopt.load_timeline`; the results
+    table does where no trial was paused) against time, coloured by how each ended, with the
+    utilization. A stretch without an end (running, or cut off by a kill) is drawn up to `now`
+    (default: the latest time in the table)."""
+    from matplotlib.ticker import MaxNLocator
+
     from .analysis import timeline
 
     every = df.dropna(subset=["start", "group"])
@@ -345,6 +348,7 @@ def plot_timeline(df, *, now=None):
         seen.add(status)
     ax.set_xlabel("minutes since the search started")
     ax.set_ylabel("group")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.invert_yaxis()
     ax.legend(fontsize="small", loc="upper right")
     _, summary = timeline(df)

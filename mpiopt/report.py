@@ -14,7 +14,8 @@ from pathlib import Path
 
 from . import plots
 from ._files import atomic_write
-from .analysis import _run_info, best_trials, direction_of, goals_of, load_history, load_results, timeline
+from .analysis import (_run_info, best_trials, direction_of, goals_of, load_history, load_results, load_timeline,
+                       timeline)
 from .status import liveness
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,8 @@ def log_params(info: dict) -> set[str]:
             if isinstance(spec, dict) and spec.get("prior") == "log-uniform"}
 
 
-def _plots(df, history, direction: str, metric: str, logs: set[str], goals) -> list[tuple[str, str, Callable]]:
+def _plots(df, history, stretches, direction: str, metric: str, logs: set[str],
+           goals) -> list[tuple[str, str, Callable]]:
     front = [("pareto", "Pareto front", lambda: plots.plot_pareto(df, goals))] if goals else []
     return front + [
         ("history", "Optimization history", lambda: plots.plot_history(df, direction=direction, metric=metric)),
@@ -45,7 +47,7 @@ def _plots(df, history, direction: str, metric: str, logs: set[str], goals) -> l
          lambda: plots.plot_parallel(df, direction=direction, metric=metric, log_params=logs)),
         ("slices", "Slices", lambda: plots.plot_slices(df, direction=direction, metric=metric, log_params=logs)),
         ("curves", "Learning curves", lambda: plots.plot_curves(history, df, metric=metric, direction=direction)),
-        ("timeline", "Group timeline", lambda: plots.plot_timeline(df)),
+        ("timeline", "Group timeline", lambda: plots.plot_timeline(stretches)),
     ]
 
 
@@ -65,21 +67,24 @@ def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) 
     run = Path(path)
     df = load_results(run)
     history = load_history(run)
+    stretches = load_timeline(run)
     info = _run_info(run)
     direction, metric = direction_of(run)
     target = Path(out) if out is not None else run / "report"
     target.mkdir(parents=True, exist_ok=True)
-    sections = [_draw(*spec) for spec in _plots(df, history, direction, metric, log_params(info), goals_of(run))]
+    sections = [_draw(*spec) for spec in _plots(df, history, stretches, direction, metric, log_params(info),
+                                                     goals_of(run))]
     for s in sections:
         if s.png is not None:
             atomic_write(target / f"{s.slug}.png", s.png, durable=False)
     page = target / "report.html"
-    atomic_write(page, _html(run, info, df, direction, metric, sections).encode("utf-8"), durable=False)
+    usage = timeline(stretches)[1]
+    atomic_write(page, _html(run, info, df, usage, direction, metric, sections).encode("utf-8"), durable=False)
     return page
 
 
 # -- the page -------------------------------------------------------------------------------------
-def summary_rows(run: Path, info: dict, df, direction: str, metric: str) -> list[tuple[str, str]]:
+def summary_rows(run: Path, info: dict, df, usage: dict, direction: str, metric: str) -> list[tuple[str, str]]:
     counts = df["status"].value_counts()
     budget = (info.get("search") or {}).get("trials")
     done = best_trials(df, direction)
@@ -97,7 +102,6 @@ def summary_rows(run: Path, info: dict, df, direction: str, metric: str) -> list
     if df["start"].notna().any():
         span = (df[["start", "end"]].max().max() - df["start"].min()).total_seconds()
         rows.append(("wall time", f"{span / 60:.1f} min"))
-    _, usage = timeline(df)
     if "utilization" in usage:
         rows.append(("group utilization", f"{usage['utilization']:.0%} of {usage['groups']} groups"))
     scheduler = (info.get("search") or {}).get("scheduler")
@@ -114,10 +118,10 @@ def _top_table(df, direction: str, top: int = 10) -> str:
     return shown.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.6g}", border=0, classes="top")
 
 
-def _html(run: Path, info: dict, df, direction: str, metric: str, sections: list[Section]) -> str:
+def _html(run: Path, info: dict, df, usage: dict, direction: str, metric: str, sections: list[Section]) -> str:
     esc = html.escape
     summary = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>"
-                      for k, v in summary_rows(run, info, df, direction, metric))
+                      for k, v in summary_rows(run, info, df, usage, direction, metric))
     figures = []
     for s in sections:
         if s.png is not None:

@@ -119,8 +119,9 @@ class TrialRecord:
     objective_std: float | None = None  # k-fold cross-validation only
     metrics: dict[str, float] = field(default_factory=dict)
     epochs: int | None = None
-    start: float | None = None
+    start: float | None = None  # of this stretch of training (a paused trial's promotion starts another)
     end: float | None = None
+    first_start: float | None = None  # of the trial's first stretch that came to an end
     group: int | None = None
     ranks: int | None = None
     error: str | None = None
@@ -201,6 +202,7 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
         if old is not None and old.status.is_finished():
             return None
         rec = trials[n] = TrialRecord(trial=n, params=dict(event.get("params") or {}), start=event.get("time"),
+                                      first_start=old.first_start if old else None,
                                       group=event.get("group"), ranks=event.get("ranks"),
                                       dispatch_s=event.get("dispatch_s"), rung=old.rung if old else None)
         return rec
@@ -222,6 +224,8 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
     rec.epochs = event.get("epochs")
     rec.error = event.get("error")
     rec.start = event.get("start", rec.start)
+    if rec.first_start is None:
+        rec.first_start = rec.start
     rec.end = event.get("end")
     rec.wait_s = event.get("wait_s")
     rec.resumed_s = event.get("resumed_s")

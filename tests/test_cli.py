@@ -205,7 +205,7 @@ def test_results_timeline(write_yaml, tmp_path):
     assert run_cli(["search", space], cwd=tmp_path).returncode == 0
     p = run_cli(["results", tmp_path / "runs" / "cli-branin", "--timeline"], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    assert "1 groups, 8 trials" in p.stdout and "group utilization" in p.stdout and "dispatch latency" in p.stdout
+    assert "1 group, 8 trials" in p.stdout and "group utilization" in p.stdout and "dispatch latency" in p.stdout
     df = mpiopt.load_results(tmp_path / "runs" / "cli-branin")
     assert df.dispatch_ms.notna().all() and (df.dispatch_ms >= 0).all()
 

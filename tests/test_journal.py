@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mpiopt._errors import ConfigError
-from mpiopt.journal import RunDir, is_live, read_journal, replay, result_rows
+from mpiopt.journal import RunDir, is_live, read_journal, replay, result_rows, stretch_rows
 from mpiopt.trial import TrialStatus
 
 CONFIG = "name: t\nobjective: {function: f.py:f}\nparameters: {x: {type: real, low: 0, high: 1}}\n"
@@ -74,6 +74,26 @@ def test_a_trial_resumed_from_its_checkpoint_counts_its_earlier_training(tmp_pat
     rows = list(csv.DictReader(io.StringIO((tmp_path / "run" / "results.csv").read_text())))
     assert rows[0]["duration_s"] == "4.5"
     rd.close()
+
+
+def test_a_paused_and_promoted_trial_is_a_stretch_of_training_each_time_a_group_takes_it_on():
+    def on(group, event):
+        return {**event, "group": group}
+
+    events = [on(0, start(0, 0.1, t=100.0)), on(1, start(1, 0.2, t=100.0)),
+              {**finish(0, "paused", None, t=110.0), "epochs": 1, "start": 99.0},  # group 0 trained it 99-110
+              on(0, start(2, 0.3, t=110.0)),
+              {**finish(1, "paused", None, t=118.0), "epochs": 1},
+              on(1, start(0, 0.1, t=119.0)),  # promoted: group 1 goes on from 119 to 140
+              {**finish(0, obj=0.5, t=140.0), "epochs": 3, "start": 119.0, "resumed_s": 11.0},
+              {**finish(1, "pruned", None, t=118.0), "epochs": 1}]  # pruned at the end, never promoted
+    rows = stretch_rows(events, live=True)
+    assert [(r["trial"], r["group"], r["status"], r["epochs"]) for r in rows] == [
+        (0, 0, "paused", 1), (1, 1, "pruned", 1), (0, 1, "completed", 3), (2, 0, "running", None)]
+    assert [r["end"] == "" for r in rows] == [False, False, False, True]
+    # the results table: one row a trial, from its first start to its last end, training 11 + 21 s
+    row = result_rows(replay(events).values(), ["x"])[1][0]
+    assert (row["start"], row["end"], row["duration_s"]) == (rows[0]["start"], rows[2]["end"], 32.0)
 
 
 @pytest.mark.parametrize("value", [
