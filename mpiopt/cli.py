@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(trials=None, seed=None, top=None)
     r = sub.add_parser("results", help="print the best trials of a run directory")
     r.add_argument("dir", metavar="DIR")
-    r.add_argument("--top", type=int, default=10, metavar="K")
+    r.add_argument("--top", type=int, default=10, metavar="K",
+                   help="show K trials, the completed best first, then the others (default 10)")
     r.add_argument("--format", choices=("table", "csv", "json", "yaml"), default="table")
     r.add_argument("--best", action="store_true",
                    help="the best trial only; with --format yaml, its parameters and training settings")
@@ -776,7 +777,7 @@ def cmd_results(args) -> int:
     else:
         counts = df["status"].value_counts().to_dict()
         print(f"{args.dir}: {len(df)} trials (" + ", ".join(f"{n} {s}" for s, n in counts.items())
-              + f"); {direction} {metric}")
+              + f"); {direction} {metric}" + (f"; the first {len(top)} shown (--top K)" if len(top) < len(df) else ""))
         print(view.table(top) if len(top) else "(no trials)")
     return 0
 

@@ -75,6 +75,13 @@ class UnknownParameter(KeyError):
         return f"it reads params[{key!r}], which the search space does not define (its parameters: {', '.join(names)})"
 
 
+class ReportMisuse(ValueError):
+    """A function objective called `trial.report` against its contract."""
+
+    def line(self) -> str:
+        return str(self.args[0])
+
+
 class Params(dict):
     """A trial's parameters as a function objective gets them: a read of one the space lacks
     stops the search at the first trial instead of failing every trial the same way."""
@@ -166,18 +173,27 @@ class TrialContext:
     same steps: the decision reaches them all.
     """
 
-    def __init__(self, number: int, reporter, comm=None) -> None:
+    def __init__(self, number: int, reporter, comm=None, metric: str | None = None) -> None:
         self.number = number
         self._reporter = reporter
         self._comm = comm
         self._rank = comm.Get_rank() if comm is not None else 0
+        self._metric = metric  # the figure of merit, which every report must hold (None: a Pareto search's)
         self._stopped = False
         self.steps = 0  # the last step reported
         self.last: dict[str, float] = {}
+        self.misuse: str | None = None  # the first report against the contract (raised, and kept:
+        # a function that catches every exception still stops the search)
+        self.diverged: str | None = None  # the first metric reported not finite
 
     def report(self, step: int, **metrics: float) -> None:
-        """The metrics after `step` (1, 2, ...), with the figure of merit among them."""
+        """The metrics after `step` (1, 2, ...), with the figure of merit among them. A metric
+        that is not finite (NaN, inf) ends the trial as diverged: `should_stop()` says so."""
+        self._check(step, metrics)
         self.steps, self.last = int(step), {k: float(v) for k, v in metrics.items()}
+        bad = next((k for k, v in self.last.items() if not math.isfinite(v)), None)
+        if bad is not None and self.diverged is None:
+            self.diverged = f"{bad} is {self.last[bad]} at step {step}"
         reason = None
         if self._reporter is not None and self._rank == 0:
             reason = self._reporter(int(step), {"epoch": int(step), **self.last})
@@ -186,8 +202,28 @@ class TrialContext:
         self._stopped = self._stopped or reason is not None
 
     def should_stop(self) -> bool:
-        """Whether the scheduler stopped this trial: return now (what is returned is ignored)."""
-        return self._stopped
+        """Whether the scheduler stopped this trial, or it diverged: return now (what is returned
+        is ignored)."""
+        return self._stopped or self.diverged is not None
+
+    def _check(self, step: Any, metrics: dict[str, Any]) -> None:
+        problem = self._problem(step, metrics)
+        if problem is not None:
+            self.misuse = self.misuse or f"trial.report({step!r}, ...): {problem}"
+            raise ReportMisuse(self.misuse)
+
+    def _problem(self, step: Any, metrics: dict[str, Any]) -> str | None:
+        if not isinstance(step, numbers.Integral) or isinstance(step, bool) or step < 1:
+            return "the step must be a whole number, from 1 up"
+        if step <= self.steps:
+            return f"step {step} comes after step {self.steps}: each step must be later than the last"
+        for k, v in metrics.items():
+            if not isinstance(v, numbers.Real) or isinstance(v, bool):
+                return f"{k}={v!r:.40} is not a number"
+        if self._metric is not None and self._metric not in metrics:
+            return (f"it reports no {self._metric!r}, the figure of merit "
+                    f"(it reports: {', '.join(metrics) or 'nothing'})")
+        return None
 
 
 class TrialRunner:
@@ -224,7 +260,7 @@ class TrialRunner:
                 return self._train(params, training, comm, trial, trial_dir, reporter)
         except TrialTimeout as exc:
             return TrialResult(status=TrialStatus.TIMEOUT, error=str(exc))
-        except UnknownParameter as exc:
+        except (UnknownParameter, ReportMisuse) as exc:
             return TrialResult(status=TrialStatus.FAILED, error=exc.line(), detail=error_detail(exc), misuse=True)
         except Exception as exc:  # user code: any exception fails the trial, never the search
             return TrialResult(status=TrialStatus.FAILED, error=error_text(exc), detail=error_detail(exc))
@@ -238,10 +274,16 @@ class TrialRunner:
         kwargs = {}
         context = None
         if o.takes_trial:
-            context = kwargs["trial"] = TrialContext(trial, reporter, comm if o.takes_comm else None)
+            context = kwargs["trial"] = TrialContext(trial, reporter, comm if o.takes_comm else None,
+                                                     None if o.pareto else o.metric)
         value = self.fn(Params(params), comm, **kwargs) if o.takes_comm else self.fn(Params(params), **kwargs)
+        if context is not None and context.misuse:
+            raise ReportMisuse(context.misuse)
         if rank != 0:
             return TrialResult()
+        if context is not None and context.diverged:
+            return TrialResult(status=TrialStatus.DIVERGED, epochs=context.steps, metrics=context.last,
+                               error=context.diverged)
         if context is not None and context.should_stop():
             return TrialResult(status=TrialStatus.PRUNED, epochs=context.steps, metrics=context.last)
         result = judge(value, o.direction, o.metric)

@@ -170,6 +170,11 @@ class _Rung:
         key = _rank_key(self.results[trial], trial)
         return not key[0] and bisect.bisect_left(self.ranked, key) < self._leader_count(reduction_factor, False)
 
+    def leads_the_few(self, trial: int, reduction_factor: int) -> bool:
+        """Whether `trial` is the best of fewer than `reduction_factor` results here (none lead yet)."""
+        key = _rank_key(self.results[trial], trial)
+        return len(self.ranked) < reduction_factor and not key[0] and self.ranked[0] == key
+
     def wait(self, trial: int) -> None:
         """The trial (with a result here) is paused at this rung."""
         bisect.insort(self.waiting, _rank_key(self.results[trial], trial))
@@ -226,6 +231,11 @@ class _Bracket:
             self.unpause(trial)
             return Decision.CONTINUE
         if not self.pausable:
+            # a trial that cannot wait for company goes on while it is the best of the few here, as
+            # in Optuna's successive halving: otherwise a small search would train no trial to the end
+            if rung.leads_the_few(trial, self.reduction_factor):
+                rung.promoted.add(trial)
+                return Decision.CONTINUE
             return Decision.STOP
         self.unpause(trial)  # a re-run reporting again where it was paused: paused once
         self.paused[trial] = epoch

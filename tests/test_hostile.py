@@ -42,6 +42,14 @@ def test_objective_breaking_its_contract_stops_with_exit_2(write_yaml, tmp_path,
     assert expected in line and fn in line
 
 
+def test_a_report_without_the_figure_of_merit_stops_a_scheduled_search_with_exit_2(write_yaml, tmp_path):
+    space = FUNCTION.format(fn="reports_accuracy_only").replace("seed: 0}", "seed: 0, scheduler: asha}")
+    p = run_cli(["search", write_yaml(space + "training: {epochs: 3}\n")], cwd=tmp_path)
+    assert p.returncode == 2
+    assert error_line(p).endswith("objective: objectives.py:reports_accuracy_only: trial.report(1, ...): it "
+                                  "reports no 'objective', the figure of merit (it reports: accuracy)")
+
+
 def test_a_key_error_of_the_objective_s_own_fails_its_trials_without_stopping_the_search(write_yaml, tmp_path):
     p = run_cli(["search", write_yaml(FUNCTION.format(fn="looks_up_its_own_dict")), "--out", "r"], cwd=tmp_path)
     assert p.returncode == 1, p.stderr

@@ -62,6 +62,35 @@ def test_runner_statuses(runner):
     assert ok.status == "completed" and ok.objective == 2.0
 
 
+GOOD = {"objective": 1.0}
+
+
+@pytest.mark.parametrize("reports, expected", [
+    ([(0, GOOD)], "trial.report(0, ...): the step must be a whole number, from 1 up"),
+    ([(1.5, GOOD)], "trial.report(1.5, ...): the step must be a whole number, from 1 up"),
+    ([(True, GOOD)], "trial.report(True, ...): the step must be a whole number, from 1 up"),
+    ([(3, GOOD), (2, GOOD)], "trial.report(2, ...): step 2 comes after step 3: each step must be later than the last"),
+    ([(1, GOOD), (1, GOOD)], "trial.report(1, ...): step 1 comes after step 1: each step must be later than the last"),
+    ([(1, {"acc": 0.5})], "trial.report(1, ...): it reports no 'objective', the figure of merit (it reports: acc)"),
+    ([(1, {})], "trial.report(1, ...): it reports no 'objective', the figure of merit (it reports: nothing)"),
+    ([(1, {"objective": "abc"})], "trial.report(1, ...): objective='abc' is not a number"),
+])
+def test_a_report_against_the_contract_is_a_misuse_that_stops_the_search(runner, reports, expected):
+    out = runner("reports_as_told").run({"x": 1.0, "y": 1.0, "reports": reports}, None)
+    assert (out.status, out.misuse, out.error) == ("failed", True, expected)
+
+
+def test_a_bad_report_stops_the_search_even_where_the_function_catches_its_error(runner):
+    out = runner("swallows_a_bad_report").run({"x": 1.0, "y": 1.0}, None)
+    assert out.misuse and out.error.startswith("trial.report(1, ...): it reports no 'objective'")
+
+
+def test_a_report_that_is_not_finite_ends_the_trial_as_diverged(runner):
+    reports = [(1, GOOD), (2, {"objective": math.nan, "loss": 1.0}), (3, GOOD)]
+    out = runner("reports_as_told").run({"x": 1.0, "y": 1.0, "reports": reports}, None)
+    assert (out.status, out.epochs, out.error) == ("diverged", 2, "objective is nan at step 2")
+
+
 def test_time_limit_interrupts_a_sleeping_function(runner, monkeypatch):
     monkeypatch.setenv("MPIOPT_TEST_SLEEP", "30")
     r = runner("branin", "training: {time_limit: 0.3}")

@@ -140,8 +140,11 @@ def test_none_loss_ranks_worst_and_is_never_promoted():
 
 
 def test_not_pausable_stops_instead_of_pausing():
+    # the best of fewer than reduction_factor results goes on (4.0 after 5.0; not 6.0 after 5.0),
+    # then the best third
     s = asha(pausable=False)
-    assert report_all(s, 1, [5.0, 4.0, 3.0, 6.0, 7.0, 8.0]) == [S, S, C, S, S, S]
+    assert report_all(s, 1, [5.0, 4.0, 3.0, 6.0, 7.0, 8.0]) == [C, C, C, S, S, S]
+    assert report_all(asha(pausable=False), 1, [5.0, 6.0, 7.0, 4.0]) == [C, S, S, C]
     assert s.paused() == [] and s.promotable() == []
     with pytest.raises(ValueError):
         s.promote(1)

@@ -136,3 +136,28 @@ def two_goals(params):
     size = params["width1"] + params.get("width2", 0)
     loss = 1.0 / size + (params.get("momentum", 0.5) - 0.9) ** 2
     return {"loss": loss, "size": float(size)}
+
+
+def reports_as_told(params, trial):
+    """Reports the (step, metrics) pairs of params['reports'] and returns 1.0: the report's contract, tried."""
+    for step, metrics in params["reports"]:
+        trial.report(step, **metrics)
+        if trial.should_stop():
+            break
+    return 1.0
+
+
+def swallows_a_bad_report(params, trial):
+    """Catches the error of a report against the contract, and returns all the same."""
+    try:
+        trial.report(1, accuracy=0.5)
+    except Exception:
+        pass
+    return 1.0
+
+
+def reports_accuracy_only(params, trial):
+    """Reports a metric, but not the figure of merit (`objective`)."""
+    for step in range(1, 4):
+        trial.report(step, accuracy=1.0 / (1.0 + branin(params)))
+    return branin(params)
