@@ -304,7 +304,14 @@ def _check_pareto(objective: Objective, search: SearchSettings, source: str) -> 
 
 
 def _check_scheduler(search: SearchSettings, training: dict[str, Any], source: str) -> None:
-    """A scheduler judges trials before their last epoch: it needs a first rung below it."""
+    """A scheduler judges trials before their last epoch: it needs a first rung below it. A
+    setting no scheduler of the search reads, given another value than its default, is a
+    mistake (most likely a scheduler forgotten)."""
+    for key, value, users in [("min_epochs", search.min_epochs, ("asha", "hyperband", "median")),
+                              ("reduction_factor", search.reduction_factor, ("asha", "hyperband"))]:
+        if search.scheduler not in users and value != SEARCH_DEFAULTS[key]:
+            raise ConfigError(f"{value} has no effect with scheduler: {search.scheduler} (it is read by "
+                              f"{', '.join(users[:-1])} and {users[-1]})", source=source, field=f"search.{key}")
     if search.scheduler != "none" and search.min_epochs >= int(training["epochs"]):
         raise ConfigError(f"{search.min_epochs} is not below training.epochs ({training['epochs']}): the "
                           f"{search.scheduler} scheduler would never judge a trial before its end",

@@ -273,6 +273,14 @@ class Coordinator:
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> Summary:
         """Run the search to its budget, its target or a stop; every result is journaled first."""
+        try:
+            return self._run()
+        except KeyboardInterrupt:  # Ctrl-C, or a batch system's SIGTERM: `mpiopt status` tells it from a kill
+            if self.run_dir is not None:
+                self.run_dir.heartbeat("interrupted")
+            raise
+
+    def _run(self) -> Summary:
         t0 = self._clock()
         self._begin_search()
         while True:

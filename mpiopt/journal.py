@@ -245,6 +245,18 @@ def results_csv(trials: Iterable[TrialRecord], param_names: list[str], *, live: 
 
 
 # -- the run directory -------------------------------------------------------------------------
+def _scheduler_keys(config: dict) -> list[str]:
+    """The settings a search's scheduler judged its trials by (its rungs end at training.epochs)."""
+    keys = ["search.scheduler", "search.min_epochs", "search.reduction_factor"]
+    return keys + ["training.epochs"] if _setting(config, "search.scheduler") not in (None, "none") else keys
+
+
+def _setting(config: dict, key: str) -> Any:
+    section, name = key.split(".")
+    part = config.get(section)
+    return part.get(name) if isinstance(part, dict) else None
+
+
 class RunDir:
     """A search's folder: lock it, journal into it, and keep its results table current."""
 
@@ -343,6 +355,11 @@ class RunDir:
             if old.get(key) != new.get(key):
                 raise ConfigError(f"--resume: `{key}` differs from the search in {old_path}; resume with the same "
                                   "space and objective, or start a new search in another --out", source=str(self.path))
+        for key in _scheduler_keys(old):  # a key the old configuration lacks predates it: nothing to compare
+            if _setting(old, key) is not None and _setting(old, key) != _setting(new, key):
+                raise ConfigError(f"--resume: `{key}` differs from the search in {old_path}: its rungs and paused "
+                                  "trials are the journal's; resume with the same scheduler settings, or start a "
+                                  "new search in another --out", source=str(self.path))
 
     def _mend_torn_tail(self) -> None:
         """Cut a torn last record off the journal (kept aside in trials.jsonl.torn) before appending."""

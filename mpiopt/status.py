@@ -28,22 +28,23 @@ RATE_WINDOW_S = 3600.0  # trials (epochs) per hour over the last hour (or the wh
 
 @dataclass
 class Liveness:
-    state: str  # "running", "ended", "stopped" or "unknown"
+    state: str  # "running", "ended", "interrupted", "stopped" or "unknown"
     age_s: float | None  # seconds since the last heartbeat
     where: str = ""
     gone: bool = False  # stopped, seen at once: the coordinator's process on this machine is no more
 
 
 def liveness(run: Path, now: float) -> Liveness:
-    """From the heartbeat file: running (recent), ended (the search said so), stopped (stale)."""
+    """From the heartbeat file: running (recent), ended or interrupted (the search said so),
+    stopped (stale, or its process gone)."""
     try:
         beat = json.loads((run / HEARTBEAT).read_text("utf-8"))
     except (OSError, ValueError):
         return Liveness("unknown", None)
     age = now - float(beat.get("time", 0.0))
     where = f"pid {beat.get('pid')} on {beat.get('host')}"
-    if beat.get("state") == "ended":
-        return Liveness("ended", age, where)
+    if beat.get("state") in ("ended", "interrupted"):
+        return Liveness(beat["state"], age, where)
     if _gone_from_this_machine(beat):
         return Liveness("stopped", age, where, gone=True)
     return Liveness("running" if age <= STALE_BEATS * HEARTBEAT_EVERY_S else "stopped", age, where)
@@ -155,6 +156,8 @@ def _state_line(run: Path, alive: Liveness) -> str:
     if alive.state == "ended":
         return f"{run}: ended {format_hours(alive.age_s / 3600)} ago"
     go_on = f"`mpiopt search SPACE --out {run} --resume` continues it"
+    if alive.state == "interrupted":
+        return f"{run}: interrupted {format_hours(alive.age_s / 3600)} ago (Ctrl-C or SIGTERM); {go_on}"
     if alive.gone:
         return f"{run}: not running: its coordinator ({alive.where}) is gone (killed); {go_on}"
     if alive.state == "stopped":

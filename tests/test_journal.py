@@ -164,6 +164,25 @@ def test_refusals(tmp_path):
         RunDir(tmp_path / "r").open(resume=True, config_text=other)
 
 
+@pytest.mark.parametrize("old, new, refused", [
+    ("scheduler: asha", "scheduler: median", "search.scheduler"),
+    ("reduction_factor: 3", "reduction_factor: 4", "search.reduction_factor"),
+    ("epochs: 9", "epochs: 27", "training.epochs"),
+    ("trials: 9", "trials: 99", None)])
+def test_resume_refuses_other_scheduler_settings_whose_rungs_the_journal_holds(tmp_path, old, new, refused):
+    settings = "search: {trials: 9, scheduler: asha, min_epochs: 1, reduction_factor: 3}\ntraining: {epochs: 9}\n"
+    rd = RunDir(tmp_path)
+    rd.open(resume=False, config_text=CONFIG + settings)
+    rd.append(start(0, 0.1))
+    rd.close()
+    edited = CONFIG + settings.replace(old, new)
+    if refused is None:
+        RunDir(tmp_path).open(resume=True, config_text=edited)
+    else:
+        with pytest.raises(ConfigError, match=f"--resume: `{refused}` differs from the search in .*same scheduler"):
+            RunDir(tmp_path).open(resume=True, config_text=edited)
+
+
 def test_lock_of_a_killed_process_is_not_stale(tmp_path):
     code = ("import sys, os; from mpiopt.journal import RunDir; r = RunDir(sys.argv[1]); "
             "r.open(resume=False, config_text='a: 1\\n'); os._exit(0)")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -198,6 +199,8 @@ def test_sigterm_to_mpiexec_stops_cleanly_and_resumes(write_yaml, tmp_path):
     _, err = job.communicate(timeout=60)
     assert job.returncode != 0
     assert "continue with --resume" in err and "Traceback" not in err
+    said = run_cli(["status", tmp_path / "runs" / "termed"], cwd=tmp_path).stdout
+    assert re.search(r"termed: interrupted \d+ s ago \(Ctrl-C or SIGTERM\); `mpiopt search SPACE", said), said
     p = run_cli(["search", path, "--resume"], cwd=tmp_path, np=3, timeout=120)
     assert p.returncode == 0, p.stderr
     df = mpiopt.load_results(tmp_path / "runs" / "termed")

@@ -312,6 +312,10 @@ def test_load_history_and_the_rung_column(cfg, tmp_path):
     ("scheduler: hyperband, reduction_factor: 1", "epochs: 9", r"search\.reduction_factor: expected an integer >= 2"),
     ("scheduler: median", "epochs: 9", r"search\.scheduler: objectives\.py:branin takes no `trial` argument"),
     ("scheduler: fifo", "epochs: 9", r"search\.scheduler"),
+    ("min_epochs: 3", "epochs: 9",
+     r"search\.min_epochs: 3 has no effect with scheduler: none \(it is read by asha, hyperband and median\)"),
+    ("scheduler: median, reduction_factor: 4", "epochs: 9",
+     r"search\.reduction_factor: 4 has no effect with scheduler: median \(it is read by asha and hyperband\)"),
 ])
 def test_bad_scheduler_settings_are_one_line_errors(write_yaml, search, training, message):
     from mpiopt._errors import ConfigError
