@@ -201,8 +201,10 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
         old = trials.get(n)
         if old is not None and old.status.is_finished():
             return None
+        # a promoted trial (or one run again) keeps what its last result said it reached, until its next
         rec = trials[n] = TrialRecord(trial=n, params=dict(event.get("params") or {}), start=event.get("time"),
                                       first_start=old.first_start if old else None,
+                                      epochs=old.epochs if old else None, metrics=dict(old.metrics) if old else {},
                                       group=event.get("group"), ranks=event.get("ranks"),
                                       dispatch_s=event.get("dispatch_s"), rung=old.rung if old else None)
         return rec

@@ -91,6 +91,8 @@ def test_a_paused_and_promoted_trial_is_a_stretch_of_training_each_time_a_group_
     assert [(r["trial"], r["group"], r["status"], r["epochs"]) for r in rows] == [
         (0, 0, "paused", 1), (1, 1, "pruned", 1), (0, 1, "completed", 3), (2, 0, "running", None)]
     assert [r["end"] == "" for r in rows] == [False, False, False, True]
+    promoted = replay(events[:6])[0]  # while it trains again, it shows what its last result reached
+    assert (promoted.status, promoted.epochs, promoted.group) == (TrialStatus.RUNNING, 1, 1)
     # the results table: one row a trial, from its first start to its last end, training 11 + 21 s
     row = result_rows(replay(events).values(), ["x"])[1][0]
     assert (row["start"], row["end"], row["duration_s"]) == (rows[0]["start"], rows[2]["end"], 32.0)
