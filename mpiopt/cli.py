@@ -328,8 +328,9 @@ def _run_search(cfg, plan, comm, run_dir, events, placement: str | None) -> int:
 
 def _announce(cfg, plan, run_dir, placement: str | None) -> None:
     """The search's first lines: what runs where, and a group size the job cannot give."""
-    log.info("search %r: %s; %d trials, %s search; run directory %s", cfg.name, plan.describe(), cfg.search.trials,
-             cfg.search.algorithm, run_dir.path)
+    scheduler = f", {cfg.search.scheduler} scheduler" if cfg.search.scheduler != "none" else ""
+    log.info("search %r: %s; %d trials, %s search%s; run directory %s", cfg.name, plan.describe(), cfg.search.trials,
+             cfg.search.algorithm, scheduler, run_dir.path)
     if placement:
         log.info("devices: %s", placement)
     size = cfg.training["group_size"]
@@ -439,7 +440,7 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float) -> int:
     elif best is not None:
         params = ", ".join(f"{k}={v!r}" for k, v in best.params.items())
         _say_and_log(f"best {cfg.objective.metric} = {best.objective:.6g} at trial {best.trial}: {params}")
-    else:
+    elif not summary.stopped:  # a search stopped early has said why
         _say_and_log(f"no trial completed; see `mpiopt results {run_dir.path}` and trials/<id>/error.txt")
     _say_and_log(f"results: {run_dir.path / 'results.csv'}")
     return code

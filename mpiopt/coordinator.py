@@ -781,7 +781,7 @@ class Coordinator:
         for n in sorted(self._paused):
             rec = self.trials[n]
             self._record(n, TrialResult(status=TrialStatus.PRUNED, metrics=rec.metrics, epochs=rec.epochs,
-                                        start=rec.start, end=rec.end))
+                                        start=rec.start, end=rec.end, resumed_s=rec.resumed_s))
             self._finished_trials.add(n)
             if self.run_dir is not None:
                 self.run_dir.drop_checkpoint(n)
@@ -899,9 +899,13 @@ def _lost_line(summary: Summary) -> str:
 
 
 def commonest_error(trials: list[TrialRecord]) -> str:
-    """`the most common error (k of n): <its line>` over trials that did not complete."""
+    """`the most common error (k of n): <its line>` over trials that did not complete; a trial
+    a scheduler pruned went wrong in no way of its own, so it counts only where all were pruned."""
+    erring = [t for t in trials if t.status != TrialStatus.PRUNED]
+    if not erring:
+        return "the scheduler pruned every one"
     errors: dict[str, int] = {}
-    for t in trials:
+    for t in erring:
         head = (t.error or f"{t.status.value}, no error text").splitlines()[0][:300]
         errors[head] = errors.get(head, 0) + 1
     common, count = max(errors.items(), key=lambda kv: kv[1])

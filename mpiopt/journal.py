@@ -155,7 +155,7 @@ def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool,
     row["epochs"] = t.epochs
     row["rung"] = t.rung
     row["start"] = iso(t.first_start if t.first_start is not None else t.start)
-    row["end"] = iso(t.end) if status.is_finished() else ""
+    row["end"] = iso(t.end)  # a paused trial's too: the end of its last stretch
     row["duration_s"] = round(t.duration_s, 3) if t.duration_s is not None else None
     row["group"] = t.group
     row["ranks"] = t.ranks
@@ -208,7 +208,7 @@ def stretch_rows(events: Iterable[dict[str, Any]], *, live: bool = False) -> lis
 def _stretch(t: TrialRecord, live: bool) -> dict[str, Any]:
     status = t.shown_status(live)
     return {"trial": t.trial, "status": status.value, "epochs": t.epochs, "start": iso(t.start),
-            "end": iso(t.end) if t.end is not None else "", "group": t.group, "ranks": t.ranks,
+            "end": iso(t.end), "group": t.group, "ranks": t.ranks,
             "dispatch_ms": round(t.dispatch_s * 1000, 3) if t.dispatch_s is not None else None,
             "wait_ms": round(t.wait_s * 1000, 3) if t.wait_s is not None else None}
 

@@ -67,11 +67,20 @@ def relaunch(argv: list[str], n: int) -> int:
     mpiexec = str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
     if mpiexec is None:
         raise ConfigError("--np: no mpiexec found (pip install mpich, or put an MPI's mpiexec on PATH)")
-    cmd = [mpiexec, "-n", str(n), sys.executable, "-m", "mpiopt", *_without_np(argv)]
+    cmd = [mpiexec, "-n", str(n), *_python_running_mpiopt(), *_without_np(argv)]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(mpiexec, cmd)
     return 1  # not reached
+
+
+def _python_running_mpiopt() -> list[str]:
+    """This Python, running the installed mpiopt: `-m` alone would put the working directory first
+    on the import path, where a folder named mpiopt (a clone's, run from its parent) would shadow it."""
+    if sys.version_info >= (3, 11):
+        return [sys.executable, "-P", "-m", "mpiopt"]
+    return [sys.executable, "-c", "import runpy, sys; sys.path.pop(0); runpy.run_module('mpiopt', run_name='__main__', "
+            "alter_sys=True)"]
 
 
 def _without_np(argv: list[str]) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 
 from mpiopt.config import load_config
 from mpiopt._send_ahead import SendAhead
-from mpiopt.coordinator import HOLD_MAX_GROUPS, Coordinator
+from mpiopt.coordinator import HOLD_MAX_GROUPS, Coordinator, commonest_error
 from mpiopt.journal import RunDir
 from mpiopt.search import RandomSearch, make_searcher
 from mpiopt.trial import TrialRecord, TrialResult, TrialStatus
@@ -218,6 +218,16 @@ def test_a_search_in_which_no_trial_completed_fails_naming_the_commonest_error(c
 
     s = run(cfg("{initial_points: 5, trials: 8, seed: 0}"), SimTransport([1.0, 1.0]))
     assert s.stopped is None and s.exit_code == 0
+
+
+def test_the_commonest_error_leaves_out_trials_a_scheduler_pruned():
+    def rec(n, status, error=None):
+        return TrialRecord(trial=n, params={}, status=status, error=error)
+
+    pruned = [rec(0, TrialStatus.PRUNED), rec(1, TrialStatus.PRUNED)]
+    diverged = rec(2, TrialStatus.DIVERGED, "loss is nan at step 2")
+    assert commonest_error([*pruned, diverged]) == "the most common error (1 of 3): loss is nan at step 2"
+    assert commonest_error(pruned) == "the scheduler pruned every one"
 
 
 def test_a_group_that_never_comes_back_is_retired(cfg, write_yaml):

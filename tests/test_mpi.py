@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +42,17 @@ def test_three_ranks_two_groups(write_yaml, tmp_path):
     assert (df.dispatch_ms < 0).any() and "sent ahead" in p.stderr
     assert set(df.group) == {0, 1} and set(df.ranks) == {1}
     assert "3 ranks: 1 coordinator (rank 0) + 2 groups of 1 rank" in p.stderr
+
+
+def test_np_runs_the_installed_mpiopt_beside_a_folder_named_mpiopt(write_yaml, tmp_path):
+    # a clone run from its parent: `python -m mpiopt` on the ranks would import the folder instead
+    (tmp_path / "mpiopt").mkdir()
+    (tmp_path / "mpiopt" / "__init__.py").write_text("")
+    console = Path(sys.executable).parent / "mpiopt"
+    p = subprocess.run([str(console), "search", str(space(write_yaml, "beside", trials=4)), "--np", "2"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert set(mpiopt.load_results(tmp_path / "runs" / "beside").status) == {"completed"}
 
 
 def test_hand_outs_wait_for_a_fresh_round_under_mpi(write_yaml, tmp_path):

@@ -76,6 +76,8 @@ class CurveGroups:
     def recv_message(self, timeout=None):
         group, task = self.queue.pop(0)
         final = branin(task.params)
+        # an epoch takes 1 s: a stretch 1-2 s on the group's clock, and the epochs before it carried over
+        carried = {"start": 1.0, "end": 2.0, "resumed_s": float(self.done.get(task.trial, 0)) or None}
         for epoch in range(self.done.get(task.trial, 0) + 1, EPOCHS + 1):
             if self.fail_from is not None and task.trial >= self.fail_from and epoch == 2:
                 return group, TrialResult(trial=task.trial, status=TrialStatus.FAILED, error="OSError: disk gone",
@@ -92,12 +94,12 @@ class CurveGroups:
                 if self.pauses == self.kill_at_pause:
                     raise Killed
                 return group, TrialResult(trial=task.trial, status=TrialStatus.PAUSED, epochs=epoch,
-                                          metrics={"objective": value}, start=1.0, end=2.0)
+                                          metrics={"objective": value}, **carried)
             if decision == "stop":
                 return group, TrialResult(trial=task.trial, status=TrialStatus.PRUNED, epochs=epoch,
-                                          metrics={"objective": value}, start=1.0, end=2.0)
+                                          metrics={"objective": value}, **carried)
         return group, TrialResult(trial=task.trial, objective=value, metrics={"objective": value}, epochs=EPOCHS,
-                                  start=1.0, end=2.0)
+                                  **carried)
 
     def shutdown(self):
         pass
@@ -152,6 +154,10 @@ def test_asha_pauses_promotes_and_prunes_within_the_budget(cfg, tmp_path):
     # each epoch of each trial was trained once: promoted trials went on from their rung
     reported = [(e["trial"], e["epoch"]) for e in events if e["event"] == "report"]
     assert len(reported) == len(set(reported))
+    # the time trained counts every stretch: those pruned at the end, unpromoted from a higher rung, too
+    promoted = {e["trial"] for e in events if e.get("promoted")}
+    for t in summary.trials.values():
+        assert t.duration_s == 1.0 + (t.resumed_s or 0.0) and (t.trial not in promoted or t.resumed_s), t
     assert "rung 3" in coordinator.searcher.report() or "rung 9" in coordinator.searcher.report()
 
 
