@@ -350,7 +350,7 @@ def plot_timeline(df, *, now=None):
     ax.set_ylabel("group")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.invert_yaxis()
-    ax.legend(fontsize="small", loc="upper right")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, not on them
     _, summary = timeline(df)
     share = summary.get("utilization", float("nan"))
     shown = f" (the first {MAX_GROUPS} of {len(groups)} groups drawn)" if len(groups) > MAX_GROUPS else ""
