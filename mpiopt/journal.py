@@ -159,10 +159,14 @@ def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool,
     row["duration_s"] = round(t.duration_s, 3) if t.duration_s is not None else None
     row["group"] = t.group
     row["ranks"] = t.ranks
-    row["dispatch_ms"] = round(t.dispatch_s * 1000, 3) if t.dispatch_s is not None else None
-    row["wait_ms"] = round(t.wait_s * 1000, 3) if t.wait_s is not None else None
+    row["dispatch_ms"] = _ms(t.dispatch_s)
+    row["wait_ms"] = _ms(t.wait_s)
     row["error"] = t.error
     return row
+
+
+def _ms(seconds: float | None) -> float | None:
+    return round(seconds * 1000, 3) if seconds is not None else None
 
 
 def result_rows(trials: Iterable[TrialRecord], param_names: list[str], *,
@@ -209,8 +213,7 @@ def _stretch(t: TrialRecord, live: bool) -> dict[str, Any]:
     status = t.shown_status(live)
     return {"trial": t.trial, "status": status.value, "epochs": t.epochs, "start": iso(t.start),
             "end": iso(t.end), "group": t.group, "ranks": t.ranks,
-            "dispatch_ms": round(t.dispatch_s * 1000, 3) if t.dispatch_s is not None else None,
-            "wait_ms": round(t.wait_s * 1000, 3) if t.wait_s is not None else None}
+            "dispatch_ms": _ms(t.dispatch_s), "wait_ms": _ms(t.wait_s)}
 
 
 def results_csv(trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = False,
@@ -245,16 +248,15 @@ def results_csv(trials: Iterable[TrialRecord], param_names: list[str], *, live: 
 
 
 # -- the run directory -------------------------------------------------------------------------
-def _scheduler_keys(config: dict) -> list[str]:
-    """The settings a search's scheduler judged its trials by (its rungs end at training.epochs)."""
-    keys = ["search.scheduler", "search.min_epochs", "search.reduction_factor"]
-    return keys + ["training.epochs"] if _setting(config, "search.scheduler") not in (None, "none") else keys
-
-
-def _setting(config: dict, key: str) -> Any:
-    section, name = key.split(".")
-    part = config.get(section)
-    return part.get(name) if isinstance(part, dict) else None
+def _scheduler_settings(config: dict) -> dict[str, Any]:
+    """The settings a search's scheduler judged its trials by (its rungs end at training.epochs),
+    by dotted name; one a configuration lacks (an older mpiopt's) is left out."""
+    sections = {name: part for name, part in config.items() if isinstance(part, dict)}
+    search, training = sections.get("search", {}), sections.get("training", {})
+    out = {f"search.{k}": search[k] for k in ("scheduler", "min_epochs", "reduction_factor") if k in search}
+    if out.get("search.scheduler", "none") != "none" and "epochs" in training:
+        out["training.epochs"] = training["epochs"]
+    return out
 
 
 class RunDir:
@@ -355,8 +357,9 @@ class RunDir:
             if old.get(key) != new.get(key):
                 raise ConfigError(f"--resume: `{key}` differs from the search in {old_path}; resume with the same "
                                   "space and objective, or start a new search in another --out", source=str(self.path))
-        for key in _scheduler_keys(old):  # a key the old configuration lacks predates it: nothing to compare
-            if _setting(old, key) is not None and _setting(old, key) != _setting(new, key):
+        now = _scheduler_settings(new)
+        for key, value in _scheduler_settings(old).items():
+            if now.get(key) != value:
                 raise ConfigError(f"--resume: `{key}` differs from the search in {old_path}: its rungs and paused "
                                   "trials are the journal's; resume with the same scheduler settings, or start a "
                                   "new search in another --out", source=str(self.path))

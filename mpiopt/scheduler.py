@@ -225,17 +225,15 @@ class _Bracket:
         if epoch == self.top:
             self.unpause(trial)
             return Decision.CONTINUE
-        # A trial already promoted from this rung keeps its promotion when it reports it again.
-        if trial in rung.promoted or rung.leads(trial, self.reduction_factor):
+        # A trial already promoted from this rung keeps its promotion when it reports it again. A
+        # trial that cannot wait for company goes on while it is the best of the few here, as in
+        # Optuna's successive halving: otherwise a small search would train no trial to the end.
+        if (trial in rung.promoted or rung.leads(trial, self.reduction_factor)
+                or (not self.pausable and rung.leads_the_few(trial, self.reduction_factor))):
             rung.promoted.add(trial)
             self.unpause(trial)
             return Decision.CONTINUE
         if not self.pausable:
-            # a trial that cannot wait for company goes on while it is the best of the few here, as
-            # in Optuna's successive halving: otherwise a small search would train no trial to the end
-            if rung.leads_the_few(trial, self.reduction_factor):
-                rung.promoted.add(trial)
-                return Decision.CONTINUE
             return Decision.STOP
         self.unpause(trial)  # a re-run reporting again where it was paused: paused once
         self.paused[trial] = epoch

@@ -222,7 +222,10 @@ class FlatModel:
         return compile_(step if self.loss_scale is None else scaled_step)
 
     def _build_metrics(self, x: Any, y: Any) -> None:
-        """Make the compiled loss's and metrics' variables on one sample, eagerly; reset after."""
+        """Make the compiled loss's and metrics' variables on one sample, eagerly, and reset them;
+        once: a step made before made them."""
+        if self._grad_step is not None or self._test_step is not None:
+            return
         import tensorflow as tf
 
         one_x, one_y = (tf.nest.map_structure(lambda a: a[:1], b) for b in (x, y))
