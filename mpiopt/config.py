@@ -15,7 +15,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -281,6 +281,7 @@ def parse_config(raw: Any, *, path: Path, source: str, resolve: bool = True) -> 
     objective = _parse_objective(raw["objective"], source)
     _check_searched_training_keys(space, source)
     _check_gem_optimizer(training, raw.get("training"), space, source)
+    _check_unread_search_keys(search, source)
     _check_scheduler(search, training, source)
     _check_pareto(objective, search, source)
     _check_folds(objective, search, source)
@@ -304,18 +305,28 @@ def _check_pareto(objective: Objective, search: SearchSettings, source: str) -> 
 
 
 def _check_scheduler(search: SearchSettings, training: dict[str, Any], source: str) -> None:
-    """A scheduler judges trials before their last epoch: it needs a first rung below it. A
-    setting no scheduler of the search reads, given another value than its default, is a
-    mistake (most likely a scheduler forgotten)."""
-    for key, value, users in [("min_epochs", search.min_epochs, ("asha", "hyperband", "median")),
-                              ("reduction_factor", search.reduction_factor, ("asha", "hyperband"))]:
-        if search.scheduler not in users and value != SEARCH_DEFAULTS[key]:
-            raise ConfigError(f"{value} has no effect with scheduler: {search.scheduler} (it is read by "
-                              f"{', '.join(users[:-1])} and {users[-1]})", source=source, field=f"search.{key}")
+    """A scheduler judges trials before their last epoch: it needs a first rung below it."""
     if search.scheduler != "none" and search.min_epochs >= int(training["epochs"]):
         raise ConfigError(f"{search.min_epochs} is not below training.epochs ({training['epochs']}): the "
                           f"{search.scheduler} scheduler would never judge a trial before its end",
                           source=source, field="search.min_epochs")
+
+
+def _check_unread_search_keys(search: SearchSettings, source: str) -> None:
+    """A scheduler's or evolution's setting given another value than its default where the search
+    does not read it is a mistake (most likely the scheduler or the algorithm forgotten). The GP's
+    settings are left alone: the example files spell them out, and a baseline run switches only
+    the algorithm."""
+    readers = {"min_epochs": ("scheduler", ("asha", "hyperband", "median")),
+               "reduction_factor": ("scheduler", ("asha", "hyperband")),
+               "population": ("algorithm", ("evolution",)), "sample": ("algorithm", ("evolution",))}
+    settings = asdict(search)
+    for key, (kind, users) in readers.items():
+        if settings[kind] in users or settings[key] == SEARCH_DEFAULTS[key]:
+            continue
+        readers_text = f"{', '.join(users[:-1])} and {users[-1]}" if len(users) > 1 else users[0]
+        raise ConfigError(f"{settings[key]} has no effect with {kind}: {settings[kind]} (it is read by "
+                          f"{readers_text})", source=source, field=f"search.{key}")
 
 
 def _check_folds(objective: Objective, search: SearchSettings, source: str) -> None:

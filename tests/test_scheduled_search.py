@@ -322,6 +322,10 @@ def test_load_history_and_the_rung_column(cfg, tmp_path):
      r"search\.min_epochs: 3 has no effect with scheduler: none \(it is read by asha, hyperband and median\)"),
     ("scheduler: median, reduction_factor: 4", "epochs: 9",
      r"search\.reduction_factor: 4 has no effect with scheduler: median \(it is read by asha and hyperband\)"),
+    ("population: 30", "epochs: 9",
+     r"search\.population: 30 has no effect with algorithm: bayesian \(it is read by evolution\)"),
+    ("algorithm: random, sample: 3", "epochs: 9",
+     r"search\.sample: 3 has no effect with algorithm: random \(it is read by evolution\)"),
 ])
 def test_bad_scheduler_settings_are_one_line_errors(write_yaml, search, training, message):
     from mpiopt._errors import ConfigError
