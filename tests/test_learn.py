@@ -1,6 +1,8 @@
 """mpiopt.learn without MPI: sharding, stopping rules, schedules, checkpoints, resuming training."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -148,10 +150,10 @@ def test_interrupted_training_resumes_from_its_checkpoint(tmp_path):
     training = {"epochs": 4, "batch_size": 50, "optimizer": "adam", "learning_rate": 0.01, "mode": "allreduce",
                 "checkpoint_every": 1}
 
-    def job(out, on_epoch=None):
+    def job(out, on_epoch=None, **more):
         return Job(build=mod["build_model"], model_kwargs={"units": 8}, source=src, training=training,
                    loss="sparse_categorical_crossentropy", metrics=("accuracy",), seed=3, out_dir=out,
-                   on_epoch=on_epoch)
+                   on_epoch=on_epoch, **more)
 
     whole = train(None, job(tmp_path / "whole"))
 
@@ -163,12 +165,13 @@ def test_interrupted_training_resumes_from_its_checkpoint(tmp_path):
             raise Killed
 
     with pytest.raises(Killed):
-        train(None, job(tmp_path / "cut", die_after_3))
+        train(None, job(tmp_path / "cut", die_after_3, began=time.perf_counter() - 30.0))
     assert (tmp_path / "cut" / _checkpoint.META).exists()
     resumed = train(None, job(tmp_path / "cut"))
     assert [r["epoch"] for r in resumed.history] == [1, 2, 3, 4]
-    # the time trained before the checkpoint counts in the trial's duration (duration_s)
-    assert whole.resumed_s is None and resumed.resumed_s > 0
+    # the time spent before the checkpoint counts in the trial's duration (duration_s), from the
+    # job's start (30 s before this attempt began training), its model's build included
+    assert whole.resumed_s is None and resumed.resumed_s > 30.0
     for a, b in zip(whole.history, resumed.history, strict=True):
         assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
     assert not (tmp_path / "cut" / _checkpoint.META).exists()  # removed once training finished

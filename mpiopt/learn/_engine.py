@@ -74,6 +74,9 @@ class Job:
     resume: bool = True  # continue from a checkpoint in out_dir if there is one
     hparams: dict[str, Any] | None = None  # the trial's parameters, for TensorBoard's HParams (training.tensorboard)
     name: str = "train"  # the trial's name in TensorBoard
+    # perf_counter when the job was made: the training time a checkpoint carries counts from here,
+    # the model's build included, as the search counts a trial's last stretch from its hand-out
+    began: float = field(default_factory=time.perf_counter)
 
 
 # -- shared set-up ---------------------------------------------------------------------------------
@@ -156,7 +159,7 @@ class _Epochs:
         self.best_state: np.ndarray | None = None
         self._csv = None
         self._board = None
-        self.began = time.perf_counter()
+        self.began = job.began
         self.resumed_s: float | None = None  # training time of the attempts before the checkpoint restored
 
     def add(self, row: dict[str, float], weights: np.ndarray, state: np.ndarray) -> None:
