@@ -285,6 +285,7 @@ def parse_config(raw: Any, *, path: Path, source: str, resolve: bool = True) -> 
     _check_scheduler(search, training, source)
     _check_pareto(objective, search, source)
     _check_folds(objective, search, source)
+    _check_metric_names(objective, training, source)
     cfg = Config(name=name, path=path, objective=objective, space=space, search=search, training=training, raw=raw,
                  source=source)
     if resolve:
@@ -327,6 +328,33 @@ def _check_unread_search_keys(search: SearchSettings, source: str) -> None:
         readers_text = f"{', '.join(users[:-1])} and {users[-1]}" if len(users) > 1 else users[0]
         raise ConfigError(f"{settings[key]} has no effect with {kind}: {settings[kind]} (it is read by "
                           f"{readers_text})", source=source, field=f"search.{key}")
+
+
+def metric_names_read(objective: Objective, training: dict[str, Any]) -> list[tuple[str, str]]:
+    """(name, field) of every metric a model trial reads from its epochs: the figure of merit (each
+    Pareto goal that training reports), early stopping's monitor and the training target's."""
+    if objective.pareto:
+        names = [(m, f"objective.pareto.{m}") for m, _ in objective.pareto if m not in MEASURED]
+    else:
+        names = [(objective.metric, f"objective.{objective.direction}")]
+    for key in ("early_stopping", "target"):
+        if training.get(key):
+            names.append((training[key]["monitor"], f"training.{key}.monitor"))
+    return names
+
+
+def _check_metric_names(objective: Objective, training: dict[str, Any], source: str) -> None:
+    """With a `loss` in the file the metrics a model reports are known before it is built: every
+    name a trial reads must be one of them (a misspelt monitor would never stop anything). Without
+    one, the preflight's training step tells."""
+    if objective.kind != "model" or objective.loss is None:
+        return
+    known = {"loss", *objective.metrics}
+    known |= {f"val_{k}" for k in known}
+    for name, where in metric_names_read(objective, training):
+        if name not in known:
+            raise ConfigError(f"{name!r} is not a metric this model reports (it has: {', '.join(sorted(known))})"
+                              f"{did_you_mean(name, known)}", source=source, field=where)
 
 
 def _check_folds(objective: Objective, search: SearchSettings, source: str) -> None:
@@ -638,14 +666,6 @@ def _parse_objective(raw: Any, source: str) -> Objective:
     loss = raw.get("loss")
     if loss is not None and not isinstance(loss, str):
         raise ConfigError(f"expected a Keras loss name, got {loss!r}", source=source, field="objective.loss")
-    if loss is not None:
-        known = {"loss"} | set(metrics)
-        known |= {f"val_{k}" for k in known}
-        for name, field in [(metric, direction)] if not goals else [(m, f"pareto.{m}") for m, _ in goals]:
-            if name not in known and name not in MEASURED:
-                raise ConfigError(f"{name!r} is not a metric this model reports (it has: "
-                                  f"{', '.join(sorted(known | set(MEASURED)))}){did_you_mean(name, known)}",
-                                  source=source, field=f"objective.{field}")
     return Objective(kind="model", direction=direction, metric=metric, model=raw["model"], data=data, loss=loss,
                      metrics=tuple(metrics), pareto=goals, folds=folds)
 

@@ -466,13 +466,13 @@ def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, param
         reported |= {f"val_{k}" for k in _evaluate(flat, val[0], val[1], int(training["batch_size"]))}
     except Exception as exc:
         raise misfit(f"validating {n_samples(val[0])} samples", exc) from None
-    if o.metric not in reported:
-        from .config import did_you_mean
+    from .config import did_you_mean, metric_names_read
 
-        empty = " (the validation data are empty)" if n_samples(val[0]) == 0 else ""
-        raise _PreflightError(f"{o.metric!r} is not a metric this model reports (it has: "
-                              f"{', '.join(sorted(reported))}){empty}{did_you_mean(o.metric, reported)}",
-                              f"objective.{o.direction}")
+    empty = " (the validation data are empty)" if n_samples(val[0]) == 0 else ""
+    for name, field in metric_names_read(o, training):
+        if name not in reported:
+            raise _PreflightError(f"{name!r} is not a metric this model reports (it has: "
+                                  f"{', '.join(sorted(reported))}){empty}{did_you_mean(name, reported)}", field)
 
 
 def _preflight_mixed_precision(cfg: Config, runner: TrialRunner, batch, params, training) -> None:

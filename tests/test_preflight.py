@@ -115,12 +115,12 @@ def space(tmp_path):
     (tmp_path / "objs.py").write_text(OBJECTIVES)
 
     def write(model="build_model", data="objs.py:three_classes", extra="loss: sparse_categorical_crossentropy",
-              params="{units: {type: integer, low: 2, high: 16}}"):
+              params="{units: {type: integer, low: 2, high: 16}}", training="batch_size: 16"):
         p = tmp_path / "space.yaml"
         p.write_text(textwrap.dedent(f"""\
             objective: {{model: objs.py:{model}, data: {data}{', ' + extra if extra else ''}}}
             parameters: {params}
-            training: {{batch_size: 16}}
+            training: {{{training}}}
         """))
         return p
 
@@ -215,6 +215,15 @@ def test_several_outputs_get_the_real_training_step(space):
 def test_a_figure_of_merit_a_compiled_model_never_reports(space):
     msg = preflight_error(space(model="build_compiled", data="objs.py:two_classes", extra="maximize: val_acc"))
     assert "objective.maximize: 'val_acc' is not a metric this model reports" in msg
+    assert "did you mean 'val_accuracy'" in msg
+
+
+@pytest.mark.parametrize("key", ["early_stopping", "target"])
+def test_a_monitor_a_compiled_model_never_reports(space, key):
+    settings = "{monitor: val_acc, value: 0.9}" if key == "target" else "{monitor: val_acc, patience: 2}"
+    msg = preflight_error(space(model="build_compiled", data="objs.py:two_classes", extra="maximize: val_accuracy",
+                                training=f"batch_size: 16, {key}: {settings}"))
+    assert f"training.{key}.monitor: 'val_acc' is not a metric this model reports" in msg
     assert "did you mean 'val_accuracy'" in msg
 
 

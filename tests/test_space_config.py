@@ -228,6 +228,20 @@ parameters: {units: {type: integer, low: 1, high: 4}}
         load_config(tmp_path / "s.yaml")
 
 
+@pytest.mark.parametrize("training, field", [("{early_stopping: {monitor: val_acc}}", "early_stopping"),
+                                             ("{target: {monitor: val_acc, value: 0.9}}", "target")])
+def test_a_monitor_must_be_a_metric_the_model_reports(tmp_path, training, field):
+    (tmp_path / "m.py").write_text("def build(units):\n    pass\n\ndef data():\n    pass\n")
+    (tmp_path / "s.yaml").write_text(f"""
+objective: {{model: m.py:build, data: m.py:data, loss: mse, metrics: [accuracy], maximize: val_accuracy}}
+parameters: {{units: {{type: integer, low: 1, high: 4}}}}
+training: {training}
+""")
+    with pytest.raises(ConfigError,
+                       match=rf"training\.{field}\.monitor: 'val_acc' is not a metric.*did you mean 'val_accuracy'"):
+        load_config(tmp_path / "s.yaml")
+
+
 def test_missing_file_binary_file_and_directory(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
         load_config(tmp_path / "nope.yaml")
