@@ -497,13 +497,13 @@ def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tupl
         if name in cfg.space.names:
             p = cfg.space[name]
             value = _as_parameter_value(name, value, p)
+            if name in TRAINING_DEFAULTS:  # a training key's value is checked as in the file
+                training[name] = value = check_training_value(name, value, "--set", name)
             if not p.contains(value):
                 if isinstance(p, Categorical):
                     raise ConfigError(f"--set {name}: {value!r} is not one of {list(p.choices)}")
                 warn_once(f"--set {name}={value!r} is outside the search space [{p.low}, {p.high}]; trained as given")
             params[name] = value
-            if name in TRAINING_DEFAULTS:
-                training[name] = value
         elif name in TRAINING_DEFAULTS:
             training[name] = check_training_value(name, value, "--set", name)
         else:

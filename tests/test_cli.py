@@ -298,6 +298,17 @@ def test_set_takes_numbers_as_the_parameter_holds_them(write_yaml, tmp_path):
         parse_sets(cfg, ["xx=1"])
 
 
+def test_set_checks_a_searched_training_key_as_the_file_would(write_yaml):
+    from mpiopt.cli import parse_sets
+    from mpiopt.config import load_config
+
+    cfg = load_config(write_yaml(SPACE.replace("  y:", "  learning_rate: {type: real, low: 1.0e-4, high: 0.1}\n  y:")))
+    with pytest.raises(ConfigError, match=r"--set: learning_rate: expected a positive number, got -1.0"):
+        parse_sets(cfg, ["learning_rate=-1"])
+    params, training = parse_sets(cfg, ["learning_rate=0.5"])  # outside the space, warned of, trained as given
+    assert params["learning_rate"] == training["learning_rate"] == 0.5
+
+
 def test_one_process_says_it_ignores_the_group_size(write_yaml, tmp_path):
     p = run_cli(["search", write_yaml(SPACE + "training: {group_size: 2}\n")], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
