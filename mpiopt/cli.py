@@ -287,6 +287,9 @@ def _open_run_dir(cfg, out: Path, resume: bool) -> tuple[Any, list[dict], Config
         events, problems = run_dir.events()
         for msg in problems:
             log.warning(msg)
+        if resume:
+            _refuse_a_budget_already_spent(cfg, events, out)
+            run_dir.write_config(_config_text(cfg))
     except ConfigError as exc:
         if run_dir is not None and resume:
             run_dir.close()
@@ -294,6 +297,18 @@ def _open_run_dir(cfg, out: Path, resume: bool) -> tuple[Any, list[dict], Config
             run_dir.abandon()
         return run_dir, events, exc
     return run_dir, events, None
+
+
+def _refuse_a_budget_already_spent(cfg, events: list[dict], out: Path) -> None:
+    """A --resume whose `--trials` (or search.trials) is below the trials the journal finished
+    would stop at once and report more trials than its budget."""
+    from .journal import replay
+
+    finished = sum(1 for t in replay(events).values() if t.status.is_finished())
+    if cfg.search.trials < finished:
+        raise ConfigError(f"{cfg.search.trials} is fewer than the {finished} trials already finished in {out}; "
+                          f"resume with a budget of at least {finished} (--trials {finished})",
+                          source=cfg.source or str(cfg.path), field="search.trials")
 
 
 def _coordinate(cfg, plan, comm, run_dir, events, placement: str | None = None) -> int:

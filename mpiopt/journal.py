@@ -288,8 +288,9 @@ class RunDir:
         if blocker is not None:
             raise ConfigError(f"cannot write here: {blocker} exists and is not a directory", source=where)
         if resume and not self.holds_search():
-            raise ConfigError(f"--resume: no search to resume here (no trial recorded in {JOURNAL}); "
-                              "run without --resume to start one", source=where)
+            why = f"no trial recorded in {JOURNAL}" if self.path.is_dir() else "no such directory"
+            raise ConfigError(f"--resume: no search to resume here ({why}); run without --resume to start one",
+                              source=where)
         if not resume and self.holds_search():
             raise ConfigError("already holds a search; pass --resume to continue it, or choose another --out",
                               source=where)
@@ -321,7 +322,8 @@ class RunDir:
         if resume:
             self._check_same_search(config_text)
             self._mend_torn_tail()
-        atomic_write(self.path / CONFIG, config_text.encode("utf-8"))
+        else:
+            self.write_config(config_text)
         self._journal = open(self.journal_path, "ab")
         self._needs_header = not self.holds_search()
 
@@ -476,6 +478,11 @@ class RunDir:
             atomic_write(folder / ERROR_TEXT, text.encode("utf-8"), durable=False)
         except OSError as exc:  # the journal has the headline; a full disk must not stop the search here
             log.warning("could not write %s: %s", folder / ERROR_TEXT, exc.strerror or exc)
+
+    def write_config(self, config_text: str) -> None:
+        """The configuration as it runs (config.yaml). A resumed search writes it once its checks
+        passed: a refused --resume leaves the budget and seed of the search that ran."""
+        atomic_write(self.path / CONFIG, config_text.encode("utf-8"))
 
     def abandon(self) -> None:
         """Undo `open` for a new search that never started (its preflight failed): the empty

@@ -50,6 +50,13 @@ def test_search_resume_and_results(write_yaml, tmp_path):
     df2 = mpiopt.load_results(out)
     assert list(df2.trial) == list(range(11))
     assert df2.objective[:8].tolist() == df.objective.tolist()
+    # a budget below the trials already finished is refused, the journal and configuration (the
+    # budget `mpiopt status` reads) left as they were
+    kept = [(out / name).read_bytes() for name in ("trials.jsonl", "config.yaml")]
+    one_error_line(run_cli(["search", space, "--resume", "--trials", "5"], cwd=tmp_path),
+                   "search.trials: 5 is fewer than the 11 trials already finished", "(--trials 11)")
+    assert [(out / name).read_bytes() for name in ("trials.jsonl", "config.yaml")] == kept
+    assert "trials: 11" in kept[1].decode()
 
     p = run_cli(["results", out, "--top", "3"], cwd=tmp_path)
     assert p.returncode == 0 and "11 trials (11 completed)" in p.stdout
@@ -65,7 +72,7 @@ def test_bad_inputs_exit_2_with_one_line(write_yaml, tmp_path):
     space = write_yaml(SPACE)
     one_error_line(run_cli(["search", tmp_path / "missing.yaml"], cwd=tmp_path), "missing.yaml", "no such file")
     one_error_line(run_cli(["search", write_yaml("a: [", "bad.yaml")], cwd=tmp_path), "bad.yaml", "invalid YAML")
-    one_error_line(run_cli(["search", space, "--resume"], cwd=tmp_path), "no search to resume")
+    one_error_line(run_cli(["search", space, "--resume"], cwd=tmp_path), "no search to resume here (no such directory)")
     one_error_line(run_cli(["search", space, "--trials", "0"], cwd=tmp_path), "--trials")
     one_error_line(run_cli(["search", space, "--trials", "x"], cwd=tmp_path), "invalid int value")
     one_error_line(run_cli(["serch", space], cwd=tmp_path), "invalid choice")
