@@ -12,6 +12,7 @@ import numbers
 import re
 import signal
 import threading
+import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
@@ -251,13 +252,14 @@ class TrialRunner:
             reporter=None) -> TrialResult:
         """Run one trial on this rank of the group `comm` (None: alone). Exceptions become outcomes.
         `reporter` (a `group.Reporter`) takes each epoch's metrics and may stop the trial."""
+        began = time.perf_counter()
         o = self.cfg.objective
         training = self.cfg.trial_training(params)
         try:
             with time_limit(training.get("time_limit") if o.kind == "function" else None):
                 if o.kind == "function":
                     return self._call(params, comm, trial, reporter)
-                return self._train(params, training, comm, trial, trial_dir, reporter)
+                return self._train(params, training, comm, trial, trial_dir, reporter, began)
         except TrialTimeout as exc:
             return TrialResult(status=TrialStatus.TIMEOUT, error=str(exc))
         except (UnknownParameter, ReportMisuse) as exc:
@@ -289,14 +291,14 @@ class TrialRunner:
         result = judge(value, o.direction, o.metric)
         return dataclasses.replace(result, epochs=context.steps) if context is not None and context.steps else result
 
-    def _train(self, params, training, comm, trial, trial_dir, reporter) -> TrialResult:
+    def _train(self, params, training, comm, trial, trial_dir, reporter, began: float) -> TrialResult:
         source = self.source()
         if self.cfg.objective.folds and self.cross_validate:
             from .crossval import cross_validate
 
             return cross_validate(self, source, params, training, comm, trial, trial_dir, reporter)
         decide_at = reporter.decide_at if reporter is not None else frozenset()
-        return self.fit(source, params, training, comm, trial, trial_dir, reporter, decide_at)
+        return self.fit(source, params, training, comm, trial, trial_dir, reporter, decide_at, began)
 
     def source(self):
         """The objective's data (`learn.DataSource`), loaded once per process."""
@@ -315,9 +317,10 @@ class TrialRunner:
         return source
 
     def fit(self, source, params, training, comm, trial: int, out_dir: Path | None, on_epoch=None,
-            decide_at: frozenset[int] = frozenset()) -> TrialResult:
+            decide_at: frozenset[int] = frozenset(), began: float | None = None) -> TrialResult:
         """Train the model on `source` with the group `comm`; judged on group rank 0 (an empty
-        result elsewhere). `self.last_training` keeps rank 0's `learn.TrainOutcome`."""
+        result elsewhere). `self.last_training` keeps rank 0's `learn.TrainOutcome`. `began`
+        (perf_counter): when the trial's stretch began, its data loading included (default: now)."""
         from . import learn
 
         o = self.cfg.objective
@@ -326,7 +329,7 @@ class TrialRunner:
                         training=training, loss=o.loss, metrics=o.metrics,
                         seed=self.cfg.search.seed * 100003 + trial, out_dir=out_dir, on_epoch=on_epoch,
                         decide_at=decide_at, resume=self.resume_checkpoints, hparams=dict(params),
-                        name=f"trial {trial}")
+                        name=f"trial {trial}", began=began if began is not None else time.perf_counter())
         outcome = learn.train(comm, job)
         if outcome is None:
             return TrialResult()

@@ -159,3 +159,49 @@ def test_progress_lines_at_most_one_every_interval(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "trial 7, epoch 2 of 10: val_loss=0.5",
         "trial 7, epoch 4 of 10: val_loss=0.6 (best 0.5)"]
+
+
+SLOW_LOADER = '''
+import time
+
+import numpy as np
+
+
+def load_data():
+    time.sleep(2.0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 8)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    return (x[:150], y[:150]), (x[150:], y[150:])
+
+
+def build_model(units=8):
+    import keras
+
+    return keras.Sequential([keras.Input(shape=(8,)), keras.layers.Dense(units, activation="relu"),
+                             keras.layers.Dense(2, activation="softmax")])
+'''
+
+
+class _PauseAtFirstEpoch:
+    decide_at = frozenset({1})
+
+    def __call__(self, epoch, row):
+        return "paused" if epoch == 1 else None
+
+
+def test_a_paused_trials_time_counts_its_stretch_from_the_start_data_loading_included(tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW_LOADER)
+    (tmp_path / "s.yaml").write_text("""
+objective: {model: slow.py:build_model, data: slow.py:load_data, loss: sparse_categorical_crossentropy,
+            metrics: [accuracy], maximize: val_accuracy}
+parameters: {units: {type: integer, low: 4, high: 8}}
+search: {scheduler: asha}
+training: {epochs: 3, batch_size: 50}
+""")
+    runner = TrialRunner(load_config(tmp_path / "s.yaml"))
+    paused = runner.run({"units": 6}, None, trial=0, trial_dir=tmp_path / "t0", reporter=_PauseAtFirstEpoch())
+    assert paused.status == TrialStatus.PAUSED and paused.epochs == 1
+    promoted = runner.run({"units": 6}, None, trial=0, trial_dir=tmp_path / "t0")
+    # the first stretch loaded the data (2 s) before it trained: its time counts in the trial's
+    assert promoted.status == TrialStatus.COMPLETED and promoted.epochs == 3 and promoted.resumed_s >= 2.0
