@@ -781,7 +781,7 @@ class Coordinator:
         for n in sorted(self._paused):
             rec = self.trials[n]
             self._record(n, TrialResult(status=TrialStatus.PRUNED, metrics=rec.metrics, epochs=rec.epochs,
-                                        start=rec.start, end=rec.end, resumed_s=rec.resumed_s))
+                                        start=rec.start, end=rec.end, resumed_s=rec.resumed_s, wait_s=rec.wait_s))
             self._finished_trials.add(n)
             if self.run_dir is not None:
                 self.run_dir.drop_checkpoint(n)

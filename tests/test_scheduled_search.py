@@ -77,7 +77,8 @@ class CurveGroups:
         group, task = self.queue.pop(0)
         final = branin(task.params)
         # an epoch takes 1 s: a stretch 1-2 s on the group's clock, and the epochs before it carried over
-        carried = {"start": 1.0, "end": 2.0, "resumed_s": float(self.done.get(task.trial, 0)) or None}
+        carried = {"start": 1.0, "end": 2.0, "resumed_s": float(self.done.get(task.trial, 0)) or None,
+                   "wait_s": 0.004}
         for epoch in range(self.done.get(task.trial, 0) + 1, EPOCHS + 1):
             if self.fail_from is not None and task.trial >= self.fail_from and epoch == 2:
                 return group, TrialResult(trial=task.trial, status=TrialStatus.FAILED, error="OSError: disk gone",
@@ -158,6 +159,7 @@ def test_asha_pauses_promotes_and_prunes_within_the_budget(cfg, tmp_path):
     promoted = {e["trial"] for e in events if e.get("promoted")}
     for t in summary.trials.values():
         assert t.duration_s == 1.0 + (t.resumed_s or 0.0) and (t.trial not in promoted or t.resumed_s), t
+        assert t.wait_s == 0.004, t  # the group's wait for its last stretch, kept by a prune at the end
     assert "rung 3" in coordinator.searcher.report() or "rung 9" in coordinator.searcher.report()
 
 
