@@ -77,7 +77,7 @@ def _typed(df):
     for col in ("start", "end"):
         if col in df:
             df[col] = pd.to_datetime(df[col].replace("", None), utc=True, format="ISO8601")
-    for col in ("objective", "objective_std", "duration_s"):
+    for col in ("objective", "objective_std", "duration_s", "dispatch_ms", "wait_ms"):
         if col in df:
             df[col] = pd.to_numeric(df[col], errors="coerce")
     for col in ("epochs", "rung", "group", "ranks"):

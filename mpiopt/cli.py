@@ -28,6 +28,7 @@ from .space import Categorical
 from .trial import TrialResult, TrialStatus
 
 log = logging.getLogger("mpiopt.cli")
+TOP_DEFAULT = 10  # trials `mpiopt results` shows without --top
 
 
 # -- arguments ---------------------------------------------------------------------------------
@@ -68,12 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(trials=None, seed=None, top=None)
     r = sub.add_parser("results", help="print the best trials of a run directory")
     r.add_argument("dir", metavar="DIR")
-    r.add_argument("--top", type=int, default=10, metavar="K",
-                   help="show K trials, the completed best first, then the others (default 10)")
+    r.add_argument("--top", type=int, metavar="K",
+                   help=f"show K trials, the completed best first, then the others (default {TOP_DEFAULT})")
     r.add_argument("--format", choices=("table", "csv", "json", "yaml"), default="table")
     r.add_argument("--best", action="store_true",
                    help="the best trial only; with --format yaml, its parameters and training settings")
-    r.add_argument("--timeline", action="store_true", help="group utilization and dispatch latency")
+    r.add_argument("--timeline", action="store_true",
+                   help="group utilization and dispatch latency; with --format csv or json, every stretch of training")
     r.set_defaults(trials=None, seed=None, np=None, trace=False)
     st = sub.add_parser("status", help="a running or stopped search at a glance (reads only)")
     st.add_argument("dir", metavar="DIR")
@@ -94,6 +96,19 @@ def _check_args(args: argparse.Namespace) -> None:
             raise ConfigError(f"--{flag}: expected a positive integer, got {value}")
     if args.seed is not None and args.seed < 0:
         raise ConfigError(f"--seed: expected an integer >= 0, got {args.seed}")
+    if args.command == "results":
+        _check_results_args(args)
+
+
+def _check_results_args(args: argparse.Namespace) -> None:
+    """`mpiopt results` shows one thing: the best trial, the top K, or the timeline."""
+    if args.best and args.top is not None:
+        raise ConfigError("--best and --top: give one (--best is the best trial alone)")
+    if args.timeline and (args.best or args.top is not None):
+        raise ConfigError(f"--timeline and {'--best' if args.best else '--top'}: give one (the timeline covers "
+                          "every trial)")
+    if args.timeline and args.format == "yaml":
+        raise ConfigError("--timeline: --format table, csv or json (yaml is for trials' settings)")
 
 
 # -- main --------------------------------------------------------------------------------------
@@ -772,13 +787,13 @@ def cmd_results(args) -> int:
     from .analysis import best_trials, direction_of, goals_of, load_results
 
     if args.timeline:
-        return _print_timeline(args.dir)
+        return _print_timeline(args.dir, args.format)
     df = load_results(args.dir)
     direction, metric = direction_of(args.dir)
     goals = goals_of(args.dir)
     if goals and not args.best:
         return _print_front(args, df, goals)
-    top = best_trials(df, direction, 1 if args.best else args.top)
+    top = best_trials(df, direction, 1 if args.best else args.top or TOP_DEFAULT)
     if args.best:
         top = top[top.status == "completed"]
         if top.empty:
@@ -805,7 +820,7 @@ def _print_front(args, df, goals) -> int:
     first, direction = goals[0]
     on = df[df["pareto"].astype(bool)].sort_values(first if first in df else "objective",
                                                    ascending=direction == "minimize", kind="stable")
-    top = on.head(args.top)
+    top = on.head(args.top or TOP_DEFAULT)
     if args.format == "csv":
         sys.stdout.write(top.to_csv(index=False))
     elif args.format == "json":
@@ -836,10 +851,19 @@ def cmd_status(args) -> int:
     return 0
 
 
-def _print_timeline(run_dir: str) -> int:
+def _print_timeline(run_dir: str, form: str) -> int:
+    import json
+
     from .analysis import load_timeline, timeline
 
-    per, summary = timeline(load_timeline(run_dir))
+    stretches = load_timeline(run_dir)
+    if form == "csv":
+        sys.stdout.write(stretches.to_csv(index=False))
+        return 0
+    if form == "json":
+        sys.stdout.write(json.dumps(view.records(stretches), indent=1, allow_nan=False) + "\n")
+        return 0
+    per, summary = timeline(stretches)
     if not summary:
         print(f"{run_dir}: no finished trial yet")
         return 0

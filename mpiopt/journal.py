@@ -188,25 +188,51 @@ STRETCH_COLUMNS = ["trial", "status", "epochs", "start", "end", "group", "ranks"
 def stretch_rows(events: Iterable[dict[str, Any]], *, live: bool = False) -> list[dict[str, Any]]:
     """The rows of `STRETCH_COLUMNS`, one a stretch of training: a trial from a hand-out (its
     first, a promotion, a re-run) to its group's result, which gives the status it ended in and
-    the epochs it reached; a stretch without a result yet ends last, without an `end`. A trial
-    that is never paused is one stretch, as in the results table. A result with no stretch open
-    (a paused trial pruned at the end, unpromoted) is the status of the trial's last stretch."""
+    the epochs it reached. A trial that is never paused is one stretch, as in the results table.
+    A result with no stretch open (a paused trial pruned at the end, unpromoted) is the status of
+    the trial's last stretch. A stretch with no result was cut off (a crash, a lost group) where
+    its trial was handed out again or the search is not live: it ends at its last report (or its
+    start). In a live search the open stretch is running, without an `end`."""
     trials: dict[int, TrialRecord] = {}
     ended: list[dict[str, Any]] = []
     last: dict[int, dict[str, Any]] = {}
     unended: dict[int, TrialRecord] = {}
+    reached: dict[int, tuple[float | None, int | None]] = {}  # per open stretch: (time, epoch) of its latest report
     for event in events:
+        kind = event.get("event")
+        again = _trial_of(event) if kind == "start" else None
+        if again in unended:
+            ended.append(_cut_off(unended.pop(again), reached))
         rec = apply_event(trials, event)
-        if rec is None or event.get("event") == "report":
+        if rec is None:
             continue
-        if event.get("event") == "start":
+        if kind == "start":
             unended[rec.trial] = rec
+            reached[rec.trial] = (rec.start, rec.epochs)
+        elif kind == "report":
+            reached[rec.trial] = (event.get("time"), event.get("epoch"))
         elif unended.pop(rec.trial, None) is not None:
             last[rec.trial] = _stretch(rec, live)
             ended.append(last[rec.trial])
         elif rec.trial in last:
             last[rec.trial]["status"] = rec.shown_status(live).value
-    return ended + [_stretch(rec, live) for rec in unended.values()]
+    open_ = [_stretch(rec, live) if live else _cut_off(rec, reached) for rec in unended.values()]
+    return ended + open_
+
+
+def _trial_of(event: dict[str, Any]) -> int | None:
+    try:
+        return int(event["trial"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _cut_off(t: TrialRecord, reached: dict[int, tuple[float | None, int | None]]) -> dict[str, Any]:
+    """The row of a stretch that has no result: it ends at its latest report, as far as it got."""
+    row = _stretch(t, live=False)
+    at, epoch = reached.get(t.trial, (None, None))
+    row["end"], row["epochs"] = iso(at), epoch
+    return row
 
 
 def _stretch(t: TrialRecord, live: bool) -> dict[str, Any]:

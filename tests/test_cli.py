@@ -215,6 +215,19 @@ def test_results_timeline(write_yaml, tmp_path):
     assert "1 group, 8 trials" in p.stdout and "group utilization" in p.stdout and "dispatch latency" in p.stdout
     df = mpiopt.load_results(tmp_path / "runs" / "cli-branin")
     assert df.dispatch_ms.notna().all() and (df.dispatch_ms >= 0).all()
+    # in csv or json, every stretch of training: what load_timeline gives
+    p = run_cli(["results", tmp_path / "runs" / "cli-branin", "--timeline", "--format", "csv"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert lines[0] == "trial,status,epochs,start,end,group,ranks,dispatch_ms,wait_ms" and len(lines) == 9
+    p = run_cli(["results", tmp_path / "runs" / "cli-branin", "--timeline", "--format", "json"], cwd=tmp_path)
+    assert [r["trial"] for r in json.loads(p.stdout)] == list(range(8))
+    # what does not go together is refused, not ignored
+    for flags, what in [(["--best", "--top", "2"], "--best and --top: give one"),
+                        (["--timeline", "--best"], "--timeline and --best: give one"),
+                        (["--timeline", "--top", "3"], "--timeline and --top: give one"),
+                        (["--timeline", "--format", "yaml"], "--timeline: --format table, csv or json")]:
+        one_error_line(run_cli(["results", tmp_path / "runs" / "cli-branin", *flags], cwd=tmp_path), what)
 
 
 def test_yaml_numbers_without_a_dot(write_yaml, tmp_path):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mpiopt._errors import ConfigError
-from mpiopt.journal import RunDir, is_live, read_journal, replay, result_rows, stretch_rows
+from mpiopt.journal import RunDir, iso, is_live, read_journal, replay, result_rows, stretch_rows
 from mpiopt.trial import TrialStatus
 
 CONFIG = "name: t\nobjective: {function: f.py:f}\nparameters: {x: {type: real, low: 0, high: 1}}\n"
@@ -96,6 +96,22 @@ def test_a_paused_and_promoted_trial_is_a_stretch_of_training_each_time_a_group_
     # the results table: one row a trial, from its first start to its last end, training 11 + 21 s
     row = result_rows(replay(events).values(), ["x"])[1][0]
     assert (row["start"], row["end"], row["duration_s"]) == (rows[0]["start"], rows[2]["end"], 32.0)
+
+
+def test_a_stretch_cut_off_by_a_kill_ends_at_its_last_report():
+    def report(n, epoch, t):
+        return {"event": "report", "trial": n, "epoch": epoch, "metrics": {"objective": 1.0}, "time": t}
+
+    # killed while trial 0 trained (epochs 1 and 2 reported) and trial 1 had just started; resumed,
+    # trial 0 is run again from its checkpoint and completes, trial 1 is not handed out again yet
+    events = [start(0, 0.1, t=100.0), report(0, 1, 104.0), report(0, 2, 108.0), start(1, 0.2, t=109.0),
+              start(0, 0.1, t=200.0), report(0, 3, 204.0), {**finish(0, obj=0.5, t=205.0), "epochs": 3}]
+    rows = stretch_rows(events, live=False)
+    got = [(r["trial"], r["status"], r["epochs"], r["start"], r["end"]) for r in rows]
+    assert got == [(0, "interrupted", 2, iso(100.0), iso(108.0)), (0, "completed", 3, iso(204.0), iso(205.0)),
+                   (1, "interrupted", None, iso(109.0), iso(109.0))]
+    # while a search is live, its open stretch is running, without an end
+    assert stretch_rows(events[:4], live=True)[-1]["end"] == ""
 
 
 @pytest.mark.parametrize("value", [
