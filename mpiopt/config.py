@@ -254,10 +254,19 @@ def load_config(path: str | os.PathLike, *, resolve: bool = True) -> Config:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"invalid YAML: {where}{problem}", source=src) from None
+        raise ConfigError(f"invalid YAML: {where}{problem}{_yaml_context(exc, mark)}", source=src) from None
     except (RecursionError, ValueError) as exc:
         raise ConfigError(f"invalid YAML: {exc}", source=src) from None
     return parse_config(raw, path=p.resolve(), source=src, resolve=resolve)
+
+
+def _yaml_context(exc, mark) -> str:
+    """Where what the parser was reading began, when that is another line than the problem's: an
+    unclosed bracket is found only on a later line."""
+    context, at = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if not context or at is None or (mark is not None and at.line == mark.line):
+        return ""
+    return f" ({context} at line {at.line + 1}, column {at.column + 1})"
 
 
 def parse_config(raw: Any, *, path: Path, source: str, resolve: bool = True) -> Config:

@@ -80,6 +80,7 @@ parameters: {anything: {type: integer, low: 1, high: 4}}
 # (yaml text, substrings the one-line error must contain)
 BAD = [
     ("objective: [unclosed", ["invalid YAML", "line 1"]),
+    ("search:\n  trials: [12\n  seed: 0\n", ["invalid YAML: line 3, column 7", "flow sequence at line 2, column 11"]),
     ("- a\n- b\n", ["expected a mapping"]),
     ("", ["file is empty"]),
     ("objective: !!python/object/apply:os.system ['echo hacked']\n", ["YAML tag not allowed", "safe loader"]),
