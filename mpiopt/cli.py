@@ -297,7 +297,7 @@ def _open_run_dir(cfg, out: Path, resume: bool) -> tuple[Any, list[dict], Config
     run_dir, events = None, []
     try:
         run_dir = RunDir(out)
-        run_dir.open(resume=resume, config_text=_config_text(cfg))
+        run_dir.open(resume=resume, config_text=_config_text(cfg), space=cfg.path)
         preflight(cfg)
         events, problems = run_dir.events()
         for msg in problems:

@@ -301,6 +301,7 @@ class RunDir:
         self._sync_error: OSError | None = None
         self._needs_header = False  # a new journal: its first append writes the format header first
         self._made: list[Path] = []  # the folders `open` created, deepest first
+        self._space: Path | None = None
 
     def holds_search(self) -> bool:
         return self.journal_path.exists() and self.journal_path.stat().st_size > 0
@@ -328,8 +329,10 @@ class RunDir:
                 check_version(self.journal_path, first)
             self._check_same_search(config_text)
 
-    def open(self, *, resume: bool, config_text: str) -> None:
-        """Create or reopen the directory for a search, refusing what would lose or mix data."""
+    def open(self, *, resume: bool, config_text: str, space: Path | None = None) -> None:
+        """Create or reopen the directory for a search, refusing what would lose or mix data;
+        `space`: the search-space file it runs from, which the heartbeat names for a --resume."""
+        self._space = space
         where = str(self.path)
         self.check(resume=resume, config_text=config_text)
         self._made = [p for p in (self.path, *self.path.parents) if not p.exists()]  # deepest first
@@ -485,7 +488,8 @@ class RunDir:
     def heartbeat(self, state: str) -> None:
         """Say the search is alive (`state` "running") or has ended ("ended"): `mpiopt status`
         reads it from any machine that sees the file system, where the lock may not be visible."""
-        body = {"state": state, "time": time.time(), "host": socket.gethostname(), "pid": os.getpid()}
+        body = {"state": state, "time": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
+                "space": str(self._space) if self._space is not None else None}
         atomic_write(self.path / HEARTBEAT, _line(body), durable=False)
 
     def trial_dir(self, trial: int) -> Path:

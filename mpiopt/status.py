@@ -32,6 +32,7 @@ class Liveness:
     age_s: float | None  # seconds since the last heartbeat
     where: str = ""
     gone: bool = False  # stopped, seen at once: the coordinator's process on this machine is no more
+    space: str | None = None  # the search-space file the search ran from
 
 
 def liveness(run: Path, now: float) -> Liveness:
@@ -43,11 +44,12 @@ def liveness(run: Path, now: float) -> Liveness:
         return Liveness("unknown", None)
     age = now - float(beat.get("time", 0.0))
     where = f"pid {beat.get('pid')} on {beat.get('host')}"
+    space = beat.get("space") if isinstance(beat.get("space"), str) else None
     if beat.get("state") in ("ended", "interrupted"):
-        return Liveness(beat["state"], age, where)
+        return Liveness(beat["state"], age, where, space=space)
     if _gone_from_this_machine(beat):
-        return Liveness("stopped", age, where, gone=True)
-    return Liveness("running" if age <= STALE_BEATS * HEARTBEAT_EVERY_S else "stopped", age, where)
+        return Liveness("stopped", age, where, gone=True, space=space)
+    return Liveness("running" if age <= STALE_BEATS * HEARTBEAT_EVERY_S else "stopped", age, where, space=space)
 
 
 def _gone_from_this_machine(beat: dict) -> bool:
@@ -155,7 +157,7 @@ def _state_line(run: Path, alive: Liveness) -> str:
         return f"{run}: running ({alive.where}, heartbeat {alive.age_s:.0f} s ago)"
     if alive.state == "ended":
         return f"{run}: ended {format_hours(alive.age_s / 3600)} ago"
-    go_on = f"`mpiopt search SPACE --out {run} --resume` continues it"
+    go_on = f"`mpiopt search {_shown_path(alive.space) if alive.space else 'SPACE'} --out {run} --resume` continues it"
     if alive.state == "interrupted":
         return f"{run}: interrupted {format_hours(alive.age_s / 3600)} ago (Ctrl-C or SIGTERM); {go_on}"
     if alive.gone:
@@ -164,6 +166,14 @@ def _state_line(run: Path, alive: Liveness) -> str:
         return (f"{run}: not running: no heartbeat for {format_hours(alive.age_s / 3600)} (killed, or its node "
                 f"lost); {go_on}")
     return f"{run}: no heartbeat file (a search of an older mpiopt): whether it runs is unknown"
+
+
+def _shown_path(path: str) -> str:
+    """`path` relative to the working directory where it lies below it, as a user would type it."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
 
 
 def _count_lines(trials: list[TrialRecord], budget: int, alive: Liveness) -> list[str]:

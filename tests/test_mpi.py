@@ -212,7 +212,9 @@ def test_sigterm_to_mpiexec_stops_cleanly_and_resumes(write_yaml, tmp_path):
     assert job.returncode != 0
     assert "continue with --resume" in err and "Traceback" not in err
     said = run_cli(["status", tmp_path / "runs" / "termed"], cwd=tmp_path).stdout
-    assert re.search(r"termed: interrupted \d+ s ago \(Ctrl-C or SIGTERM\); `mpiopt search SPACE", said), said
+    space_file = re.escape(str(Path(path).resolve().relative_to(tmp_path.resolve())))  # the file it ran from
+    assert re.search(rf"termed: interrupted \d+ s ago \(Ctrl-C or SIGTERM\); `mpiopt search {space_file} --out",
+                     said), said
     p = run_cli(["search", path, "--resume"], cwd=tmp_path, np=3, timeout=120)
     assert p.returncode == 0, p.stderr
     df = mpiopt.load_results(tmp_path / "runs" / "termed")
