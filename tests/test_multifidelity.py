@@ -189,7 +189,8 @@ def test_the_hooks_forward_to_the_current_inner_searcher():
     assert built[1].backlog is backlog and built[1].paused == [True]
     s.pause(False)
     assert built[1].paused == [True, False] and built[0].paused == [True]
-    assert s.report().startswith("model on rung 3 (1 results, 1 switch); ")
+    assert s.report() == ("model on rung 3 (1 results, 1 switch); since it serves, spy report; 2 handed out "
+                          "before, by the models on lower rungs")
 
 
 def test_a_bayesian_model_keeps_suggesting_valid_points_after_a_switch():

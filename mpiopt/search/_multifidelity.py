@@ -97,11 +97,14 @@ class RungModel(Searcher):
         self._busy: bool | None = None
         self._closed = False
         self._enough_at: set[int] = set()  # rungs found with `enough` finite results (see _rung_due)
+        self._asked_now = 0  # hand-outs of the serving inner searcher (its report counts these)
+        self._asked_before = 0  # hand-outs of the inner searchers it replaced
 
     # -- the interface -------------------------------------------------------------------
     def ask(self, trial: int) -> Params:
         self._serve_staged_if_ready()
         params = self.inner.ask(trial)
+        self._asked_now += 1
         self.ask_wait_s = self.inner.ask_wait_s
         self.pending[trial] = params
         if self.staged is not None:
@@ -176,6 +179,9 @@ class RungModel(Searcher):
         if self.staged is not None:
             rung += f", rung {self.staged_rung} staged"
         inner = self.inner.report()
+        if self._asked_before:  # the serving searcher's report counts its own hand-outs only
+            inner = (f"since it serves, {inner}; " if inner else "") + \
+                f"{self._asked_before} handed out before, by the models on lower rungs"
         return f"{rung}; {inner}" if inner else rung
 
     def close(self) -> None:
@@ -257,6 +263,7 @@ class RungModel(Searcher):
         self.inner, self.model_rung, self._told_inner = self.staged, self.staged_rung, self._told_staged
         self.staged, self.staged_rung, self._told_staged = None, None, set()
         self.switches += 1
+        self._asked_before, self._asked_now = self._asked_before + self._asked_now, 0
 
     def _build(self, rung: int) -> tuple[Searcher, int, set[int]]:
         """A new inner searcher that has seen every trial's outcome at `rung`, in trial order:
