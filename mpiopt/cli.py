@@ -363,13 +363,20 @@ def _announce(cfg, plan, run_dir, placement: str | None) -> None:
              cfg.search.algorithm, scheduler, run_dir.path)
     if placement:
         log.info("devices: %s", placement)
-    size = cfg.training["group_size"]
+    note = _group_size_note(cfg.training["group_size"], plan)
+    if note:
+        log.warning("%s", note)
+
+
+def _group_size_note(size: int, plan) -> str | None:
+    """What a search makes of a `training.group_size` its ranks cannot give, or None."""
     if plan.shared and size > 1:
-        log.warning("training.group_size %d needs at least %d ranks (a coordinator and one group); with 1 process "
-                    "each trial trains on 1 rank (mpiexec -n %d, or --np %d)", size, size + 1, size + 1, size + 1)
-    elif not plan.shared and plan.requested_size > plan.world_size - 1:
-        log.warning("training.group_size %d is more than the %d ranks beside the coordinator: one group of %d",
-                    plan.requested_size, plan.world_size - 1, plan.world_size - 1)
+        return (f"training.group_size {size} needs at least {size + 1} ranks (a coordinator and one group); with 1 "
+                f"process each trial trains on 1 rank (mpiexec -n {size + 1}, or --np {size + 1})")
+    if not plan.shared and plan.requested_size > plan.world_size - 1:
+        return (f"training.group_size {plan.requested_size} is more than the {plan.world_size - 1} ranks beside the "
+                f"coordinator: one group of {plan.world_size - 1}")
+    return None
 
 
 def _make_link(cfg, comm, plan):
@@ -705,8 +712,9 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
     lines += _layout_lines(plan, library)
     if o.folds:
         lines.append(f"  folds       {_describe_folds(o.folds, plan)}")
-        if plan.requested_size > n - 1:
-            lines.append(f"  note        group_size {plan.requested_size} > {n - 1} ranks available: one smaller group")
+    note = _group_size_note(cfg.training["group_size"], plan)
+    if note:
+        lines.append(f"  note        {note}")
     state = "holds a search (use --resume)" if RunDir(out).holds_search() else "new"
     lines.append(f"  devices     {placement.describe()}"
                  + ("; on a cluster every node deals its own GPUs the same way" if found else ""))

@@ -175,8 +175,13 @@ def test_check_prints_the_plan(write_yaml, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "8 ranks: 1 coordinator (rank 0) + 1 group of 3 ranks, 2 groups of 2 ranks" in p.stdout
     assert "budget 8 trials" in p.stdout
+    assert "note" not in p.stdout
     p = run_cli(["check", space], cwd=tmp_path)
     assert "1 process: the coordinator and one 1-rank group take turns" in p.stdout
+    assert "note        training.group_size 2 needs at least 3 ranks" in p.stdout
+    p = run_cli(["check", write_yaml(SPACE + "training: {group_size: 3}\n"), "--np", "3"], cwd=tmp_path)
+    assert "note        training.group_size 3 is more than the 2 ranks beside the coordinator: one group of 2" \
+        in p.stdout
 
 
 def test_train_a_function_objective(write_yaml, tmp_path):
