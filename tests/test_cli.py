@@ -146,7 +146,7 @@ def test_every_command_declares_the_options_main_reads():
     for argv in (["search", "s.yaml"], ["check", "s.yaml"], ["train", "s.yaml"], ["results", "d"]):
         args = build_parser().parse_args(argv)
         assert {"trials", "seed", "np", "top", "trace"} <= set(vars(args)), argv
-    assert build_parser().parse_args(["results", "d"]).top == 10
+    assert build_parser().parse_args(["results", "d"]).top is None  # given or not: --best refuses a --top
     assert build_parser().parse_args(["search", "s.yaml", "--np", "3"]).np == 3
     argv = ["search", "s.yaml", "--np", "3", "--np=4", "--seed", "1"]
     assert _without_np(argv) == ["search", "s.yaml", "--seed", "1"]
