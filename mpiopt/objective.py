@@ -170,8 +170,10 @@ class TrialContext:
     """The `trial` a function objective may take: it reports its steps (epochs) and learns whether
     the scheduler stops it.
 
-    With `comm` (the function runs on every rank of its group), every rank calls `report` at the
-    same steps: the decision reaches them all.
+    With `comm` (the function runs on every rank of its group), rank 0's reports reach the
+    scheduler (every rank may report: the others' are checked, not sent), and every rank calls
+    `should_stop` at the same points: it is collective, so that the scheduler's word, which only
+    rank 0 hears, and a value that is not finite on any rank stop them all together.
     """
 
     def __init__(self, number: int, reporter, comm=None, metric: str | None = None) -> None:
@@ -195,16 +197,22 @@ class TrialContext:
         bad = next((k for k, v in self.last.items() if not math.isfinite(v)), None)
         if bad is not None and self.diverged is None:
             self.diverged = f"{bad} is {self.last[bad]} at step {step}"
-        reason = None
         if self._reporter is not None and self._rank == 0:
             reason = self._reporter(int(step), {"epoch": int(step), **self.last})
-        if self._comm is not None and self._reporter is not None and int(step) in self._reporter.decide_at:
-            reason = self._comm.bcast(reason, root=0)
-        self._stopped = self._stopped or reason is not None
+            self._stopped = self._stopped or reason is not None
 
     def should_stop(self) -> bool:
         """Whether the scheduler stopped this trial, or it diverged: return now (what is returned
-        is ignored)."""
+        is ignored). With `comm`, every rank of the group calls it at the same points."""
+        if self._comm is not None:
+            stopped, diverged = zip(*self._comm.allgather((self._stopped, self.diverged)), strict=True)
+            self._stopped = any(stopped)
+            self.diverged = self.diverged or next((d for d in diverged if d is not None), None)
+        return self.stopped
+
+    @property
+    def stopped(self) -> bool:
+        """What `should_stop` last said, or would say alone: no collective."""
         return self._stopped or self.diverged is not None
 
     def _check(self, step: Any, metrics: dict[str, Any]) -> None:
@@ -286,7 +294,7 @@ class TrialRunner:
         if context is not None and context.diverged:
             return TrialResult(status=TrialStatus.DIVERGED, epochs=context.steps, metrics=context.last,
                                error=context.diverged)
-        if context is not None and context.should_stop():
+        if context is not None and context.stopped:
             return TrialResult(status=TrialStatus.PRUNED, epochs=context.steps, metrics=context.last)
         result = judge(value, o.direction, o.metric)
         return dataclasses.replace(result, epochs=context.steps) if context is not None and context.steps else result

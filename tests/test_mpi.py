@@ -256,7 +256,8 @@ def test_time_limit_interrupts_a_sleeping_function_under_mpi(write_yaml, tmp_pat
 
 
 def test_asha_with_a_function_on_groups_of_two_and_trials_sent_ahead(write_yaml, tmp_path):
-    # every rank of a group reports; the decision at a rung reaches both; queued trials wait meanwhile
+    # every rank of a group reports, or rank 0 alone; the decision at a rung reaches both ranks
+    # through should_stop; queued trials wait meanwhile
     path = write_yaml(SPACE.format(name="curve", fn="branin_curve", trials=14, group_size=2).replace(
         "seed: 0}", "seed: 0, scheduler: asha, min_epochs: 1, reduction_factor: 3}").replace(
         "training: {", "training: {epochs: 9, time_limit: 60, "), "curve.yaml")
@@ -267,6 +268,8 @@ def test_asha_with_a_function_on_groups_of_two_and_trials_sent_ahead(write_yaml,
     assert len(df) == 14 and set(df.status) == {"completed", "pruned"}, df.status.tolist()
     assert set(df.epochs[df.status == "pruned"]) <= {1, 3} and set(df.epochs[df.status == "completed"]) == {9}
     assert (df.dispatch_ms < 0).any() and set(df.ranks) == {2}
+    assert (df.params_x <= 2.5).any() and (df.params_x > 2.5).any()  # both ways of reporting ran
+    assert set(df.status[df.params_x <= 2.5]) == {"completed", "pruned"}  # rank 0's reports decided alone
     history = mpiopt.load_history(tmp_path / "runs" / "curve")
     for trial, rows in history.groupby("trial"):
         assert rows.epoch.tolist() == list(range(1, int(df.epochs[trial]) + 1)), (trial, rows.epoch.tolist())
