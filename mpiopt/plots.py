@@ -21,6 +21,7 @@ MIN_FOR_IMPORTANCE = 8
 # the rest): 100,000 markers take minutes to render and show no more than 2,000 do.
 MAX_POINTS = 2000  # markers of a scatter plot
 MAX_LINES = 500  # lines of parallel coordinates and learning curves
+INACTIVE_AT = -0.12  # where parallel coordinates put a parameter a trial's conditions left inactive
 MAX_FIT = 2000  # trials the importance model is fitted on
 MAX_GROUPS = 64  # groups of the timeline
 
@@ -224,24 +225,32 @@ def plot_parallel(df, *, direction: str = "minimize", metric: str = "objective",
             ax.text(x + 0.03, pos, text, fontsize=7, va="center")
     ax.set_xticks(xs, [name for name, _ in labels])
     ax.set_yticks([])
-    ax.set_ylim(-0.05, 1.05)
+    inactive_shown = any(pos == INACTIVE_AT for _, ticks in labels for pos, _ in ticks)
+    ax.set_ylim((INACTIVE_AT if inactive_shown else 0.0) - 0.05, 1.05)
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=metric)
     ax.set_title(f"Parallel coordinates ({len(every):,} completed trials{_drawn(done, every)})")
     return fig
 
 
 def _unit_axis(series, log: bool) -> tuple[np.ndarray, list[tuple[float, str]]]:
-    """A parameter scaled to [0, 1] for its axis, with a few labelled ticks."""
+    """A parameter scaled to [0, 1] for its axis, with a few labelled ticks; a trial where the
+    parameter is inactive (a conditional space) sits below, at `INACTIVE_AT`."""
+    inactive = series.isna().to_numpy()
     if _is_categorical(series):
         cats = _categories(series)
         pos = {v: (i / (len(cats) - 1) if len(cats) > 1 else 0.5) for i, v in enumerate(cats)}
-        return series.map(pos).to_numpy(float), [(pos[v], str(v)) for v in cats]
-    raw = _numeric(series, log)
-    lo, hi = float(raw.min()), float(raw.max())
-    span = hi - lo if hi > lo else 1.0
-    ticks = [(0.0, lo), (1.0, hi)] if hi > lo else [(0.0, lo)]
-    shown = [(p, f"{math.exp(v) if log else v:.3g}") for p, v in ticks]
-    return (raw - lo) / span, shown
+        unit, ticks = series.map(pos).to_numpy(float), [(pos[v], str(v)) for v in cats]
+    else:
+        raw = _numeric(series, log)
+        known = raw[~inactive]
+        lo, hi = (float(known.min()), float(known.max())) if known.size else (0.0, 0.0)
+        span = hi - lo if hi > lo else 1.0
+        ends = [(0.0, lo), (1.0, hi)] if hi > lo else [(0.0, lo)] if known.size else []
+        unit, ticks = (raw - lo) / span, [(p, f"{math.exp(v) if log else v:.3g}") for p, v in ends]
+    if inactive.any():
+        unit = np.where(inactive, INACTIVE_AT, unit)
+        ticks = [*ticks, (INACTIVE_AT, "inactive")]
+    return unit, ticks
 
 
 # -- slices ---------------------------------------------------------------------------------------
@@ -261,6 +270,7 @@ def plot_slices(df, *, direction: str = "minimize", metric: str = "objective", l
             cats = _categories(done[c])
             x = done[c].map({v: i for i, v in enumerate(cats)}).to_numpy(float) + rng.uniform(-0.15, 0.15, len(done))
             ax.set_xticks(range(len(cats)), [str(v) for v in cats])
+            ax.set_xlim(-0.5, len(cats) - 0.5)  # every category's tick, whatever the points' spread
         else:
             x = done[c].to_numpy(float)
             if name in set(log_params):

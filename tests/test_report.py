@@ -76,6 +76,23 @@ def test_parallel_coordinates_draw_a_line_a_completed_trial_across_every_paramet
     assert len(fig.axes) == 2  # and the colour bar of the figure of merit
 
 
+def test_parallel_coordinates_and_slices_of_a_conditional_space(df):
+    # `y` is inactive in some trials (its column empty): their lines go on through its axis, at
+    # the `inactive` mark below it, and the other trials' axis is scaled on the active values;
+    # a category no point stands near still has its tick
+    cond = df.copy()
+    cond.loc[cond.trial % 3 == 0, "params_y"] = np.nan
+    ax = plots.plot_parallel(cond, direction="minimize").axes[0]
+    trial_lines = [line for line in ax.lines if len(line.get_xdata()) == 3]
+    assert len(trial_lines) == len(completed(df)) and not any(np.isnan(line.get_ydata()).any() for line in trial_lines)
+    on_y = sorted(line.get_ydata()[1] for line in trial_lines)
+    assert on_y[0] == plots.INACTIVE_AT and on_y[-1] == 1.0 and ax.get_ylim()[0] < plots.INACTIVE_AT
+    assert "inactive" in [t.get_text() for t in ax.texts] and "nan" not in [t.get_text() for t in ax.texts]
+    kind = plots.plot_slices(cond, direction="minimize").axes[2]
+    left, right = kind.get_xlim()
+    assert left < 0 and right > len(kind.get_xticks()) - 1
+
+
 def test_slices_draw_one_panel_a_parameter_categorical_ones_too(df):
     fig = plots.plot_slices(df, direction="minimize")
     panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_xlabel() in ("x", "y", "kind")]
