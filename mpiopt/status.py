@@ -1,23 +1,25 @@
 """`mpiopt status DIR`: a running or stopped search at a glance, from any shell that sees its files.
 
-It reads the journal, the resolved configuration and the coordinator's heartbeat file, nothing
-else: no lock is taken or tested (a login node may not even see the compute node's lock), so it
-never disturbs the search.
+It reads the journal, the resolved configuration, the coordinator's heartbeat file and the text
+of the lock file (who took it), nothing else: no lock is taken or tested (a login node may not
+even see the compute node's lock), so it never disturbs the search.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from collections import Counter
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from ._errors import ConfigError
 from .analysis import _run_info, direction_of
 from ._results_view import format_hours
-from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, read_journal, replay
+from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, LOCK, read_journal, replay
 from .scheduler import Scheduler, make_scheduler
 from .trial import TrialRecord, TrialStatus, reached_by_state
 
@@ -28,7 +30,7 @@ RATE_WINDOW_S = 3600.0  # trials (epochs) per hour over the last hour (or the wh
 
 @dataclass
 class Liveness:
-    state: str  # "running", "ended", "interrupted", "stopped" or "unknown"
+    state: str  # "starting", "running", "ended", "interrupted", "stopped" or "unknown"
     age_s: float | None  # seconds since the last heartbeat
     where: str = ""
     gone: bool = False  # stopped, seen at once: the coordinator's process on this machine is no more
@@ -37,10 +39,15 @@ class Liveness:
 
 def liveness(run: Path, now: float) -> Liveness:
     """From the heartbeat file: running (recent), ended or interrupted (the search said so),
-    stopped (stale, or its process gone)."""
+    stopped (stale, or its process gone); starting, before the first heartbeat of a search."""
     try:
         beat = json.loads((run / HEARTBEAT).read_text("utf-8"))
     except (OSError, ValueError):
+        beat = None
+    starting = _starting(run, float(beat.get("time", 0.0)) if beat else None)
+    if starting is not None:
+        return starting
+    if beat is None:
         return Liveness("unknown", None)
     age = now - float(beat.get("time", 0.0))
     where = f"pid {beat.get('pid')} on {beat.get('host')}"
@@ -50,6 +57,23 @@ def liveness(run: Path, now: float) -> Liveness:
     if _gone_from_this_machine(beat):
         return Liveness("stopped", age, where, gone=True, space=space)
     return Liveness("running" if age <= STALE_BEATS * HEARTBEAT_EVERY_S else "stopped", age, where, space=space)
+
+
+def _starting(run: Path, last_beat: float | None) -> Liveness | None:
+    """A search that holds the directory but has sent no heartbeat yet (the pre-flight check
+    comes first): the lock file, read and not locked, names a coordinator that took it after the
+    last heartbeat and lives on this host. From another host that cannot be told."""
+    try:
+        holder = re.match(r"pid (\d+) on (\S+) since (\S+)", (run / LOCK).read_text("utf-8"))
+        since = datetime.fromisoformat(holder[3]).timestamp() if holder else None
+    except (OSError, ValueError):
+        return None
+    if since is None or (last_beat is not None and since <= last_beat):
+        return None
+    who = {"pid": int(holder[1]), "host": holder[2]}
+    if who["host"] != socket.gethostname() or _gone_from_this_machine(who):
+        return None
+    return Liveness("starting", None, f"pid {who['pid']} on {who['host']}")
 
 
 def _gone_from_this_machine(beat: dict) -> bool:
@@ -155,6 +179,8 @@ def status_text(path: str, now: float | None = None) -> str:
 def _state_line(run: Path, alive: Liveness) -> str:
     if alive.state == "running":
         return f"{run}: running ({alive.where}, heartbeat {alive.age_s:.0f} s ago)"
+    if alive.state == "starting":
+        return f"{run}: starting ({alive.where}): the pre-flight check runs before the first trial"
     if alive.state == "ended":
         return f"{run}: ended {format_hours(alive.age_s / 3600)} ago"
     go_on = f"`mpiopt search {_shown_path(alive.space) if alive.space else 'SPACE'} --out {run} --resume` continues it"

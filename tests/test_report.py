@@ -248,6 +248,29 @@ def test_status_sees_at_once_that_a_coordinator_on_this_machine_is_gone(tmp_path
     zombie.wait()
 
 
+def test_status_of_a_search_still_in_its_preflight_says_starting(tmp_path):
+    # the coordinator holds the directory (its lock file names it) and has sent no heartbeat yet;
+    # a resumed search's lock is newer than the last search's heartbeat
+    from mpiopt.journal import LOCK, iso
+
+    run = copy_run(tmp_path)
+    here = socket.gethostname()
+    (run / HEARTBEAT).unlink(missing_ok=True)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    for pid, host, said in ((os.getpid(), here, f": starting (pid {os.getpid()} on {here}): the pre-flight check"),
+                            (gone.pid, here, ": no heartbeat file"),  # killed in its preflight
+                            (os.getpid(), "another-node", ": no heartbeat file")):  # there, nothing tells
+        (run / LOCK).write_text(f"pid {pid} on {host} since {iso(time.time() - 5)}\n")
+        line = status_text(str(run)).splitlines()[0]
+        assert said in line, line
+    (run / LOCK).write_text(f"pid {os.getpid()} on {here} since {iso(time.time() - 5)}\n")
+    beat(run, "ended", 60)  # the search that ran before the --resume
+    assert ": starting (pid" in status_text(str(run)).splitlines()[0]
+    beat(run, "running", 1)  # the resumed search's first heartbeat
+    assert ": running (pid" in status_text(str(run)).splitlines()[0]
+
+
 def wait_until_dead(pid: int) -> None:
     """Until the child `pid` has exited (without reaping it)."""
     for _ in range(500):
