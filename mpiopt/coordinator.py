@@ -110,9 +110,12 @@ class Summary:
     sent_ahead: int = 0  # trials sent to a group before it finished the one it was running
 
     def counts(self) -> dict[str, int]:
+        """Trials by status once the search is over: one still running there (a retired group's) is
+        interrupted, as `load_results` and `--resume` have it."""
         out: dict[str, int] = {}
         for t in self.trials.values():
-            out[t.status.value] = out.get(t.status.value, 0) + 1
+            status = t.shown_status(live=False).value
+            out[status] = out.get(status, 0) + 1
         return out
 
 

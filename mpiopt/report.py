@@ -17,6 +17,7 @@ from ._files import atomic_write
 from .analysis import (_run_info, best_trials, direction_of, goals_of, load_history, load_results, load_timeline,
                        timeline)
 from .status import liveness
+from .trial import TrialStatus
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,13 @@ def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) 
 
 
 # -- the page -------------------------------------------------------------------------------------
+def _trials_text(df, budget: int | None) -> str:
+    """Finished trials against the budget they count in, and those started and not finished."""
+    finished = int(df["status"].map(lambda s: TrialStatus.parse(s).is_finished()).sum())
+    text = f"{finished} finished" + (f" of a budget of {budget}" if budget else "")
+    return text + (f" ({len(df) - finished} more started)" if len(df) > finished else "")
+
+
 def summary_rows(run: Path, info: dict, df, usage: dict, direction: str, metric: str) -> list[tuple[str, str]]:
     counts = df["status"].value_counts()
     budget = (info.get("search") or {}).get("trials")
@@ -91,7 +99,7 @@ def summary_rows(run: Path, info: dict, df, usage: dict, direction: str, metric:
     best = done[done["status"] == "completed"].head(1)
     rows = [("search", str(info.get("name", run.name))),
             ("state", liveness(run, time.time()).state),
-            ("trials", f"{len(df)}" + (f" of a budget of {budget}" if budget else "")),
+            ("trials", _trials_text(df, budget)),
             ("by status", ", ".join(f"{n} {s}" for s, n in counts.items()))]
     if "pareto" in df.columns:
         rows.append(("Pareto front", f"{int(df['pareto'].astype(bool).sum())} trials (the table's pareto column)"))

@@ -7,6 +7,7 @@ even see the compute node's lock), so it never disturbs the search.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import socket
@@ -259,18 +260,30 @@ def _epoch_lines(events: list[dict], trials: dict[int, TrialRecord], budget: int
 
 
 def _group_lines(trials: dict[int, TrialRecord], signs: dict[int, float], now: float, limit, alive: Liveness):
-    running = sorted((t for t in trials.values() if t.status == TrialStatus.RUNNING and t.group is not None),
-                     key=lambda t: t.group)
-    if not running or alive.state != "running":
+    """Each busy group's trial, how long it has run and whether it has been silent too long; a
+    trial sent ahead to a group waits behind the group's running one (its start is when it was sent)."""
+    if alive.state != "running":
         return []
-    out = ["groups:"]
-    for t in running:
-        ran = now - (t.start or now)
-        line = f"  group {t.group}: trial {t.trial}, {format_hours(ran / 3600)}"
-        silent = now - signs.get(t.trial, t.start or now)
+    unfinished: dict[int, list[TrialRecord]] = {}
+    last_end: dict[int, float] = {}
+    for t in trials.values():
+        if t.group is None:
+            continue
+        if t.status == TrialStatus.RUNNING:
+            unfinished.setdefault(t.group, []).append(t)
+        elif t.end is not None:
+            last_end[t.group] = max(last_end.get(t.group, t.end), t.end)
+    out = []
+    for group in sorted(unfinished):
+        running, *queued = sorted(unfinished[group], key=lambda t: (t.start or now, t.trial))
+        began = max(running.start or now, last_end.get(group, -math.inf))
+        line = f"  group {group}: trial {running.trial}, {format_hours((now - began) / 3600)}"
+        silent = now - max(signs.get(running.trial, began), began)
         if limit and silent > float(limit):
             line += f"  WARNING: silent for {format_hours(silent / 3600)}, past its time limit of {limit:g} s"
+        if queued:
+            line += f"; next: trial{'s' * (len(queued) > 1)} {', '.join(str(t.trial) for t in queued)} (sent ahead)"
         out.append(line)
-    return out
+    return ["groups:", *out] if out else []
 
 

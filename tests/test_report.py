@@ -186,6 +186,7 @@ def test_report_writes_a_png_a_plot_and_inlines_them(tmp_path):
     page = (out / "report.html").read_text()
     assert page.count('<img src="data:image/png;base64,') == 6 and "Not drawn" not in page
     assert "best objective (minimize)" in page and "Top trials" in page
+    assert "40 finished of a budget of 40<" in page
 
 
 def test_report_of_a_killed_search_with_no_completed_trial_says_why(tmp_path):
@@ -198,6 +199,10 @@ def test_report_of_a_killed_search_with_no_completed_trial_says_why(tmp_path):
     assert page.count("Not drawn: no completed trial yet") == 4  # history, importance, parallel, slices
     assert page.count('<img src="data:image/png;base64,') == 2  # curves and timeline still drawn
     assert "interrupted" in page
+    shown = mpiopt.load_results(run).status
+    finished = int(shown.isin(["failed", "pruned", "timeout", "diverged"]).sum())
+    assert 0 < finished < len(shown)
+    assert f"{finished} finished of a budget of 40 ({len(shown) - finished} more started)" in page
 
 
 def test_report_of_a_missing_directory_is_a_one_line_error(tmp_path, capsys):
@@ -292,6 +297,18 @@ def test_status_of_a_running_search_lists_groups_and_warns_of_a_silent_one(tmp_p
     text = status_text(str(run), now=last + 45)
     assert text.splitlines()[0].endswith("heartbeat 2 s ago)")
     assert "groups:" in text and text.count("WARNING: silent for") >= 1 and "past its time limit of 30 s" in text
+    # a trial sent ahead to a busy group waits behind its running one: listed as next, never silent
+    starts = {e["trial"]: e for e in events if e["event"] == "start"}
+    finished = {e["trial"] for e in events if e["event"] == "finish"}
+    group = starts[min(n for n in starts if n not in finished)]["group"]
+    waiting = sorted(n for n, e in starts.items() if n not in finished and e["group"] == group)
+    ahead = {**starts[waiting[0]], "trial": 999, "time": last + 1}
+    (run / "trials.jsonl").write_text("\n".join(lines[:60] + [json.dumps(ahead)]) + "\n")
+    group_lines = [line for line in status_text(str(run), now=last + 45).splitlines()
+                   if line.startswith(f"  group {group}:")]
+    queued = ", ".join(map(str, waiting[1:] + [999]))
+    assert len(group_lines) == 1 and group_lines[0].startswith(f"  group {group}: trial {waiting[0]}, "), group_lines
+    assert group_lines[0].endswith(f"; next: trial{'s' * (len(waiting) > 1)} {queued} (sent ahead)"), group_lines
 
 
 def test_the_progress_line_comes_at_a_tenth_of_the_budget_but_not_often():
