@@ -209,6 +209,7 @@ class Coordinator:
         self._n_ahead = 0
         self._next_trial = 0
         self._stopping = False
+        self._failures_stopped = False  # the search stopped on search.max_failures
         self._can_send_ahead = False
         self._last_ask_wait = 0.0  # the last hand-out's `ask_wait_s`: not the coordinator's time
         self._holding = False  # the searcher held a free group's trial back at the last look
@@ -647,10 +648,12 @@ class Coordinator:
             return
         failures = self._failure_limit()
         if failures:
-            self._stopping = True
+            self._stopping = self._failures_stopped = True
             self.summary.stopped = failures
             self.summary.exit_code = 1
-            log.error("%s; waiting for %d running trials", failures, self._n_running)
+            running = self._n_running
+            waiting = f"; waiting for {running} running trial{'s' * (running != 1)}" if running else ""
+            log.error("%s%s", failures, waiting)
         elif self.reached_target():
             self._stopping = True
             log.info("target %s reached by trial %d; waiting for %d running trials", self.cfg.search.target, n,
@@ -819,6 +822,8 @@ class Coordinator:
     def _verdict(self, summary: Summary) -> None:
         """A search that finished its budget still fails (exit 1) where it lost a group or where
         no trial completed: the user must not take either for a good run."""
+        if self._failures_stopped:  # the trials that were running when it stopped have finished since
+            summary.stopped = self._failure_limit()
         if summary.stopped:
             return
         if summary.retired:
