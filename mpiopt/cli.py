@@ -431,22 +431,31 @@ def _make_scheduler(cfg):
 
 def _run_coordinator(cfg, searcher, link, run_dir, events):
     """Run the search (resumed from the journal's `events`) to its end; whatever happens, the
-    results table is written and the run directory closed. Returns the coordinator's summary."""
+    results table is written and the run directory closed (or discarded: `Summary.discard`).
+    Returns the coordinator's summary."""
     from .coordinator import Coordinator
     from .journal import replay
 
     coordinator = Coordinator(cfg, searcher, link, run_dir, replay(events), scheduler=_make_scheduler(cfg),
                               history=events)
+    summary = None
     try:
-        return coordinator.run()
+        summary = coordinator.run()
     finally:
         searcher.close()
-        try:
-            run_dir.write_results(coordinator.trials.values(), cfg.space.names, live=False,
-                                  goals=cfg.objective.pareto)
-        except OSError as exc:  # keep the original error in view; the journal has everything
-            log.error("could not write %s: %s", run_dir.path / "results.csv", exc)
-        run_dir.close()
+        if summary is not None and summary.discard:
+            run_dir.discard()
+        else:
+            _close_run_dir(cfg, run_dir, coordinator.trials)
+    return summary
+
+
+def _close_run_dir(cfg, run_dir, trials) -> None:
+    try:
+        run_dir.write_results(trials.values(), cfg.space.names, live=False, goals=cfg.objective.pareto)
+    except OSError as exc:  # keep the original error in view; the journal has everything
+        log.error("could not write %s: %s", run_dir.path / "results.csv", exc)
+    run_dir.close()
 
 
 def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float) -> int:
@@ -479,7 +488,8 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float) -> int:
         _say_and_log(f"best {cfg.objective.metric} = {best.objective:.6g} at trial {best.trial}: {params}")
     elif not summary.stopped:  # a search stopped early has said why
         _say_and_log(f"no trial completed; see `mpiopt results {run_dir.path}` and trials/<id>/error.txt")
-    _say_and_log(f"results: {run_dir.path / 'results.csv'}")
+    if not summary.discard:
+        _say_and_log(f"results: {run_dir.path / 'results.csv'}")
     return code
 
 

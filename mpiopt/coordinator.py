@@ -108,6 +108,9 @@ class Summary:
     stopped: str | None = None  # why the search stopped before its budget (max_failures, no groups left)
     exit_code: int = 0  # 1 when stopped, 2 when the objective broke its contract
     sent_ahead: int = 0  # trials sent to a group before it finished the one it was running
+    # a new search that stopped on its objective's misuse with nothing else finished: its run
+    # directory holds nothing worth keeping, and would refuse the fixed objective's search
+    discard: bool = False
 
     def counts(self) -> dict[str, int]:
         """Trials by status once the search is over: one still running there (a retired group's) is
@@ -210,6 +213,8 @@ class Coordinator:
         self._next_trial = 0
         self._stopping = False
         self._failures_stopped = False  # the search stopped on search.max_failures
+        self._new_search = not self.trials  # no journal to resume from
+        self._misused: set[int] = set()  # trials whose objective broke its contract
         self._can_send_ahead = False
         self._last_ask_wait = 0.0  # the last hand-out's `ask_wait_s`: not the coordinator's time
         self._holding = False  # the searcher held a free group's trial back at the last look
@@ -637,6 +642,8 @@ class Coordinator:
 
     def _stop_if_due(self, n: int, result: TrialResult) -> None:
         """Stop handing out trials on an objective's misuse, too many failures, or the target."""
+        if result.misuse:
+            self._misused.add(n)
         if self._stopping:
             return
         if result.misuse and not self.summary.stopped:
@@ -822,6 +829,8 @@ class Coordinator:
     def _verdict(self, summary: Summary) -> None:
         """A search that finished its budget still fails (exit 1) where it lost a group or where
         no trial completed: the user must not take either for a good run."""
+        summary.discard = summary.exit_code == 2 and self._new_search and all(
+            n in self._misused or not t.status.is_finished() for n, t in self.trials.items())
         if self._failures_stopped:  # the trials that were running when it stopped have finished since
             summary.stopped = self._failure_limit()
         if summary.stopped:

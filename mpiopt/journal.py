@@ -531,6 +531,20 @@ class RunDir:
         except OSError:  # never made, or something else was put there meanwhile: keep it
             pass
 
+    def discard(self) -> None:
+        """Remove a new search that stopped on its objective's misuse before anything else finished
+        (`Summary.discard`): what it wrote, the trial folders and the folders `open` made, so that
+        the search with the objective fixed starts afresh. The one error line has said what broke."""
+        self.close()
+        for name in (JOURNAL, RESULTS, CONFIG, LOG, HEARTBEAT, LOCK):
+            (self.path / name).unlink(missing_ok=True)
+        shutil.rmtree(self.path / "trials", ignore_errors=True)
+        for folder in self._made:
+            try:
+                folder.rmdir()
+            except OSError:  # something else is there: keep it
+                break
+
     def close(self) -> None:
         if self._syncer is not None:
             with self._sync_cv:

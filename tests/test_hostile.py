@@ -40,6 +40,26 @@ def test_objective_breaking_its_contract_stops_with_exit_2(write_yaml, tmp_path,
     assert p.returncode == 2
     line = error_line(p)
     assert expected in line and fn in line
+    # nothing else finished: the run directory is gone, so the fixed objective's search starts afresh
+    assert not (tmp_path / "runs" / "hostile").exists() and "results:" not in p.stdout + p.stderr
+    p = run_cli(["search", write_yaml(FUNCTION.format(fn="branin"))], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.mpi
+def test_a_contract_error_under_mpiexec_leaves_no_run_directory(write_yaml, tmp_path):
+    # both groups' first trials break the contract; the second result comes after the stop
+    p = run_cli(["search", write_yaml(FUNCTION.format(fn="reads_a_parameter_not_in_the_space"))], cwd=tmp_path,
+                np=3)
+    assert p.returncode == 2 and "which the search space does not define" in error_line(p)
+    assert not (tmp_path / "runs" / "hostile").exists()
+
+
+def test_a_contract_error_after_finished_trials_keeps_the_run_directory(write_yaml, tmp_path):
+    p = run_cli(["search", write_yaml(FUNCTION.format(fn="returns_string_from_its_third_call"))], cwd=tmp_path)
+    assert p.returncode == 2 and "returned str" in error_line(p)
+    journal = (tmp_path / "runs" / "hostile" / "trials.jsonl").read_text()
+    assert journal.count('"status":"completed"') == 2 and journal.count('"status":"failed"') == 1
 
 
 def test_a_report_without_the_figure_of_merit_stops_a_scheduled_search_with_exit_2(write_yaml, tmp_path):

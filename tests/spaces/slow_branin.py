@@ -60,6 +60,15 @@ def returns_string(params):
     return "0.5"
 
 
+_CALLS = [0]
+
+
+def returns_string_from_its_third_call(params):
+    """Branin twice (in this process), then a string: a contract broken after trials completed."""
+    _CALLS[0] += 1
+    return "0.5" if _CALLS[0] >= 3 else branin(params)
+
+
 def returns_list(params):
     return [params["x"], params["y"]]
 
