@@ -28,12 +28,23 @@ def table(top, goals: list[str] | None = None) -> str:
     cols = lead + [c for c in top.columns if c.startswith("params_")] + \
         ["epochs", "rung"] + (["duration_s"] if "duration_s" not in lead else []) + ["group"]
     view = top[[c for c in cols if c in top.columns]].rename(columns=lambda c: c.removeprefix("params_"))
-    for c in view.select_dtypes(include="object").columns:  # an inactive parameter's None: an empty cell, as NaN is
-        view[c] = view[c].where(view[c].notna(), "")
+    view = blank_missing(view)
     if "error" in top and top["error"].notna().any():
         errors = top["error"].fillna("").astype(str)
         view = view.assign(error=errors.map(lambda e: e if len(e) <= ERROR_WIDTH else e[:ERROR_WIDTH - 3] + "..."))
     return view.to_string(index=False, justify="left", na_rep="")
+
+
+def blank_missing(view):
+    """`view` with the missing values of its columns that are not floats (an inactive parameter, a
+    function's epochs) as empty cells, as pandas prints a missing float, not `<NA>` or `None`."""
+    from pandas.api.types import is_float_dtype
+
+    view = view.copy()
+    for c in view.columns:
+        if not is_float_dtype(view[c]) and view[c].isna().any():
+            view[c] = view[c].astype(object).where(view[c].notna(), "")
+    return view
 
 
 def records(df) -> list[dict[str, Any]]:

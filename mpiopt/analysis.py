@@ -67,7 +67,19 @@ def load_results(path: str | os.PathLike):
         df = pd.read_csv(p / RESULTS)
     else:
         raise ConfigError(f"holds no search results (no {JOURNAL})", source=str(path))
-    return _typed(df)
+    return _integer_params(_typed(df), _run_info(p).get("parameters") or {})
+
+
+def _integer_params(df, space: dict):
+    """Integer parameters as nullable integers: a conditional one is empty where inactive, which
+    would make the column float."""
+    for name, spec in space.items():
+        col = f"params_{name}"
+        if isinstance(spec, dict) and spec.get("type") == "integer" and col in df:
+            values = df[col].dropna()
+            if (values == values.round()).all():  # whole numbers, as an integer parameter's are
+                df[col] = df[col].astype("Int64")
+    return df
 
 
 def _typed(df):

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import _results_view as view
 from . import plots
 from ._files import atomic_write
 from .analysis import (_run_info, best_trials, direction_of, goals_of, load_history, load_results, load_timeline,
@@ -123,7 +124,8 @@ def _top_table(df, direction: str, top: int = 10) -> str:
             "duration_s", "group"]
     shown = best_trials(df, direction, top)[[c for c in cols if c in df.columns]]
     shown = shown.rename(columns={c: c[len("params_"):] for c in shown.columns if c.startswith("params_")})
-    return shown.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.6g}", border=0, classes="top")
+    return view.blank_missing(shown).to_html(index=False, na_rep="", float_format=lambda v: f"{v:.6g}", border=0,
+                                             classes="top")
 
 
 def _html(run: Path, info: dict, df, usage: dict, direction: str, metric: str, sections: list[Section]) -> str:

@@ -153,8 +153,13 @@ def test_a_search_table_leaves_inactive_parameters_empty(write_yaml, tmp_path):
     assert set(df.status) == {"completed"}  # two_goals fails a trial given an inactive parameter
     assert df.params_momentum.isna().tolist() == (df.params_optimizer != "sgd").tolist()
     assert df.params_width2.isna().tolist() == (df.params_layers != 2).tolist()
+    assert str(df.params_width2.dtype) == "Int64" and str(df.params_width1.dtype) == "Int64"  # integers, gaps or not
     shown = run_cli(["results", str(tmp_path / "runs" / "cond")], cwd=tmp_path).stdout
-    assert "None" not in shown and "nan" not in shown.lower()
+    assert "None" not in shown and "nan" not in shown.lower() and "<NA>" not in shown
+    rows = [line.split(",") for line in
+            run_cli(["results", str(tmp_path / "runs" / "cond"), "--format", "csv"], cwd=tmp_path).stdout.splitlines()]
+    width2 = [row[rows[0].index("params_width2")] for row in rows[1:]]
+    assert "" in width2 and all(v == "" or v.isdigit() for v in width2), width2  # 12, not 12.0
 
 
 # -- evolution -------------------------------------------------------------------------------------
