@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.set_defaults(trials=None, seed=None, np=None, top=None, trace=False)
     rp = sub.add_parser("report", help="plots and a self-contained report.html of a search")
     rp.add_argument("dir", metavar="DIR")
-    rp.add_argument("--out", metavar="PATH", help="where the report goes (default DIR/report)")
+    rp.add_argument("--out", metavar="PATH",
+                    help="the folder of report.html and its plots (default DIR/report), or the page itself (*.html)")
     rp.set_defaults(trials=None, seed=None, np=None, top=None, trace=False)
     return p
 

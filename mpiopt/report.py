@@ -64,8 +64,9 @@ def _draw(slug: str, title: str, make: Callable) -> Section:
 
 
 def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
-    """Write the plots and report.html of the search in `path` to `out` (default `path/report`);
-    returns the report.html path."""
+    """Write the plots and report.html of the search in `path` to the folder `out` (default
+    `path/report`; an `out` ending in .html names the page, the plots go beside it); returns the
+    page's path."""
     run = Path(path)
     df = load_results(run)
     history = load_history(run)
@@ -73,13 +74,15 @@ def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) 
     info = _run_info(run)
     direction, metric = direction_of(run)
     target = Path(out) if out is not None else run / "report"
+    page = target / "report.html"
+    if target.suffix.lower() in (".html", ".htm"):
+        target, page = target.parent, target
     target.mkdir(parents=True, exist_ok=True)
     sections = [_draw(*spec) for spec in _plots(df, history, stretches, direction, metric, log_params(info),
                                                      goals_of(run))]
     for s in sections:
         if s.png is not None:
             atomic_write(target / f"{s.slug}.png", s.png, durable=False)
-    page = target / "report.html"
     usage = timeline(stretches)[1]
     atomic_write(page, _html(run, info, df, usage, direction, metric, sections).encode("utf-8"), durable=False)
     return page

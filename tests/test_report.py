@@ -205,6 +205,12 @@ def test_report_of_a_killed_search_with_no_completed_trial_says_why(tmp_path):
     assert f"{finished} finished of a budget of 40 ({len(shown) - finished} more started)" in page
 
 
+def test_report_out_may_name_the_page(tmp_path):
+    page = write_report(copy_run(tmp_path), tmp_path / "shared" / "search.html")
+    assert page == tmp_path / "shared" / "search.html" and page.is_file()
+    assert (tmp_path / "shared" / "history.png").is_file() and not (tmp_path / "shared" / "report.html").exists()
+
+
 def test_report_of_a_missing_directory_is_a_one_line_error(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
