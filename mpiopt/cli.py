@@ -741,17 +741,21 @@ def _layout_lines(plan, library: str | None) -> list[str]:
     for g, ranks in enumerate(plan.groups):
         on = plan.nodes_of(g)
         where = f" on node{'s' if len(on) > 1 else ''} {', '.join(map(str, on))}" if plan.nodes is not None else ""
-        lines.append(f"              group {g}: world ranks {_ranges(ranks)}{where}")
+        lines.append(f"              group {g}: {_world_ranks(ranks)}{where}")
     if plan.nodes is None:
         lines.append("              (one node assumed: under mpiexec, without --np, check shows the real layout)")
         return lines + [f"  MPI         {library}"]
     by_node: dict[int, list[int]] = {}
     for rank, node in enumerate(plan.nodes):
         by_node.setdefault(node, []).append(rank)
-    lines.append(f"  nodes       {len(by_node)}: " + "; ".join(f"node {i}: world ranks {_ranges(r)}"
+    lines.append(f"  nodes       {len(by_node)}: " + "; ".join(f"node {i}: {_world_ranks(r)}"
                                                             for i, r in enumerate(by_node.values())))
     lines.append(f"  MPI         {library}")
     return lines
+
+
+def _world_ranks(ranks) -> str:
+    return f"world rank{'s' * (len(ranks) > 1)} {_ranges(ranks)}"
 
 
 def _ranges(ranks) -> str:

@@ -182,6 +182,8 @@ def test_check_prints_the_plan(write_yaml, tmp_path):
     p = run_cli(["check", write_yaml(SPACE + "training: {group_size: 3}\n"), "--np", "3"], cwd=tmp_path)
     assert "note        training.group_size 3 is more than the 2 ranks beside the coordinator: one group of 2" \
         in p.stdout
+    p = run_cli(["check", write_yaml(SPACE), "--np", "3"], cwd=tmp_path)
+    assert "group 0: world rank 1\n" in p.stdout and "group 1: world rank 2\n" in p.stdout
 
 
 def test_train_a_function_objective(write_yaml, tmp_path):
