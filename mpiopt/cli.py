@@ -515,9 +515,12 @@ def _refuse_a_finished_training(out: Path) -> None:
 
 def trial_values(run_dir: Path, which: str | None, cfg) -> tuple[int, dict[str, Any]]:
     """(number, parameters) of trial `which` (a number or 'best') of the search in `run_dir`."""
-    from .analysis import trial_params
+    from .analysis import goals_of, trial_params
 
     params, number = trial_params(run_dir, which or "best")
+    goals = goals_of(run_dir)
+    if goals and str(which or "best").strip().lower() == "best":
+        warn_once(_pareto_best_note(run_dir, goals, f"trial {number}"))
     unknown = [k for k in params if k not in cfg.space.names]
     if unknown:
         raise ConfigError(f"--trial {number}: its parameter {unknown[0]!r} is not in {cfg.source or cfg.path} "
@@ -816,6 +819,8 @@ def cmd_results(args) -> int:
     goals = goals_of(args.dir)
     if goals and not args.best:
         return _print_front(args, df, goals)
+    if goals:
+        print(f"note: {_pareto_best_note(args.dir, goals, '--best')}", file=sys.stderr)
     top = best_trials(df, direction, 1 if args.best else args.top or TOP_DEFAULT)
     if args.best:
         top = top[top.status == "completed"]
@@ -831,9 +836,15 @@ def cmd_results(args) -> int:
     else:
         counts = df["status"].value_counts().to_dict()
         print(f"{args.dir}: {len(df)} trials (" + ", ".join(f"{n} {s}" for s, n in counts.items())
-              + f"); {direction} {metric}" + (f"; the first {len(top)} shown (--top K)" if len(top) < len(df) else ""))
+              + f"); {direction} {metric}"
+              + (f"; the first {len(top)} shown (--top K)" if len(top) < len(df) and not args.best else ""))
         print(view.table(top) if len(top) else "(no trials)")
     return 0
+
+
+def _pareto_best_note(run_dir, goals, what: str) -> str:
+    return (f"a Pareto search has no single best: {what} is the best by its first goal, {goals[0][0]} "
+            f"(`mpiopt results {run_dir}` lists the front)")
 
 
 def _print_front(args, df, goals) -> int:

@@ -275,6 +275,9 @@ def test_a_pareto_search_marks_and_prints_its_front(write_yaml, tmp_path):
     assert f"Pareto front of minimize loss, minimize size: {int(df.pareto.sum())} trials" in shown
     body = shown.splitlines()[2:]
     assert sorted(int(line.split()[0]) for line in body) == sorted(df.trial[df.pareto].tolist())
+    best = run_cli(["results", str(tmp_path / "runs" / "front"), "--best"], cwd=tmp_path)
+    assert "note: a Pareto search has no single best: --best is the best by its first goal, loss" in best.stderr
+    assert "(--top K)" not in best.stdout
     assert run_cli(["report", str(tmp_path / "runs" / "front")], cwd=tmp_path).returncode == 0
     page = (tmp_path / "runs" / "front" / "report" / "report.html").read_text()
     assert (tmp_path / "runs" / "front" / "report" / "pareto.png").stat().st_size > 5000
