@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="plots and a self-contained report.html of a search")
     rp.add_argument("dir", metavar="DIR")
     rp.add_argument("--out", metavar="PATH",
-                    help="the folder of report.html and its plots (default DIR/report), or the page itself (*.html)")
+                    help="the folder of report.html and its plots (default DIR/report), or the page alone (*.html)")
     rp.set_defaults(trials=None, seed=None, np=None, top=None, trace=False)
     return p
 

@@ -65,8 +65,8 @@ def _draw(slug: str, title: str, make: Callable) -> Section:
 
 def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
     """Write the plots and report.html of the search in `path` to the folder `out` (default
-    `path/report`; an `out` ending in .html names the page, the plots go beside it); returns the
-    page's path."""
+    `path/report`); an `out` ending in .html names the page, written alone (it embeds the plots).
+    Returns the page's path."""
     run = Path(path)
     df = load_results(run)
     history = load_history(run)
@@ -74,14 +74,14 @@ def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) 
     info = _run_info(run)
     direction, metric = direction_of(run)
     target = Path(out) if out is not None else run / "report"
-    page = target / "report.html"
-    if target.suffix.lower() in (".html", ".htm"):
-        target, page = target.parent, target
+    page, pngs = target / "report.html", True
+    if target.suffix.lower() in (".html", ".htm"):  # the page alone: it embeds its plots
+        target, page, pngs = target.parent, target, False
     target.mkdir(parents=True, exist_ok=True)
     sections = [_draw(*spec) for spec in _plots(df, history, stretches, direction, metric, log_params(info),
                                                      goals_of(run))]
     for s in sections:
-        if s.png is not None:
+        if s.png is not None and pngs:
             atomic_write(target / f"{s.slug}.png", s.png, durable=False)
     usage = timeline(stretches)[1]
     atomic_write(page, _html(run, info, df, usage, direction, metric, sections).encode("utf-8"), durable=False)
@@ -109,7 +109,8 @@ def summary_rows(run: Path, info: dict, df, usage: dict, direction: str, metric:
         rows.append(("Pareto front", f"{int(df['pareto'].astype(bool).sum())} trials (the table's pareto column)"))
     if not best.empty:
         b = best.iloc[0]
-        params = ", ".join(f"{c[len('params_'):]}={b[c]}" for c in df.columns if c.startswith("params_"))
+        params = ", ".join(f"{c[len('params_'):]}={b[c]}" for c in df.columns
+                           if c.startswith("params_") and not _missing(b[c]))  # an inactive parameter: left out
         rows.append((f"best {metric} ({direction})", f"{b['objective']:.6g} at trial {int(b['trial'])}: {params}"))
     if df["start"].notna().any():
         span = (df[["start", "end"]].max().max() - df["start"].min()).total_seconds()
@@ -120,6 +121,12 @@ def summary_rows(run: Path, info: dict, df, usage: dict, direction: str, metric:
     if scheduler and scheduler != "none":
         rows.append(("scheduler", str(scheduler)))
     return rows
+
+
+def _missing(value) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(value))
 
 
 def _top_table(df, direction: str, top: int = 10) -> str:

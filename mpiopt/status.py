@@ -31,7 +31,7 @@ RATE_WINDOW_S = 3600.0  # trials (epochs) per hour over the last hour (or the wh
 
 @dataclass
 class Liveness:
-    state: str  # "starting", "running", "ended", "interrupted", "stopped" or "unknown"
+    state: str  # "starting", "never started", "running", "ended", "interrupted", "stopped" or "unknown"
     age_s: float | None  # seconds since the last heartbeat
     where: str = ""
     gone: bool = False  # stopped, seen at once: the coordinator's process on this machine is no more
@@ -72,9 +72,12 @@ def _starting(run: Path, last_beat: float | None) -> Liveness | None:
     if since is None or (last_beat is not None and since <= last_beat):
         return None
     who = {"pid": int(holder[1]), "host": holder[2]}
-    if who["host"] != socket.gethostname() or _gone_from_this_machine(who):
+    if who["host"] != socket.gethostname():
         return None
-    return Liveness("starting", None, f"pid {who['pid']} on {who['host']}")
+    where = f"pid {who['pid']} on {who['host']}"
+    if _gone_from_this_machine(who):  # killed in its pre-flight: a new search never started, a resumed one stands
+        return Liveness("never started", None, where) if last_beat is None else None
+    return Liveness("starting", None, where)
 
 
 def _gone_from_this_machine(beat: dict) -> bool:
@@ -182,6 +185,9 @@ def _state_line(run: Path, alive: Liveness) -> str:
         return f"{run}: running ({alive.where}, heartbeat {alive.age_s:.0f} s ago)"
     if alive.state == "starting":
         return f"{run}: starting ({alive.where}): the pre-flight check runs before the first trial"
+    if alive.state == "never started":
+        return (f"{run}: never started: its coordinator ({alive.where}) is gone, stopped in its pre-flight check; "
+                "run the search again, without --resume")
     if alive.state == "ended":
         return f"{run}: ended {format_hours(alive.age_s / 3600)} ago"
     go_on = f"`mpiopt search {_shown_path(alive.space) if alive.space else 'SPACE'} --out {run} --resume` continues it"

@@ -208,7 +208,7 @@ def test_report_of_a_killed_search_with_no_completed_trial_says_why(tmp_path):
 def test_report_out_may_name_the_page(tmp_path):
     page = write_report(copy_run(tmp_path), tmp_path / "shared" / "search.html")
     assert page == tmp_path / "shared" / "search.html" and page.is_file()
-    assert (tmp_path / "shared" / "history.png").is_file() and not (tmp_path / "shared" / "report.html").exists()
+    assert sorted(p.name for p in (tmp_path / "shared").iterdir()) == ["search.html"]  # it embeds its plots
 
 
 def test_report_of_a_missing_directory_is_a_one_line_error(tmp_path, capsys):
@@ -270,7 +270,7 @@ def test_status_of_a_search_still_in_its_preflight_says_starting(tmp_path):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     for pid, host, said in ((os.getpid(), here, f": starting (pid {os.getpid()} on {here}): the pre-flight check"),
-                            (gone.pid, here, ": no heartbeat file"),  # killed in its preflight
+                            (gone.pid, here, f": never started: its coordinator (pid {gone.pid} on {here}) is gone"),
                             (os.getpid(), "another-node", ": no heartbeat file")):  # there, nothing tells
         (run / LOCK).write_text(f"pid {pid} on {host} since {iso(time.time() - 5)}\n")
         line = status_text(str(run)).splitlines()[0]
