@@ -474,7 +474,8 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float) -> int:
     if report is not None:
         stats.info("%s", report)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    log.info("search finished in %.1f s: %d trials (%s)", summary.wall_s, len(summary.trials), counts)
+    n = len(summary.trials)
+    log.info("search finished in %.1f s: %d trial%s (%s)", summary.wall_s, n, "s" * (n != 1), counts)
     stats.info("%s; coordinator CPU %.1f s (%.0f%% of one core)",
                dispatch_stats(summary.dispatch_s, summary.first_wave_s), cpu, 100.0 * cpu / max(wall, 1e-9))
     best = summary.best
@@ -497,7 +498,9 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float) -> int:
 def _say_and_log(line: str, *, error: bool = False) -> None:
     """A closing line of the search: on the console, and in the run's search.log."""
     print(line, file=sys.stderr if error else sys.stdout, flush=True)
-    logging.getLogger(FILE_ONLY).log(logging.ERROR if error else logging.INFO, "%s", line)
+    # the log's own level says ERROR: not "ERROR: mpiopt: error: ..."
+    logged = line.removeprefix("mpiopt: error: ")
+    logging.getLogger(FILE_ONLY).log(logging.ERROR if error else logging.INFO, "%s", logged)
 
 
 # -- train -------------------------------------------------------------------------------------

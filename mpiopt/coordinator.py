@@ -323,7 +323,7 @@ class Coordinator:
         for n in sorted(self._finished_trials):
             t = self.trials[n]
             self.searcher.tell(n, t.params, self.search_loss(t))
-        kept = f"{len(self._finished_trials)} finished trials kept"
+        kept = f"{len(self._finished_trials)} finished trial{'s' * (len(self._finished_trials) != 1)} kept"
         if self._paused:
             kept += f", {len(self._paused)} paused trials waiting for a promotion"
         if self._rerun:
@@ -658,7 +658,7 @@ class Coordinator:
             self._stopping = self._failures_stopped = True
             self.summary.stopped = failures
             self.summary.exit_code = 1
-            running = self._n_running
+            running = self._n_running + self._n_ahead  # a trial sent ahead runs too, once its group is free
             waiting = f"; waiting for {running} running trial{'s' * (running != 1)}" if running else ""
             log.error("%s%s", failures, waiting)
         elif self.reached_target():
