@@ -79,7 +79,8 @@ def as_yaml(value) -> str:
     return yaml.safe_dump(value, sort_keys=False, allow_unicode=True)
 
 
-# the training settings a function objective runs with: the others configure model training
+# the training settings a function objective runs with (epochs: under a scheduler, its steps);
+# the others configure model training
 FUNCTION_SETTINGS = ("group_size", "epochs", "time_limit")
 
 
@@ -92,7 +93,8 @@ def best_yaml(run_dir: str, top, direction: str, metric: str) -> str:
     cfg = run_config(run_dir)
     training = cfg.trial_training(params)
     if cfg.objective.kind == "function":
-        training = {k: training[k] for k in FUNCTION_SETTINGS}
+        read = [k for k in FUNCTION_SETTINGS if k != "epochs" or cfg.search.scheduler != "none"]
+        training = {k: training[k] for k in read}
     head = f"# the best trial of {run_dir}: {direction} {metric} = {float(top.iloc[0]['objective']):.6g}\n"
     return head + as_yaml({"trial": number, metric: float(top.iloc[0]["objective"]), "parameters": params,
                            "training": training})
