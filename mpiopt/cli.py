@@ -249,7 +249,7 @@ def _search_as(args, job: _Job, comm, placement: str | None, plan) -> int:
     run_dir, events, error, runner = None, [], None, None
     if rank == 0:
         set_rank_tag("[coordinator]" if size > 1 else "")
-        run_dir, events, error = _open_run_dir(cfg, job.out, args.resume)
+        run_dir, events, error = _open_run_dir(cfg, job.out, args.resume, size)
     else:
         # a group rank loads the objective now, while the coordinator checks and opens the run
         # directory, so that every group is ready when the first trials go out
@@ -287,7 +287,7 @@ def _serve(plan, comm, rank: int, runner) -> int:
     return 0
 
 
-def _open_run_dir(cfg, out: Path, resume: bool) -> tuple[Any, list[dict], ConfigError | None]:
+def _open_run_dir(cfg, out: Path, resume: bool, ranks: int) -> tuple[Any, list[dict], ConfigError | None]:
     """The coordinator's start: (run directory, events of its journal, the refusal if any).
 
     The directory is claimed before the preflight starts TensorFlow, so that a refusal is quick;
@@ -298,7 +298,7 @@ def _open_run_dir(cfg, out: Path, resume: bool) -> tuple[Any, list[dict], Config
     run_dir, events = None, []
     try:
         run_dir = RunDir(out)
-        run_dir.open(resume=resume, config_text=_config_text(cfg), space=cfg.path)
+        run_dir.open(resume=resume, config_text=_config_text(cfg), space=cfg.path, ranks=ranks)
         preflight(cfg)
         events, problems = run_dir.events()
         for msg in problems:

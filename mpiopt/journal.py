@@ -302,6 +302,7 @@ class RunDir:
         self._needs_header = False  # a new journal: its first append writes the format header first
         self._made: list[Path] = []  # the folders `open` created, deepest first
         self._space: Path | None = None
+        self._ranks: int | None = None
 
     def holds_search(self) -> bool:
         return self.journal_path.exists() and self.journal_path.stat().st_size > 0
@@ -329,10 +330,11 @@ class RunDir:
                 check_version(self.journal_path, first)
             self._check_same_search(config_text)
 
-    def open(self, *, resume: bool, config_text: str, space: Path | None = None) -> None:
+    def open(self, *, resume: bool, config_text: str, space: Path | None = None, ranks: int | None = None) -> None:
         """Create or reopen the directory for a search, refusing what would lose or mix data;
-        `space`: the search-space file it runs from, which the heartbeat names for a --resume."""
-        self._space = space
+        `space` (the search-space file it runs from) and `ranks` (the job's size): what the
+        heartbeat names for a --resume."""
+        self._space, self._ranks = space, ranks
         where = str(self.path)
         self.check(resume=resume, config_text=config_text)
         self._made = [p for p in (self.path, *self.path.parents) if not p.exists()]  # deepest first
@@ -489,7 +491,7 @@ class RunDir:
         """Say the search is alive (`state` "running") or has ended ("ended"): `mpiopt status`
         reads it from any machine that sees the file system, where the lock may not be visible."""
         body = {"state": state, "time": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
-                "space": str(self._space) if self._space is not None else None}
+                "space": str(self._space) if self._space is not None else None, "ranks": self._ranks}
         atomic_write(self.path / HEARTBEAT, _line(body), durable=False)
 
     def trial_dir(self, trial: int) -> Path:

@@ -36,6 +36,7 @@ class Liveness:
     where: str = ""
     gone: bool = False  # stopped, seen at once: the coordinator's process on this machine is no more
     space: str | None = None  # the search-space file the search ran from
+    ranks: int | None = None  # the ranks of its MPI job
 
 
 def liveness(run: Path, now: float) -> Liveness:
@@ -53,11 +54,13 @@ def liveness(run: Path, now: float) -> Liveness:
     age = now - float(beat.get("time", 0.0))
     where = f"pid {beat.get('pid')} on {beat.get('host')}"
     space = beat.get("space") if isinstance(beat.get("space"), str) else None
+    ranks = beat.get("ranks") if isinstance(beat.get("ranks"), int) else None
     if beat.get("state") in ("ended", "interrupted"):
-        return Liveness(beat["state"], age, where, space=space)
+        return Liveness(beat["state"], age, where, space=space, ranks=ranks)
     if _gone_from_this_machine(beat):
-        return Liveness("stopped", age, where, gone=True, space=space)
-    return Liveness("running" if age <= STALE_BEATS * HEARTBEAT_EVERY_S else "stopped", age, where, space=space)
+        return Liveness("stopped", age, where, gone=True, space=space, ranks=ranks)
+    state = "running" if age <= STALE_BEATS * HEARTBEAT_EVERY_S else "stopped"
+    return Liveness(state, age, where, space=space, ranks=ranks)
 
 
 def _starting(run: Path, last_beat: float | None) -> Liveness | None:
@@ -191,6 +194,8 @@ def _state_line(run: Path, alive: Liveness) -> str:
     if alive.state == "ended":
         return f"{run}: ended {format_hours(alive.age_s / 3600)} ago"
     go_on = f"`mpiopt search {_shown_path(alive.space) if alive.space else 'SPACE'} --out {run} --resume` continues it"
+    if alive.ranks and alive.ranks > 1:  # the job's size, whatever launched it: --np, mpirun -n or srun
+        go_on += f" on {alive.ranks} ranks, as it ran (--np {alive.ranks}, or your launcher's)"
     if alive.state == "interrupted":
         return f"{run}: interrupted {format_hours(alive.age_s / 3600)} ago (Ctrl-C or SIGTERM); {go_on}"
     if alive.gone:
