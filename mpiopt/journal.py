@@ -26,7 +26,7 @@ from ._errors import ConfigError
 from . import pareto
 from ._files import atomic_write
 from .pareto import Goals
-from .trial import TrialRecord, TrialStatus, apply_event, clean
+from .trial import TrialRecord, TrialStatus, apply_event, clean, trial_of
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,7 @@ def stretch_rows(events: Iterable[dict[str, Any]], *, live: bool = False) -> lis
     reached: dict[int, tuple[float | None, int | None]] = {}  # per open stretch: (time, epoch) of its latest report
     for event in events:
         kind = event.get("event")
-        again = _trial_of(event) if kind == "start" else None
+        again = trial_of(event) if kind == "start" else None
         if again in unended:
             ended.append(_cut_off(unended.pop(again), reached))
         rec = apply_event(trials, event)
@@ -218,13 +218,6 @@ def stretch_rows(events: Iterable[dict[str, Any]], *, live: bool = False) -> lis
             last[rec.trial]["status"] = rec.shown_status(live).value
     open_ = [_stretch(rec, live) if live else _cut_off(rec, reached) for rec in unended.values()]
     return ended + open_
-
-
-def _trial_of(event: dict[str, Any]) -> int | None:
-    try:
-        return int(event["trial"])
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def _cut_off(t: TrialRecord, reached: dict[int, tuple[float | None, int | None]]) -> dict[str, Any]:

@@ -186,15 +186,22 @@ def finish_event(result: TrialResult, rec: TrialRecord, now: float) -> dict[str,
     return clean(event)
 
 
+def trial_of(event: dict[str, Any]) -> int | None:
+    """The trial number a journal event is about, or None (the format header, a malformed event)."""
+    try:
+        return int(event["trial"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialRecord | None:
     """Bring `trials` up to date with one journal event; the record it changed, or None.
 
     A later event of a trial overrides an earlier one, except that a stray `start` never undoes a
     finished trial. Events of other kinds (the format header) and malformed ones change nothing.
     """
-    try:
-        n = int(event["trial"])
-    except (KeyError, TypeError, ValueError):
+    n = trial_of(event)
+    if n is None:
         return None
     kind = event.get("event")
     if kind == "start":
