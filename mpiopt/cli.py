@@ -25,7 +25,7 @@ from ._log import FILE_ONLY, STATS, log_to_file, set_rank_tag, setup_logging, st
 from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_or_raise, env_size, mpi_main, prepare_threads,
                      relaunch, say_error, warn_once)
 from .space import Categorical
-from .trial import TrialResult, TrialStatus
+from .trial import TrialRecord, TrialResult, TrialStatus
 
 log = logging.getLogger("mpiopt.cli")
 TOP_DEFAULT = 10  # trials `mpiopt results` shows without --top
@@ -246,10 +246,10 @@ def _start_pulse(comm, plan):
 def _search_as(args, job: _Job, comm, placement: str | None, plan) -> int:
     """This rank's part of the search: coordinate (world rank 0) or serve in its group."""
     cfg, rank, size = job.cfg, comm.Get_rank(), comm.Get_size()
-    run_dir, events, error, runner = None, [], None, None
+    run_dir, journal, error, runner = None, _Journal(), None, None
     if rank == 0:
         set_rank_tag("[coordinator]" if size > 1 else "")
-        run_dir, events, error = _open_run_dir(cfg, job.out, args.resume, size)
+        run_dir, journal, error = _open_run_dir(cfg, job.out, args.resume, size)
     else:
         # a group rank loads the objective now, while the coordinator checks and opens the run
         # directory, so that every group is ready when the first trials go out
@@ -264,7 +264,7 @@ def _search_as(args, job: _Job, comm, placement: str | None, plan) -> int:
     # unreceived at MPI_Finalize, where MPICH kills their sender (and the exit code is no longer 2)
     pulse = _start_pulse(comm, plan)
     try:
-        code = _coordinate(cfg, plan, comm, run_dir, events, placement) if rank == 0 \
+        code = _coordinate(cfg, plan, comm, run_dir, journal, placement) if rank == 0 \
             else _serve(plan, comm, rank, runner)
     except BaseException:
         if pulse is not None:
@@ -287,15 +287,24 @@ def _serve(plan, comm, rank: int, runner) -> int:
     return 0
 
 
-def _open_run_dir(cfg, out: Path, resume: bool, ranks: int) -> tuple[Any, list[dict], ConfigError | None]:
-    """The coordinator's start: (run directory, events of its journal, the refusal if any).
+@dataclass(frozen=True)
+class _Journal:
+    """The run directory's journal, read and replayed once: its events and the trials they make
+    (none for a new search)."""
+
+    events: list[dict] = field(default_factory=list)
+    trials: dict[int, TrialRecord] = field(default_factory=dict)
+
+
+def _open_run_dir(cfg, out: Path, resume: bool, ranks: int) -> tuple[Any, _Journal, ConfigError | None]:
+    """The coordinator's start: (run directory, its journal, the refusal if any).
 
     The directory is claimed before the preflight starts TensorFlow, so that a refusal is quick;
     after a refusal it is left as it was found."""
-    from .journal import RunDir
+    from .journal import RunDir, replay
     from .objective import preflight
 
-    run_dir, events = None, []
+    run_dir, journal = None, _Journal()
     try:
         run_dir = RunDir(out)
         run_dir.open(resume=resume, config_text=_config_text(cfg), space=cfg.path, ranks=ranks)
@@ -303,42 +312,41 @@ def _open_run_dir(cfg, out: Path, resume: bool, ranks: int) -> tuple[Any, list[d
         events, problems = run_dir.events()
         for msg in problems:
             log.warning(msg)
+        journal = _Journal(events, replay(events))
         if resume:
-            _refuse_a_budget_already_spent(cfg, events, out)
+            _refuse_a_budget_already_spent(cfg, journal.trials, out)
             run_dir.write_config(_config_text(cfg))
     except ConfigError as exc:
         if run_dir is not None and resume:
             run_dir.close()
         elif run_dir is not None:
             run_dir.abandon()
-        return run_dir, events, exc
-    return run_dir, events, None
+        return run_dir, journal, exc
+    return run_dir, journal, None
 
 
-def _refuse_a_budget_already_spent(cfg, events: list[dict], out: Path) -> None:
+def _refuse_a_budget_already_spent(cfg, trials: dict[int, TrialRecord], out: Path) -> None:
     """A --resume whose `--trials` (or search.trials) is below the trials the journal finished
     would stop at once and report more trials than its budget."""
-    from .journal import replay
-
-    finished = sum(1 for t in replay(events).values() if t.status.is_finished())
+    finished = sum(1 for t in trials.values() if t.status.is_finished())
     if cfg.search.trials < finished:
         raise ConfigError(f"{cfg.search.trials} is fewer than the {finished} trials already finished in {out}; "
                           f"resume with a budget of at least {finished} (--trials {finished})",
                           source=cfg.source or str(cfg.path), field="search.trials")
 
 
-def _coordinate(cfg, plan, comm, run_dir, events, placement: str | None = None) -> int:
+def _coordinate(cfg, plan, comm, run_dir, journal: _Journal, placement: str | None = None) -> int:
     """The coordinator's part of a search, its lines also kept in the run's search.log."""
     from .journal import LOG
 
     logfile = log_to_file(run_dir.path / LOG)
     try:
-        return _run_search(cfg, plan, comm, run_dir, events, placement)
+        return _run_search(cfg, plan, comm, run_dir, journal, placement)
     finally:
         stop_logging_to(logfile)
 
 
-def _run_search(cfg, plan, comm, run_dir, events, placement: str | None) -> int:
+def _run_search(cfg, plan, comm, run_dir, journal: _Journal, placement: str | None) -> int:
     _announce(cfg, plan, run_dir, placement)
     link = _make_link(cfg, comm, plan)
     searcher = _make_searcher(cfg, link)
@@ -346,7 +354,7 @@ def _run_search(cfg, plan, comm, run_dir, events, placement: str | None) -> int:
     # a hand-out would walk it all again, tens of milliseconds each time
     gc.freeze()
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    summary = _run_coordinator(cfg, searcher, link, run_dir, events)
+    summary = _run_coordinator(cfg, searcher, link, run_dir, journal)
     code = _finish(cfg, summary, searcher, run_dir, cpu0, wall0)
     if summary.retired:
         # their ranks are stuck in user code and would keep the job from ending: the journal and
@@ -430,15 +438,14 @@ def _make_scheduler(cfg):
                           reduction_factor=s.reduction_factor, pausable=cfg.objective.kind == "model")
 
 
-def _run_coordinator(cfg, searcher, link, run_dir, events):
-    """Run the search (resumed from the journal's `events`) to its end; whatever happens, the
+def _run_coordinator(cfg, searcher, link, run_dir, journal: _Journal):
+    """Run the search (resumed from its `journal`) to its end; whatever happens, the
     results table is written and the run directory closed (or discarded: `Summary.discard`).
     Returns the coordinator's summary."""
     from .coordinator import Coordinator
-    from .journal import replay
 
-    coordinator = Coordinator(cfg, searcher, link, run_dir, replay(events), scheduler=_make_scheduler(cfg),
-                              history=events)
+    coordinator = Coordinator(cfg, searcher, link, run_dir, journal.trials, scheduler=_make_scheduler(cfg),
+                              history=journal.events)
     summary = None
     try:
         summary = coordinator.run()
