@@ -473,7 +473,7 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float) -> int:
 
     code = 0
     if summary.stopped:
-        _say_and_log(f"mpiopt: error: {summary.stopped}", error=True)
+        _say_and_log(summary.stopped, error=True)
         code = summary.exit_code or 1
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts().items()))
     stats = logging.getLogger(STATS)
@@ -503,11 +503,10 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float) -> int:
 
 
 def _say_and_log(line: str, *, error: bool = False) -> None:
-    """A closing line of the search: on the console, and in the run's search.log."""
-    print(line, file=sys.stderr if error else sys.stdout, flush=True)
-    # the log's own level says ERROR: not "ERROR: mpiopt: error: ..."
-    logged = line.removeprefix("mpiopt: error: ")
-    logging.getLogger(FILE_ONLY).log(logging.ERROR if error else logging.INFO, "%s", logged)
+    """A closing line of the search: on the console (an error as `mpiopt: error: ...` on stderr),
+    and in the run's search.log, where the level says it is an error."""
+    print(f"mpiopt: error: {line}" if error else line, file=sys.stderr if error else sys.stdout, flush=True)
+    logging.getLogger(FILE_ONLY).log(logging.ERROR if error else logging.INFO, "%s", line)
 
 
 # -- train -------------------------------------------------------------------------------------
