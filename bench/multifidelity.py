@@ -3,17 +3,19 @@ and Optuna's pruned TPE, with 1, 8 and 32 groups.
 
     python bench/multifidelity.py [--seeds 50] [--widths 1 8 32] [--budget 60] [--jobs 2]
                                   [--methods bayes random+asha bayes+asha hyperband optuna]
-                                  [--curves bench/data/mnist1d_cnn_curves.jsonl] [--oracle-at K ...] [--ranked-by R ...]
+                                  [--curves bench/data/mnist1d_cnn_curves.jsonl] [--space searchspaces/mnist1d_cnn.yaml]
+                                  [--oracle-at K ...] [--ranked-by R ...]
                                   [--acquisition gp_hedge|EI|PI|LCB] [--min-epochs 1] [--reduction-factor 3]
                                   [--judge-final]
 
 The curves are real: bench/record_curves.py trained 200 random configurations of the MNIST-1D CNN
 space (searchspaces/mnist1d_cnn.yaml) for 27 epochs each on one process and kept every epoch's
-val_accuracy and wall time. A search here runs in virtual time: `width` groups train trials epoch
-by epoch, each epoch costing its recorded time. A suggested point trains the configuration nearest
-to it (in the unit cube of the space, log scale where the prior is) that no earlier trial of that
-search trained, so each search draws from the 200 without replacement; searchers are told the
-point they suggested.
+val_accuracy and wall time; the MLP space's (searchspaces/mnist1d.yaml) are in
+bench/data/mnist1d_mlp_curves.jsonl (give --curves and --space both). A search here runs in virtual
+time: `width` groups train trials epoch by epoch, each epoch costing its recorded time. A suggested
+point trains the configuration nearest to it (in the unit cube of the space, log scale where the
+prior is) that no earlier trial of that search trained, so each search draws from the 200 without
+replacement; searchers are told the point they suggested.
 
 mpiopt's methods run mpiopt's own searchers and schedulers under the coordinator's rules: a free
 group first continues a paused trial the scheduler promotes, otherwise it starts a new one; a
@@ -376,8 +378,8 @@ def make_policy(method: str, curves: Curves, cfg, seed: int, knobs: Knobs):
 
 # -- the experiment ------------------------------------------------------------------------------
 def run_one(job: tuple) -> tuple[str, int, int, Trace]:
-    method, width, seed, budget, curves_path, knobs = job
-    cfg = load_config(ROOT / "searchspaces" / "mnist1d_cnn.yaml")
+    method, width, seed, budget, curves_path, space_file, knobs = job
+    cfg = load_config(space_file)
     curves = Curves.load(curves_path, cfg.space)
     trace = simulate(make_policy(method, curves, cfg, seed, knobs), curves, width, budget * EPOCHS)
     return method, width, seed, trace
@@ -448,6 +450,8 @@ def main() -> None:
                         help="also random+asha handing out configurations best first by their value after R epochs")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--curves", type=Path, default=ROOT / "bench" / "data" / "mnist1d_cnn_curves.jsonl")
+    parser.add_argument("--space", type=Path, default=ROOT / "searchspaces" / "mnist1d_cnn.yaml",
+                        help="the space the curves were recorded from")
     parser.add_argument("--acquisition", choices=["gp_hedge", "EI", "PI", "LCB"], default="gp_hedge",
                         help="the GP's acquisition for mpiopt's Bayesian methods (default: the space's, gp_hedge)")
     parser.add_argument("--min-epochs", type=int, default=1, help="the first rung (asha, hyperband, optuna)")
@@ -461,10 +465,9 @@ def main() -> None:
     args.methods += [f"oracle@{k}" for k in args.oracle_at] + [f"ranked@{r}" for r in args.ranked_by]
     if "optuna" in args.methods and importlib.util.find_spec("optuna") is None:
         parser.error("method optuna needs Optuna: pip install optuna (for this benchmark only)")
-    cfg = load_config(ROOT / "searchspaces" / "mnist1d_cnn.yaml")
-    curves = Curves.load(args.curves, cfg.space)
+    curves = Curves.load(args.curves, load_config(args.space).space)
     knobs = Knobs(args.acquisition, args.min_epochs, args.reduction_factor, args.judge_final)
-    jobs = [(m, w, s, args.budget, args.curves, knobs) for w in args.widths for m in args.methods
+    jobs = [(m, w, s, args.budget, args.curves, args.space, knobs) for w in args.widths for m in args.methods
             for s in range(args.first_seed, args.first_seed + args.seeds)]
     traces: dict = {(m, w): [] for m in args.methods for w in args.widths}
     t0 = time.monotonic()

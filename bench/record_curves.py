@@ -1,12 +1,13 @@
-"""Record real learning curves of the MNIST-1D CNN space, once, for bench/multifidelity.py.
+"""Record real learning curves of an MNIST-1D space, once, for bench/multifidelity.py.
 
     python bench/record_curves.py [--configs 160] [--epochs 27] [--seed 0] [--jobs 1]
+                                  [--space searchspaces/mnist1d_cnn.yaml]
                                   [--out bench/data/mnist1d_cnn_curves.jsonl]
 
-Draws `--configs` random configurations of searchspaces/mnist1d_cnn.yaml (its parameters, not its
-search settings), trains each one for `--epochs` epochs on one process with one TensorFlow thread
-(what a group of one rank does: Adam at the drawn learning rate and batch size), and writes every
-epoch's val_accuracy and wall time. The file is appended to one configuration at a time, so an
+Draws `--configs` random configurations of the space (its parameters, not its search settings),
+trains each one with the space's model function for `--epochs` epochs on one process with one
+TensorFlow thread (what a group of one rank does: Adam at the drawn learning rate and batch size),
+and writes every epoch's val_accuracy and wall time. The file is appended to one configuration at a time, so an
 interrupted recording continues where it stopped.
 """
 from __future__ import annotations
@@ -24,29 +25,38 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def draw_configs(count: int, seed: int) -> list[dict]:
+def draw_configs(space_file: Path, count: int, seed: int) -> list[dict]:
     from mpiopt.config import load_config
     from mpiopt.search import RandomSearch
 
-    space = load_config(ROOT / "searchspaces" / "mnist1d_cnn.yaml").space
-    searcher = RandomSearch(space, seed=seed)
+    searcher = RandomSearch(load_config(space_file).space, seed=seed)
     return [searcher.ask(i) for i in range(count)]
 
 
-def train(job: tuple[int, dict, int]) -> dict:
-    index, params, epochs = job
+def model_builder(space_file: Path) -> tuple[Path, str]:
+    """The space's `objective.model` as (file, function name)."""
+    from mpiopt.config import load_config
+
+    cfg = load_config(space_file)
+    file, name = cfg.objective.model.rsplit(":", 1)
+    return cfg.base_dir / file, name
+
+
+def train(job: tuple[int, dict, int, Path]) -> dict:
+    index, params, epochs, space_file = job
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    example = runpy.run_path(str(ROOT / "examples" / "mnist1d.py"))
-    build_cnn, load_data = example["build_cnn"], example["load_data"]
+    model_file, builder = model_builder(space_file)
+    example = runpy.run_path(str(model_file))
+    build_model, load_data = example[builder], example["load_data"]
     (x, y), (xv, yv) = load_data()
     keras.utils.set_random_seed(index)
     arch = {k: v for k, v in params.items() if k not in ("learning_rate", "batch_size")}
-    model = build_cnn(**arch)
+    model = build_model(**arch)
     model.compile(optimizer=keras.optimizers.Adam(params["learning_rate"]),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     times, accuracy = [], []
@@ -65,12 +75,14 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=27)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--space", type=Path, default=ROOT / "searchspaces" / "mnist1d_cnn.yaml")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "data" / "mnist1d_cnn_curves.jsonl")
     args = parser.parse_args()
     done = set()
     if args.out.exists():
         done = {json.loads(line)["index"] for line in args.out.read_text().splitlines() if line.strip()}
-    jobs = [(i, p, args.epochs) for i, p in enumerate(draw_configs(args.configs, args.seed)) if i not in done]
+    jobs = [(i, p, args.epochs, args.space) for i, p in enumerate(draw_configs(args.space, args.configs, args.seed))
+            if i not in done]
     print(f"{len(done)} recorded, {len(jobs)} to train", flush=True)
     with ProcessPoolExecutor(args.jobs) as pool, args.out.open("a") as out:
         for curve in pool.map(train, jobs):

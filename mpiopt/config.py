@@ -291,6 +291,7 @@ def parse_config(raw: Any, *, path: Path, source: str, resolve: bool = True) -> 
     _check_searched_training_keys(space, source)
     _check_gem_optimizer(training, raw.get("training"), space, source)
     _check_unread_search_keys(search, source)
+    _check_unread_training_keys(objective, search, raw.get("training"), source)
     _check_scheduler(search, training, source)
     _check_pareto(objective, search, source)
     _check_folds(objective, search, source)
@@ -337,6 +338,27 @@ def _check_unread_search_keys(search: SearchSettings, source: str) -> None:
         readers_text = f"{', '.join(users[:-1])} and {users[-1]}" if len(users) > 1 else users[0]
         raise ConfigError(f"{settings[key]} has no effect with {kind}: {settings[kind]} (it is read by "
                           f"{readers_text})", source=source, field=f"search.{key}")
+
+
+# What a `function` objective's trials read of `training`: the group, the time limit and, under a
+# scheduler, the epochs that set the top rung. Everything else shapes a model's training.
+FUNCTION_TRAINING_KEYS = ("group_size", "ranks_per_gpu", "time_limit")
+
+
+def _check_unread_training_keys(objective: Objective, search: SearchSettings, raw_training: Any,
+                                source: str) -> None:
+    """A training key given for a `function` objective that it never reads is a mistake: early
+    stopping that never stops, TensorBoard files never written."""
+    if objective.kind != "function" or not isinstance(raw_training, dict):
+        return
+    read = FUNCTION_TRAINING_KEYS + (("epochs",) if search.scheduler != "none" else ())
+    for key in raw_training:
+        if key in read:
+            continue
+        what = ("has no effect on a `function` objective without search.scheduler (it sets the top rung)"
+                if key == "epochs" else "shapes a `model` objective's training, and has no effect on a `function`")
+        raise ConfigError(f"{what}; a function's trials read {', '.join(read)}", source=source,
+                          field=f"training.{key}")
 
 
 def metric_names_read(objective: Objective, training: dict[str, Any]) -> list[tuple[str, str]]:

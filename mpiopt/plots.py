@@ -181,14 +181,15 @@ def _numeric(series, log: bool) -> np.ndarray:
     return np.log(values) if log and (values > 0).all() else values
 
 
-def plot_importance(df, *, log_params: Iterable[str] = ()):
-    """The parameters by importance (`parameter_importance`), most important on top."""
+def plot_importance(df, *, metric: str = "objective", log_params: Iterable[str] = ()):
+    """The parameters by importance (`parameter_importance`), most important on top. It takes no
+    direction: a share of the variation is the same whichever way the search goes."""
     share = parameter_importance(df, log_params=log_params)
     names = sorted(share, key=share.get)
     fig = _figure(7.0, 1.2 + 0.45 * len(names))
     ax = fig.subplots()
     ax.barh(names, [share[n] for n in names], color="tab:blue")
-    ax.set_xlabel("share of the figure of merit's variation (random-forest permutation importance)")
+    ax.set_xlabel(f"share of {metric}'s variation (random-forest permutation importance)")
     ax.set_xlim(0, 1)
     ax.set_title("Parameter importance")
     return fig

@@ -44,7 +44,7 @@ def _plots(df, history, stretches, direction: str, metric: str, logs: set[str],
     front = [("pareto", "Pareto front", lambda: plots.plot_pareto(df, goals))] if goals else []
     return front + [
         ("history", "Optimization history", lambda: plots.plot_history(df, direction=direction, metric=metric)),
-        ("importance", "Parameter importance", lambda: plots.plot_importance(df, log_params=logs)),
+        ("importance", "Parameter importance", lambda: plots.plot_importance(df, metric=metric, log_params=logs)),
         ("parallel", "Parallel coordinates",
          lambda: plots.plot_parallel(df, direction=direction, metric=metric, log_params=logs)),
         ("slices", "Slices", lambda: plots.plot_slices(df, direction=direction, metric=metric, log_params=logs)),

@@ -163,6 +163,8 @@ def ladder_of(info: dict) -> Scheduler | None:
 
 def status_text(path: str, now: float | None = None) -> str:
     run = Path(path)
+    if not run.is_dir():
+        raise ConfigError("no such run directory", source=str(path))
     if not (run / JOURNAL).exists():
         raise ConfigError(f"holds no search (no {JOURNAL})", source=str(path))
     events, _ = read_journal(run / JOURNAL)

@@ -79,6 +79,8 @@ def test_bad_inputs_exit_2_with_one_line(write_yaml, tmp_path):
     one_error_line(run_cli([], cwd=tmp_path), "missing COMMAND")
     one_error_line(run_cli(["results", tmp_path / "nowhere"], cwd=tmp_path), "no such run directory")
     one_error_line(run_cli(["results", tmp_path], cwd=tmp_path), "holds no search results")
+    one_error_line(run_cli(["status", tmp_path / "nowhere"], cwd=tmp_path), "no such run directory")
+    one_error_line(run_cli(["status", tmp_path], cwd=tmp_path), "holds no search (no trials.jsonl)")
     one_error_line(run_cli(["train", space, "--set", "z=1"], cwd=tmp_path), "--set z", "not a parameter")
     one_error_line(run_cli(["train", space, "--set", "x=abc"], cwd=tmp_path), "--set x", "expected a number")
     (tmp_path / "blocker").write_text("")

@@ -56,9 +56,10 @@ def test_history_plots_every_completed_trial_and_the_best_so_far(df):
 def test_importance_gives_each_parameter_a_share(df):
     share = plots.parameter_importance(df)
     assert set(share) == {"x", "y", "kind"} and sum(share.values()) == pytest.approx(1.0)
-    fig = plots.plot_importance(df)
+    fig = plots.plot_importance(df, metric="val_accuracy")
     bars = fig.axes[0].patches
     assert len(bars) == 3 and sum(b.get_width() for b in bars) == pytest.approx(1.0)
+    assert fig.axes[0].get_xlabel().startswith("share of val_accuracy's variation")
 
 
 def test_importance_says_why_with_few_completed_trials(df):

@@ -331,6 +331,11 @@ def test_load_history_and_the_rung_column(cfg, tmp_path):
      r"search\.population: 30 has no effect with algorithm: bayesian \(it is read by evolution\)"),
     ("algorithm: random, sample: 3", "epochs: 9",
      r"search\.sample: 3 has no effect with algorithm: random \(it is read by evolution\)"),
+    ("trials: 3", "epochs: 9", r"training\.epochs: has no effect on a `function` objective without search\.scheduler"),
+    ("scheduler: none", "tensorboard: true",
+     r"training\.tensorboard: shapes a `model` objective's training, and has no effect on a `function`; "
+     r"a function's trials read group_size, ranks_per_gpu, time_limit$"),
+    ("scheduler: none", "early_stopping: {monitor: objective}", r"training\.early_stopping: shapes a `model`"),
 ])
 def test_bad_scheduler_settings_are_one_line_errors(write_yaml, search, training, message):
     from mpiopt._errors import ConfigError
