@@ -79,22 +79,17 @@ def as_yaml(value) -> str:
     return yaml.safe_dump(value, sort_keys=False, allow_unicode=True)
 
 
-# the training settings a function objective runs with (epochs: under a scheduler, its steps);
-# the others configure model training
-FUNCTION_SETTINGS = ("group_size", "epochs", "time_limit")
-
-
 def best_yaml(run_dir: str, top, direction: str, metric: str) -> str:
     """The best trial as YAML: its parameters and the training settings it ran with."""
     from .analysis import run_config, trial_params
+    from .config import function_training_keys
 
     number = int(top.iloc[0]["trial"])
     params, _ = trial_params(run_dir, number)
     cfg = run_config(run_dir)
     training = cfg.trial_training(params)
     if cfg.objective.kind == "function":
-        read = [k for k in FUNCTION_SETTINGS if k != "epochs" or cfg.search.scheduler != "none"]
-        training = {k: training[k] for k in read}
+        training = {k: training[k] for k in function_training_keys(cfg.search.scheduler)}
     head = f"# the best trial of {run_dir}: {direction} {metric} = {float(top.iloc[0]['objective']):.6g}\n"
     return head + as_yaml({"trial": number, metric: float(top.iloc[0]["objective"]), "parameters": params,
                            "training": training})

@@ -202,8 +202,14 @@ class Config:
             "objective": obj,
             "parameters": self.space.to_dict(),
             "search": dict(self.search.__dict__),
-            "training": dict(self.training),
+            "training": self._training_read(),
         }
+
+    def _training_read(self) -> dict[str, Any]:
+        """The training settings the trials read: a function's few, or all of a model's."""
+        if self.objective.kind == "function":
+            return {k: self.training[k] for k in function_training_keys(self.search.scheduler)}
+        return dict(self.training)
 
     def with_search(self, **changes: Any) -> Config:
         return replace(self, search=replace(self.search, **changes))
@@ -257,7 +263,10 @@ def load_config(path: str | os.PathLike, *, resolve: bool = True) -> Config:
         raise ConfigError(f"invalid YAML: {where}{problem}{_yaml_context(exc, mark)}", source=src) from None
     except (RecursionError, ValueError) as exc:
         raise ConfigError(f"invalid YAML: {exc}", source=src) from None
-    return parse_config(raw, path=p.resolve(), source=src, resolve=resolve)
+    cfg = parse_config(raw, path=p.resolve(), source=src, resolve=False)
+    # The user's file only: a run's config.yaml of an older mpiopt spells out every training key.
+    _check_unread_training_keys(cfg.objective, cfg.search, raw.get("training"), src)
+    return resolve_objective(cfg, src) if resolve else cfg
 
 
 def _yaml_context(exc, mark) -> str:
@@ -291,7 +300,6 @@ def parse_config(raw: Any, *, path: Path, source: str, resolve: bool = True) -> 
     _check_searched_training_keys(space, source)
     _check_gem_optimizer(training, raw.get("training"), space, source)
     _check_unread_search_keys(search, source)
-    _check_unread_training_keys(objective, search, raw.get("training"), source)
     _check_scheduler(search, training, source)
     _check_pareto(objective, search, source)
     _check_folds(objective, search, source)
@@ -340,9 +348,10 @@ def _check_unread_search_keys(search: SearchSettings, source: str) -> None:
                           f"{readers_text})", source=source, field=f"search.{key}")
 
 
-# What a `function` objective's trials read of `training`: the group, the time limit and, under a
-# scheduler, the epochs that set the top rung. Everything else shapes a model's training.
-FUNCTION_TRAINING_KEYS = ("group_size", "ranks_per_gpu", "time_limit")
+def function_training_keys(scheduler: str) -> tuple[str, ...]:
+    """What a `function` objective's trials read of `training`: the group, the time limit and, under
+    a scheduler, the epochs that set the top rung. Everything else shapes a model's training."""
+    return ("group_size", "ranks_per_gpu", "time_limit") + (("epochs",) if scheduler != "none" else ())
 
 
 def _check_unread_training_keys(objective: Objective, search: SearchSettings, raw_training: Any,
@@ -351,7 +360,7 @@ def _check_unread_training_keys(objective: Objective, search: SearchSettings, ra
     stopping that never stops, TensorBoard files never written."""
     if objective.kind != "function" or not isinstance(raw_training, dict):
         return
-    read = FUNCTION_TRAINING_KEYS + (("epochs",) if search.scheduler != "none" else ())
+    read = function_training_keys(search.scheduler)
     for key in raw_training:
         if key in read:
             continue

@@ -264,7 +264,7 @@ def test_results_best_as_yaml_and_the_error_column(write_yaml, tmp_path):
     assert exported["parameters"] == {"x": best.params_x, "y": best.params_y}
     assert mpiopt.best_params(out) == exported["parameters"]
     # a function trains no model; without a scheduler its epochs mean nothing either
-    assert set(exported["training"]) == {"group_size", "time_limit"}
+    assert set(exported["training"]) == {"group_size", "ranks_per_gpu", "time_limit"}
     failed = df[df.status == "failed"]
     assert len(failed) > 0
     table = run_cli(["results", out, "--top", "20"], cwd=tmp_path).stdout

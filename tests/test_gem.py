@@ -86,7 +86,7 @@ def test_gem_accepts_an_optimizer_with_momentum(spec):
 
 
 SPACE = """
-objective: {function: objectives.py:branin}
+objective: {model: model.py:build_model, data: model.py:load_data}   # not imported: resolve=False
 parameters:
   x: {type: real, low: -5.0, high: 10.0}
 """
