@@ -206,7 +206,7 @@ def space_yaml(function: str, search: str, trials: int, seed: int) -> str:
     params = "\n".join(f"  {k}: {{type: real, low: {lo}, high: {hi}}}" for k, (lo, hi) in bounds.items())
     algorithm = {"default": "", "ET": "  surrogate: ET\n", "random": "  algorithm: random\n"}[search]
     return (f"name: scale\nobjective: {{function: {FUNCTIONS}:{function}}}\nparameters:\n{params}\n"
-            f"search:\n{algorithm}  trials: {trials}\n  seed: {seed}\ntraining: {{epochs: {EPOCHS}}}\n")
+            f"search:\n{algorithm}  trials: {trials}\n  seed: {seed}\n")
 
 
 def run(groups: int, trials: int, search: str, function: str, seed: int, spread: float, rate: float,
@@ -222,7 +222,8 @@ def run(groups: int, trials: int, search: str, function: str, seed: int, spread:
         (tmp / "space.yaml").write_text(space_yaml(function, search, trials, seed))
         cfg = load_config(tmp / "space.yaml")
         # set after loading: the YAML would need a function that reports, which the groups simulate here
-        cfg = dataclasses.replace(cfg, search=dataclasses.replace(cfg.search, scheduler=scheduler))
+        cfg = dataclasses.replace(cfg, search=dataclasses.replace(cfg.search, scheduler=scheduler),
+                                  training={**cfg.training, "epochs": EPOCHS})
         run_dir = RunDir(tmp / "run")
         run_dir.open(resume=False, config_text=(tmp / "space.yaml").read_text())
         fn, _ = SPACES[function]
