@@ -819,11 +819,12 @@ def _describe_param(p) -> str:
 def cmd_results(args) -> int:
     import json
 
-    from .analysis import best_trials, direction_of, goals_of, load_results
+    from .analysis import best_trials, direction_of, goals_of, load_results, refresh_results_csv
 
     if args.timeline:
         return _print_timeline(args.dir, args.format)
     df = load_results(args.dir)
+    refresh_results_csv(args.dir)
     direction, metric = direction_of(args.dir)
     goals = goals_of(args.dir)
     if goals and not args.best:
@@ -880,9 +881,11 @@ def _print_front(args, df, goals) -> int:
 
 
 def cmd_report(args) -> int:
+    from .analysis import refresh_results_csv
     from .report import write_report
 
     page = write_report(args.dir, args.out)
+    refresh_results_csv(args.dir)
     print(f"report: {page}")
     return 0
 

@@ -242,6 +242,30 @@ def test_status_of_a_killed_search_says_so_and_how_to_go_on(tmp_path):
     assert "interrupted (run again on --resume)" in text
 
 
+def test_results_of_a_killed_search_rewrite_the_table_it_left_running(tmp_path, capsys):
+    import pandas as pd
+
+    from mpiopt.journal import read_journal, replay, results_csv
+
+    run = copy_run(tmp_path)
+    lines = (run / "trials.jsonl").read_text().splitlines()
+    (run / "trials.jsonl").write_text("\n".join(lines[:60]) + "\n")
+    params = ["x", "y", "kind"]
+    # the last table the search wrote before kill -9: a view of a live search
+    (run / "results.csv").write_bytes(results_csv(replay(read_journal(run / "trials.jsonl")[0]).values(), params,
+                                                  live=True))
+    assert "running" in set(pd.read_csv(run / "results.csv").status)
+    beat(run, "running", 1)  # a search that may still run (on another node): its table is left alone
+    assert main(["results", str(run)]) == 0
+    assert "running" in set(pd.read_csv(run / "results.csv").status)
+    beat(run, "running", 300)  # stopped: the table now says what the journal says
+    assert main(["results", str(run)]) == 0
+    table = pd.read_csv(run / "results.csv")
+    assert "running" not in set(table.status) and "interrupted" in set(table.status)
+    assert list(table.status) == list(mpiopt.load_results(run).status)
+    capsys.readouterr()
+
+
 def test_status_sees_at_once_that_a_coordinator_on_this_machine_is_gone(tmp_path):
     run = copy_run(tmp_path)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
