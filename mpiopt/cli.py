@@ -651,8 +651,10 @@ def _say_training_outcome(cfg, out: Path, outcome, runner, wall_s: float) -> int
         tr = runner.last_training
         if tr is not None and tr.wall_s > 0:
             extra = f", {tr.samples / tr.wall_s:.0f} samples/s"
-        print(f"{cfg.objective.metric} = {outcome.objective:.6g} after {outcome.epochs or 1} epoch(s), "
-              f"{wall_s:.1f} s{extra}; history in {out / 'history.csv'}", flush=True)
+        epochs = f" after {outcome.epochs} epoch{'s' * (outcome.epochs != 1)}," if outcome.epochs else " in"
+        history = out / "history.csv"
+        where = f"; history in {history}" if history.exists() else ""  # a function writes none
+        print(f"{cfg.objective.metric} = {outcome.objective:.6g}{epochs} {wall_s:.1f} s{extra}{where}", flush=True)
         return 0
     where = ""
     if outcome.detail:
