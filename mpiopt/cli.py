@@ -731,7 +731,7 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
         + f", budget {cfg.search.trials} trials, seed {cfg.search.seed}"
         + (f", target {cfg.search.target}" if cfg.search.target is not None else ""),
         f"  scheduler   {_make_scheduler(cfg).describe()}",
-        "  training    " + ", ".join(f"{k}={v}" for k, v in cfg.training.items() if v is not None),
+        "  training    " + ", ".join(f"{k}={v}" for k, v in cfg.training_read().items() if v is not None),
         f"  plan        {plan.describe()}",
     ]
     lines += _layout_lines(plan, library)

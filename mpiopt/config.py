@@ -202,10 +202,10 @@ class Config:
             "objective": obj,
             "parameters": self.space.to_dict(),
             "search": dict(self.search.__dict__),
-            "training": self._training_read(),
+            "training": self.training_read(),
         }
 
-    def _training_read(self) -> dict[str, Any]:
+    def training_read(self) -> dict[str, Any]:
         """The training settings the trials read: a function's few, or all of a model's."""
         if self.objective.kind == "function":
             return {k: self.training[k] for k in function_training_keys(self.search.scheduler)}

@@ -71,7 +71,7 @@ class Scheduler:
 
     def describe(self) -> str:
         """What the scheduler does with these settings, in a line (for `mpiopt check`)."""
-        return "none: every trial trains its epochs"
+        return "none: every trial runs to its end"
 
     def start(self, trial: int) -> None:
         """A new trial begins."""

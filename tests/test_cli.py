@@ -178,6 +178,8 @@ def test_check_prints_the_plan(write_yaml, tmp_path):
     assert "8 ranks: 1 coordinator (rank 0) + 1 group of 3 ranks, 2 groups of 2 ranks" in p.stdout
     assert "budget 8 trials" in p.stdout
     assert "note" not in p.stdout
+    # a function's plan shows the training keys it reads, not a model's
+    assert "  training    group_size=2, ranks_per_gpu=1\n" in p.stdout and "runs to its end" in p.stdout
     p = run_cli(["check", space], cwd=tmp_path)
     assert "1 process: the coordinator and one 1-rank group take turns" in p.stdout
     assert "note        training.group_size 2 needs at least 3 ranks" in p.stdout
