@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import logging
 import math
 import numbers
 import re
@@ -21,6 +22,8 @@ from typing import Any
 from ._errors import TrialFailed, TrialTimeout
 from .config import Config, import_callable
 from .trial import TrialResult, TrialStatus
+
+log = logging.getLogger(__name__)
 
 _HEADLINE_CHARS = 300
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Keras colours its messages
@@ -166,6 +169,16 @@ def time_limit(seconds: float | None):
         signal.signal(signal.SIGALRM, old)
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_once(kind: str, line: str) -> None:
+    """A function objective's misuse of `trial` that does no harm to the search: said once a process."""
+    if kind not in _WARNED:
+        _WARNED.add(kind)
+        log.warning("%s", line)
+
+
 class TrialContext:
     """The `trial` a function objective may take: it reports its steps (epochs) and learns whether
     the scheduler stops it.
@@ -176,9 +189,11 @@ class TrialContext:
     rank 0 hears, and a value that is not finite on any rank stop them all together.
     """
 
-    def __init__(self, number: int, reporter, comm=None, metric: str | None = None) -> None:
+    def __init__(self, number: int, reporter, comm=None, metric: str | None = None, top: int | None = None) -> None:
         self.number = number
         self._reporter = reporter
+        self._top = top  # a scheduler's top rung (training.epochs); None without one
+        self._stopped_at: int | None = None  # the step at which the scheduler stopped it
         self._comm = comm
         self._rank = comm.Get_rank() if comm is not None else 0
         self._metric = metric  # the figure of merit, which every report must hold (None: a Pareto search's)
@@ -197,9 +212,18 @@ class TrialContext:
         bad = next((k for k, v in self.last.items() if not math.isfinite(v)), None)
         if bad is not None and self.diverged is None:
             self.diverged = f"{bad} is {self.last[bad]} at step {step}"
-        if self._reporter is not None and self._rank == 0:
-            reason = self._reporter(int(step), {"epoch": int(step), **self.last})
-            self._stopped = self._stopped or reason is not None
+        if self._reporter is None or self._rank != 0:
+            return
+        if self._stopped_at is not None:  # the scheduler's word is given: later steps are not judged
+            _warn_once("ran_on", f"trial {self.number} reported step {step} after the scheduler stopped it at step "
+                                 f"{self._stopped_at}; call trial.should_stop() after each report and return when it "
+                                 "says True (steps after a stop are not sent to the scheduler)")
+            return
+        if self._top is not None and step > self._top:
+            _warn_once("past_top", f"trial {self.number} reported step {step}, past training.epochs ({self._top}), "
+                                   "the scheduler's top rung: it judges no step after it")
+        if self._reporter(int(step), {"epoch": int(step), **self.last}) is not None:
+            self._stopped, self._stopped_at = True, int(step)
 
     def should_stop(self) -> bool:
         """Whether the scheduler stopped this trial, or it diverged: return now (what is returned
@@ -284,8 +308,9 @@ class TrialRunner:
         kwargs = {}
         context = None
         if o.takes_trial:
+            top = int(self.cfg.training["epochs"]) if self.cfg.search.scheduler != "none" else None
             context = kwargs["trial"] = TrialContext(trial, reporter, comm if o.takes_comm else None,
-                                                     None if o.pareto else o.metric)
+                                                     None if o.pareto else o.metric, top)
         value = self.fn(Params(params), comm, **kwargs) if o.takes_comm else self.fn(Params(params), **kwargs)
         if context is not None and context.misuse:
             raise ReportMisuse(context.misuse)

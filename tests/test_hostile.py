@@ -63,6 +63,24 @@ def test_a_contract_error_after_finished_trials_keeps_the_run_directory(write_ya
     assert journal.count('"status":"completed"') == 2 and journal.count('"status":"failed"') == 1
 
 
+def test_a_function_that_never_asks_whether_to_stop_is_warned_once_and_judged_at_its_stop(write_yaml, tmp_path):
+    import mpiopt
+
+    space = FUNCTION.format(fn="never_asks_to_stop").replace("trials: 6, seed: 0}", "trials: 12, seed: 0, "
+                                                                                    "scheduler: asha}")
+    p = run_cli(["search", write_yaml(space + "training: {epochs: 9}\n")], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("after the scheduler stopped it at step") == 1, p.stderr
+    assert p.stderr.count("past training.epochs (9), the scheduler's top rung") == 1, p.stderr
+    run = tmp_path / "runs" / "hostile"
+    df, history = mpiopt.load_results(run), mpiopt.load_history(run)
+    pruned = df[df.status == "pruned"]
+    assert len(pruned) > 0
+    # the scheduler heard a pruned trial up to the rung that stopped it, never past it
+    last_heard = history.groupby("trial").epoch.max()
+    assert (last_heard[pruned.trial] == pruned.rung.to_numpy()).all() and (pruned.rung < 9).all()
+
+
 def test_a_report_without_the_figure_of_merit_stops_a_scheduled_search_with_exit_2(write_yaml, tmp_path):
     space = FUNCTION.format(fn="reports_accuracy_only").replace("seed: 0}", "seed: 0, scheduler: asha}")
     p = run_cli(["search", write_yaml(space + "training: {epochs: 3}\n")], cwd=tmp_path)

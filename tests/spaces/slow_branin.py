@@ -168,6 +168,13 @@ def swallows_a_bad_report(params, trial):
     return 1.0
 
 
+def never_asks_to_stop(params, trial):
+    """Reports twice training.epochs (9) steps and never calls trial.should_stop()."""
+    for step in range(1, 19):
+        trial.report(step, objective=branin(params) + 30.0 / step)
+    return branin(params)
+
+
 def reports_accuracy_only(params, trial):
     """Reports a metric, but not the figure of merit (`objective`)."""
     for step in range(1, 4):
