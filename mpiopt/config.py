@@ -835,6 +835,11 @@ def resolve_objective(cfg: Config, source: str) -> Config:
             if len([p for p in required if p.name != "trial"]) > 2 or (not positional and not varargs):
                 raise ConfigError(f"{o.function} must take (params) or (params, comm), and `trial` if it reports "
                                   f"steps, but its signature is {sig}", source=source, field="objective.function")
+            named = [p.name for p in positional[:2] if p.name in cfg.space.names and p.name != "params"]
+            if named:
+                raise ConfigError(f"{o.function}{sig} names the parameter {named[0]!r} as an argument, but a function "
+                                  f"gets every parameter in one mapping: def {fn.__name__}(params) and read "
+                                  f"params[{named[0]!r}]", source=source, field="objective.function")
         except (TypeError, ValueError):
             pass
         if cfg.search.scheduler != "none" and not takes_trial(fn):

@@ -301,6 +301,14 @@ class TrialRunner:
 
     def _call(self, params, comm, trial: int, reporter) -> TrialResult:
         """A function objective's trial on this rank (only rank 0's result counts)."""
+        if comm is None and self.cfg.objective.takes_comm:
+            from .transport import one_rank_group
+
+            own = one_rank_group()
+            try:
+                return self._call(params, own, trial, reporter)
+            finally:
+                own.close()
         o = self.cfg.objective
         rank = comm.Get_rank() if comm is not None else 0
         if not o.takes_comm and rank != 0:

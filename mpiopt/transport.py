@@ -735,6 +735,13 @@ class GroupChannel:
         return bytes(data).decode("ascii")
 
 
+def one_rank_group() -> GroupComm:
+    """The communicator of a group of one rank in a process that has no group communicator (a
+    one-process search, `mpiopt train` on one rank): a `function(params, comm)` gets one of size 1
+    there, as it does in a group of one rank under mpiexec."""
+    return GroupComm(_mpi().COMM_SELF)
+
+
 class GroupComm:
     """The communicator a `function(params, comm)` objective gets: its group, failure-aware.
 

@@ -100,6 +100,22 @@ def test_wrong_signature_is_a_config_error(write_yaml):
     with pytest.raises(ConfigError,
                        match=r"objective.function: .*takes_three must take \(params\) or \(params, comm\)"):
         load_config(write_yaml(FUNCTION.format(fn="takes_three")))
+    with pytest.raises(ConfigError, match=r"objective.function: objectives.py:takes_x_and_y\(x, y\) names the "
+                                          r"parameter 'x' as an argument, .*: def takes_x_and_y\(params\) and read "
+                                          r"params\['x'\]$"):
+        load_config(write_yaml(FUNCTION.format(fn="takes_x_and_y")))
+
+
+def test_a_comm_function_gets_a_one_rank_communicator_in_one_process(write_yaml, tmp_path):
+    import mpiopt
+
+    space = write_yaml(FUNCTION.format(fn="with_comm"))
+    p = run_cli(["search", space], cwd=tmp_path, env={"MPIOPT_TEST_SLEEP": "0"})
+    assert p.returncode == 0, p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "hostile")
+    assert set(df.status) == {"completed"} and set(df.group_size) == {1.0}
+    p = run_cli(["train", space, "--out", tmp_path / "t"], cwd=tmp_path)
+    assert p.returncode == 0 and "objective = " in p.stdout, p.stderr
 
 
 @pytest.mark.mpi

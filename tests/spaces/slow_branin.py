@@ -19,6 +19,11 @@ def with_comm(params, comm):
     return {"objective": total, "group_size": float(len(ranks))}
 
 
+def takes_x_and_y(x, y):
+    """Expects the parameters as arguments: a function gets them in one mapping."""
+    return x * y
+
+
 def failing_rank(params, comm):
     """One rank raises while the other waits for it in a collective: the group must not hang."""
     bad = 1 if params["y"] < 7.5 else 0
