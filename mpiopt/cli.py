@@ -249,7 +249,7 @@ def _search_as(args, job: _Job, comm, placement: str | None, plan) -> int:
     run_dir, journal, error, runner = None, _Journal(), None, None
     if rank == 0:
         set_rank_tag("[coordinator]" if size > 1 else "")
-        run_dir, journal, error = _open_run_dir(cfg, job.out, args.resume, size)
+        run_dir, journal, cfg, error = _open_run_dir(cfg, job.out, args.resume, size, args.trials is not None)
     else:
         # a group rank loads the objective now, while the coordinator checks and opens the run
         # directory, so that every group is ready when the first trials go out
@@ -296,8 +296,10 @@ class _Journal:
     trials: dict[int, TrialRecord] = field(default_factory=dict)
 
 
-def _open_run_dir(cfg, out: Path, resume: bool, ranks: int) -> tuple[Any, _Journal, ConfigError | None]:
-    """The coordinator's start: (run directory, its journal, the refusal if any).
+def _open_run_dir(cfg, out: Path, resume: bool, ranks: int,
+                  budget_given: bool) -> tuple[Any, _Journal, Any, ConfigError | None]:
+    """The coordinator's start: (run directory, its journal, the configuration it runs, the
+    refusal if any); `budget_given`: --trials was given.
 
     The directory is claimed before the preflight starts TensorFlow, so that a refusal is quick;
     after a refusal it is left as it was found."""
@@ -314,6 +316,7 @@ def _open_run_dir(cfg, out: Path, resume: bool, ranks: int) -> tuple[Any, _Journ
             log.warning(msg)
         journal = _Journal(events, replay(events))
         if resume:
+            cfg = cfg if budget_given else _keep_a_raised_budget(cfg, out)
             _refuse_a_budget_already_spent(cfg, journal.trials, out)
             run_dir.write_config(_config_text(cfg))
     except ConfigError as exc:
@@ -321,18 +324,35 @@ def _open_run_dir(cfg, out: Path, resume: bool, ranks: int) -> tuple[Any, _Journ
             run_dir.close()
         elif run_dir is not None:
             run_dir.abandon()
-        return run_dir, journal, exc
-    return run_dir, journal, None
+        return run_dir, journal, cfg, exc
+    return run_dir, journal, cfg, None
+
+
+def _keep_a_raised_budget(cfg, out: Path):
+    """A --resume without --trials runs to the larger of the file's budget and the one the search
+    last ran with: a budget raised with --trials outlives a kill."""
+    from .analysis import _run_info
+
+    ran = (_run_info(out).get("search") or {}).get("trials")
+    if not isinstance(ran, int) or isinstance(ran, bool) or ran <= cfg.search.trials:
+        return cfg
+    log.info("budget: %d trials, as the search last ran (the file says %d; --trials sets another)",
+             ran, cfg.search.trials)
+    return cfg.with_search(trials=ran)
 
 
 def _refuse_a_budget_already_spent(cfg, trials: dict[int, TrialRecord], out: Path) -> None:
     """A --resume whose `--trials` (or search.trials) is below the trials the journal finished
-    would stop at once and report more trials than its budget."""
+    and the interrupted ones it runs again would stop past its budget at once."""
     finished = sum(1 for t in trials.values() if t.status.is_finished())
-    if cfg.search.trials < finished:
-        raise ConfigError(f"{cfg.search.trials} is fewer than the {finished} trials already finished in {out}; "
-                          f"resume with a budget of at least {finished} (--trials {finished})",
-                          source=cfg.source or str(cfg.path), field="search.trials")
+    rerun = sum(1 for t in trials.values() if t.shown_status(live=False) == TrialStatus.INTERRUPTED)
+    if cfg.search.trials >= finished + rerun:
+        return
+    spent = (f"the {finished + rerun} trials already started in {out} ({finished} finished, {rerun} interrupted, "
+             "which --resume runs again)" if rerun else f"the {finished} trials already finished in {out}")
+    raise ConfigError(f"{cfg.search.trials} is fewer than {spent}; resume with a budget of at least "
+                      f"{finished + rerun} (--trials {finished + rerun})", source=cfg.source or str(cfg.path),
+                      field="search.trials")
 
 
 def _coordinate(cfg, plan, comm, run_dir, journal: _Journal, placement: str | None = None) -> int:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -57,6 +58,11 @@ def test_search_resume_and_results(write_yaml, tmp_path):
                    "search.trials: 5 is fewer than the 11 trials already finished", "(--trials 11)")
     assert [(out / name).read_bytes() for name in ("trials.jsonl", "config.yaml")] == kept
     assert "trials: 11" in kept[1].decode()
+    # a plain --resume keeps the budget raised by --trials (the file says 8)
+    p = run_cli(["search", space, "--resume"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "budget: 11 trials, as the search last ran (the file says 8" in p.stderr
+    assert len(mpiopt.load_results(out)) == 11 and "trials: 11" in (out / "config.yaml").read_text()
 
     p = run_cli(["results", out, "--top", "3"], cwd=tmp_path)
     assert p.returncode == 0 and "11 trials (11 completed)" in p.stdout
@@ -66,6 +72,21 @@ def test_search_resume_and_results(write_yaml, tmp_path):
     assert len(rows) == 2 and rows[0]["objective"] == df2.objective.min()
     p = run_cli(["results", out, "--format", "csv"], cwd=tmp_path)
     assert p.stdout.startswith("trial,status,objective") and len(p.stdout.strip().splitlines()) == 11
+
+
+def test_a_resume_budget_counts_the_interrupted_trials_it_runs_again(write_yaml, tmp_path):
+    from mpiopt.cli import _refuse_a_budget_already_spent
+    from mpiopt.config import load_config
+    from mpiopt.trial import TrialRecord, TrialStatus
+
+    cfg = load_config(write_yaml(SPACE)).with_search(trials=4)
+    trials = {n: TrialRecord(trial=n, params={}, status=TrialStatus.COMPLETED) for n in range(4)}
+    trials[4] = TrialRecord(trial=4, params={})  # running when the search was killed
+    with pytest.raises(ConfigError, match=r"search\.trials: 4 is fewer than the 5 trials already started in out "
+                                          r"\(4 finished, 1 interrupted, which --resume runs again\); resume with "
+                                          r"a budget of at least 5 \(--trials 5\)$"):
+        _refuse_a_budget_already_spent(cfg, trials, Path("out"))
+    _refuse_a_budget_already_spent(cfg.with_search(trials=5), trials, Path("out"))
 
 
 def test_bad_inputs_exit_2_with_one_line(write_yaml, tmp_path):
