@@ -585,11 +585,22 @@ def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tupl
                 warn_once(f"--set {name}={value!r} is outside the search space [{p.low}, {p.high}]; trained as given")
             params[name] = value
         elif name in TRAINING_DEFAULTS:
+            _refuse_a_key_a_function_never_reads(cfg, name)
             training[name] = check_training_value(name, value, "--set", name)
         else:
             raise ConfigError(f"--set {name}: not a parameter ({', '.join(cfg.space.names)}) nor a training key"
                               f"{did_you_mean(name, cfg.space.names + list(TRAINING_DEFAULTS))}")
     return _active_only(cfg, params, training, sets)
+
+
+def _refuse_a_key_a_function_never_reads(cfg, name: str) -> None:
+    """`--set` on a training key a `function` objective never reads, refused as in its file."""
+    from .config import function_training_keys
+
+    read = function_training_keys(cfg.search.scheduler)
+    if cfg.objective.kind == "function" and name not in read:
+        raise ConfigError(f"--set {name}: a training key a `function` objective never reads; it reads "
+                          f"{', '.join(read)}")
 
 
 def _active_only(cfg, params: dict[str, Any], training: dict[str, Any], sets: list[str]):
@@ -641,7 +652,8 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     agree_or_raise(comm, error)
     set_rank_tag(f"[rank {rank}]" if size > 1 else "")
     if rank == 0:
-        how = f"{size} ranks, {cfg.training['mode']}" if size > 1 else "1 rank"
+        mode = f", {cfg.training['mode']}" if cfg.objective.kind == "model" else ""
+        how = f"{size} ranks{mode}" if size > 1 else "1 rank"
         log.info("training %r on %s with %s", cfg.name, how, params)
         log.info("devices: %s", placement)
     runner = TrialRunner(cfg, resume_checkpoints=False, cross_validate=False)  # one model, on all the training data

@@ -104,6 +104,8 @@ def test_bad_inputs_exit_2_with_one_line(write_yaml, tmp_path):
     one_error_line(run_cli(["status", tmp_path], cwd=tmp_path), "holds no search (no trials.jsonl)")
     one_error_line(run_cli(["train", space, "--set", "z=1"], cwd=tmp_path), "--set z", "not a parameter")
     one_error_line(run_cli(["train", space, "--set", "x=abc"], cwd=tmp_path), "--set x", "expected a number")
+    one_error_line(run_cli(["train", space, "--set", "tensorboard=true"], cwd=tmp_path),
+                   "--set tensorboard: a training key a `function` objective never reads")
     (tmp_path / "blocker").write_text("")
     one_error_line(run_cli(["search", space, "--out", tmp_path / "blocker" / "run"], cwd=tmp_path),
                    "cannot write here")
