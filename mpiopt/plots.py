@@ -47,7 +47,13 @@ def _is_categorical(series) -> bool:
     return is_bool_dtype(series) or not is_numeric_dtype(series)
 
 
-def _completed(df):
+def _completed(df, metric: str = "objective"):
+    """The completed trials, holding in the column `objective` the value a plot draws: the
+    figure of merit, or the table's column `metric`."""
+    if metric != "objective":
+        if metric not in df.columns:
+            raise PlotUnavailable(f"the results table has no column {metric!r}")
+        df = df.assign(objective=df[metric])
     done = df[(df["status"] == "completed") & df["objective"].notna()]
     if done.empty:
         raise PlotUnavailable("no completed trial yet")
@@ -89,9 +95,9 @@ def _categories(series) -> list:
 
 # -- optimization history -------------------------------------------------------------------------
 def plot_history(df, *, direction: str = "minimize", metric: str = "objective"):
-    """Each completed trial's figure of merit and the best so far, against the trial number and
-    against wall time since the search's first trial started."""
-    done = _completed(df).sort_values("end")
+    """Each completed trial's `metric` (default: the figure of merit) and the best so far, against
+    the trial number and against wall time since the search's first trial started."""
+    done = _completed(df, metric).sort_values("end")
     shown = _thinned(done, MAX_POINTS, direction)
     fig = _figure(10.0, 4.2)
     by_trial, by_time = fig.subplots(1, 2, sharey=True)
@@ -150,14 +156,14 @@ def _spans_decades(values: np.ndarray) -> bool:
 
 
 # -- parameter importance -------------------------------------------------------------------------
-def parameter_importance(df, *, log_params: Iterable[str] = ()) -> dict[str, float]:
-    """Each parameter's share of the figure of merit's variation, by permutation importance of a
-    random forest fitted on the completed trials (scikit-learn; a draw of MAX_FIT of them past
-    that), normalised to sum to 1."""
+def parameter_importance(df, *, metric: str = "objective", log_params: Iterable[str] = ()) -> dict[str, float]:
+    """Each parameter's share of the variation of `metric` (default: the figure of merit), by
+    permutation importance of a random forest fitted on the completed trials (scikit-learn; a draw
+    of MAX_FIT of them past that), normalised to sum to 1."""
     from sklearn.ensemble import RandomForestRegressor
     from sklearn.inspection import permutation_importance
 
-    done = _completed(df)
+    done = _completed(df, metric)
     names = _params(df)
     if len(done) < MIN_FOR_IMPORTANCE:
         raise PlotUnavailable(f"needs at least {MIN_FOR_IMPORTANCE} completed trials, has {len(done)}")
@@ -184,7 +190,7 @@ def _numeric(series, log: bool) -> np.ndarray:
 def plot_importance(df, *, metric: str = "objective", log_params: Iterable[str] = ()):
     """The parameters by importance (`parameter_importance`), most important on top. It takes no
     direction: a share of the variation is the same whichever way the search goes."""
-    share = parameter_importance(df, log_params=log_params)
+    share = parameter_importance(df, metric=metric, log_params=log_params)
     names = sorted(share, key=share.get)
     fig = _figure(7.0, 1.2 + 0.45 * len(names))
     ax = fig.subplots()
@@ -197,13 +203,13 @@ def plot_importance(df, *, metric: str = "objective", log_params: Iterable[str] 
 
 # -- parallel coordinates -------------------------------------------------------------------------
 def plot_parallel(df, *, direction: str = "minimize", metric: str = "objective", log_params: Iterable[str] = ()):
-    """One line a completed trial across every parameter's axis, coloured by the figure of merit
-    (the best trials drawn last, on top)."""
+    """One line a completed trial across every parameter's axis, coloured by `metric` (default: the
+    figure of merit; the best trials drawn last, on top)."""
     from matplotlib import colormaps
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
-    every = _completed(df)
+    every = _completed(df, metric)
     done = _thinned(every, MAX_LINES, direction)
     done = done.sort_values("objective", ascending=direction != "minimize")  # best last
     names = _params(df)
@@ -256,8 +262,9 @@ def _unit_axis(series, log: bool) -> tuple[np.ndarray, list[tuple[float, str]]]:
 
 # -- slices ---------------------------------------------------------------------------------------
 def plot_slices(df, *, direction: str = "minimize", metric: str = "objective", log_params: Iterable[str] = ()):
-    """The figure of merit against each parameter (one panel a parameter), coloured by trial number."""
-    every = _completed(df)
+    """`metric` (default: the figure of merit) against each parameter (one panel a parameter),
+    coloured by trial number."""
+    every = _completed(df, metric)
     done = _thinned(every, MAX_POINTS, direction)
     names = _params(df)
     cols = min(3, len(names))

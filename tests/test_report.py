@@ -53,13 +53,23 @@ def test_history_plots_every_completed_trial_and_the_best_so_far(df):
     assert by_time.get_xlabel().startswith("minutes")
 
 
+def test_the_plots_draw_the_metric_they_are_given(df):
+    fig = plots.plot_history(df, direction="minimize", metric="loss")
+    drawn = fig.axes[0].collections[0].get_offsets()[:, 1]
+    assert sorted(drawn) == pytest.approx(sorted(completed(df).loss)) and fig.axes[0].get_ylabel() == "loss"
+    assert not np.allclose(sorted(drawn), sorted(completed(df).objective))
+    for plot in (plots.plot_history, plots.plot_parallel, plots.plot_slices, plots.plot_importance):
+        with pytest.raises(plots.PlotUnavailable, match="the results table has no column 'val_loss'"):
+            plot(df, metric="val_loss")
+
+
 def test_importance_gives_each_parameter_a_share(df):
     share = plots.parameter_importance(df)
     assert set(share) == {"x", "y", "kind"} and sum(share.values()) == pytest.approx(1.0)
-    fig = plots.plot_importance(df, metric="val_accuracy")
+    fig = plots.plot_importance(df, metric="loss")
     bars = fig.axes[0].patches
     assert len(bars) == 3 and sum(b.get_width() for b in bars) == pytest.approx(1.0)
-    assert fig.axes[0].get_xlabel().startswith("share of val_accuracy's variation")
+    assert fig.axes[0].get_xlabel().startswith("share of loss's variation")
 
 
 def test_importance_says_why_with_few_completed_trials(df):
