@@ -16,6 +16,18 @@ from .journal import (CONFIG, JOURNAL, RESULTS, STRETCH_COLUMNS, TRAIN_INFO, is_
 log = logging.getLogger(__name__)
 
 
+def run_directory(path: str | os.PathLike) -> Path:
+    """`path` as a run directory, or a one-line refusal: a file (the search-space file, most
+    likely) or nothing there."""
+    p = Path(path)
+    if p.is_file():
+        raise ConfigError("is a file; expected a search's run directory (runs/<name>, or the search's --out)",
+                          source=str(path))
+    if not p.is_dir():
+        raise ConfigError("no such run directory", source=str(path))
+    return p
+
+
 def _run_info(path: Path) -> dict[str, Any]:
     try:
         return yaml.safe_load((path / CONFIG).read_text("utf-8")) or {}
@@ -52,9 +64,7 @@ def load_results(path: str | os.PathLike):
     """
     import pandas as pd
 
-    p = Path(path)
-    if not p.is_dir():
-        raise ConfigError("no such run directory", source=str(path))
+    p = run_directory(path)
     journal = p / JOURNAL
     if journal.exists():
         events, problems = read_journal(journal)
@@ -263,9 +273,7 @@ def best_trial(path: str | os.PathLike) -> int:
 
 def trial_params(path: str | os.PathLike, trial: int | str = "best") -> tuple[dict[str, Any], int]:
     """(parameters, number) of trial `trial` (a number, or 'best') of a run directory."""
-    p = Path(path)
-    if not p.is_dir():
-        raise ConfigError("no such run directory", source=str(path))
+    p = run_directory(path)
     number = _trial_number(p, trial)
     trials = _trials(p)
     if number not in trials:

@@ -491,10 +491,6 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float) -> int:
     coordinator's own figures in search.log; returns the exit code."""
     from .coordinator import dispatch_stats
 
-    code = 0
-    if summary.stopped:
-        _say_and_log(summary.stopped, error=True)
-        code = summary.exit_code or 1
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts().items()))
     stats = logging.getLogger(STATS)
     report = searcher.report()
@@ -505,6 +501,10 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float) -> int:
     log.info("search finished in %.1f s: %d trial%s (%s)", summary.wall_s, n, "s" * (n != 1), counts)
     stats.info("%s; coordinator CPU %.1f s (%.0f%% of one core)",
                dispatch_stats(summary.dispatch_s, summary.first_wave_s), cpu, 100.0 * cpu / max(wall, 1e-9))
+    code = 0
+    if summary.stopped:  # after the log's last line: the console ends with why, then where
+        _say_and_log(summary.stopped, error=True)
+        code = summary.exit_code or 1
     best = summary.best
     if cfg.objective.pareto:
         from .journal import front

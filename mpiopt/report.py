@@ -14,6 +14,7 @@ from pathlib import Path
 
 from . import _results_view as view
 from . import plots
+from ._errors import ConfigError
 from ._files import atomic_write
 from .analysis import (_run_info, best_trials, direction_of, goals_of, load_history, load_results, load_timeline,
                        timeline)
@@ -63,20 +64,27 @@ def _draw(slug: str, title: str, make: Callable) -> Section:
     return Section(slug, title, png=buf.getvalue())
 
 
+# file names a user may give --out that would become folders: images and documents
+NOT_A_PAGE = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".txt", ".md")
+
+
 def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
     """Write the plots and report.html of the search in `path` to the folder `out` (default
     `path/report`); an `out` ending in .html names the page, written alone (it embeds the plots).
     Returns the page's path."""
     run = Path(path)
+    target = Path(out) if out is not None else run / "report"
+    page, pngs = target / "report.html", True
+    if target.suffix.lower() in (".html", ".htm"):  # the page alone: it embeds its plots
+        target, page, pngs = target.parent, target, False
+    elif target.suffix.lower() in NOT_A_PAGE:
+        raise ConfigError(f"--out {out}: the report is an HTML page (name it .html) or a folder of the page and "
+                          "its plots (a name without a suffix)")
     df = load_results(run)
     history = load_history(run)
     stretches = load_timeline(run)
     info = _run_info(run)
     direction, metric = direction_of(run)
-    target = Path(out) if out is not None else run / "report"
-    page, pngs = target / "report.html", True
-    if target.suffix.lower() in (".html", ".htm"):  # the page alone: it embeds its plots
-        target, page, pngs = target.parent, target, False
     target.mkdir(parents=True, exist_ok=True)
     sections = [_draw(*spec) for spec in _plots(df, history, stretches, direction, metric, log_params(info),
                                                      goals_of(run))]

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ._errors import ConfigError
-from .analysis import _run_info, direction_of
+from .analysis import _run_info, direction_of, run_directory
 from ._results_view import format_hours
 from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, LOCK, read_journal, replay
 from .scheduler import Scheduler, make_scheduler
@@ -162,9 +162,7 @@ def ladder_of(info: dict) -> Scheduler | None:
 
 
 def status_text(path: str, now: float | None = None) -> str:
-    run = Path(path)
-    if not run.is_dir():
-        raise ConfigError("no such run directory", source=str(path))
+    run = run_directory(path)
     if not (run / JOURNAL).exists():
         raise ConfigError(f"holds no search (no {JOURNAL})", source=str(path))
     events, _ = read_journal(run / JOURNAL)

@@ -102,6 +102,9 @@ def test_bad_inputs_exit_2_with_one_line(write_yaml, tmp_path):
     one_error_line(run_cli(["results", tmp_path], cwd=tmp_path), "holds no search results")
     one_error_line(run_cli(["status", tmp_path / "nowhere"], cwd=tmp_path), "no such run directory")
     one_error_line(run_cli(["status", tmp_path], cwd=tmp_path), "holds no search (no trials.jsonl)")
+    for command in ("status", "results", "report"):  # the space file given for the run directory
+        one_error_line(run_cli([command, space], cwd=tmp_path), "space.yaml: is a file; expected a search's run "
+                                                                "directory")
     one_error_line(run_cli(["train", space, "--set", "z=1"], cwd=tmp_path), "--set z", "not a parameter")
     one_error_line(run_cli(["train", space, "--set", "x=abc"], cwd=tmp_path), "--set x", "expected a number")
     one_error_line(run_cli(["train", space, "--set", "tensorboard=true"], cwd=tmp_path),
@@ -315,6 +318,9 @@ def test_a_search_in_which_no_trial_completed_exits_1(write_yaml, tmp_path):
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("mpiopt: error:")]
     assert len(line) == 1 and line[0].startswith("mpiopt: error: no trial completed (8 did not); the most common error")
     assert line[0].endswith("ValueError: layer sizes do not match")
+    # the log's closing line first, then why the search failed: the last lines a user sees
+    lines = p.stderr.splitlines()
+    assert lines.index(line[0]) > next(i for i, ln in enumerate(lines) if "search finished in" in ln)
 
 
 def test_refusals_come_before_mpi_and_tensorflow_start(tmp_path):

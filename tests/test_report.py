@@ -222,6 +222,13 @@ def test_report_out_may_name_the_page(tmp_path):
     assert sorted(p.name for p in (tmp_path / "shared").iterdir()) == ["search.html"]  # it embeds its plots
 
 
+def test_report_out_named_like_an_image_is_refused(tmp_path, capsys):
+    assert main(["report", str(copy_run(tmp_path)), "--out", str(tmp_path / "plots" / "page.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the report is an HTML page (name it .html) or a folder" in err[0]
+    assert not (tmp_path / "plots").exists()
+
+
 def test_report_of_a_missing_directory_is_a_one_line_error(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
