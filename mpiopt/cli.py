@@ -392,9 +392,16 @@ def _announce(cfg, plan, run_dir, placement: str | None) -> None:
              cfg.search.algorithm, scheduler, run_dir.path)
     if placement:
         log.info("devices: %s", placement)
-    note = _group_size_note(cfg.training["group_size"], plan)
-    if note:
+    for note in _plan_notes(cfg, plan):
         log.warning("%s", note)
+
+
+def _plan_notes(cfg, plan) -> list[str]:
+    """What `check` notes and a search warns of before it starts: settings that the ranks or the
+    budget make do something else than they seem to."""
+    notes = [_group_size_note(cfg.training["group_size"], plan), _idle_ranks_note(cfg, plan),
+             _initial_points_note(cfg)]
+    return [n for n in notes if n is not None]
 
 
 def _group_size_note(size: int, plan) -> str | None:
@@ -406,6 +413,24 @@ def _group_size_note(size: int, plan) -> str | None:
         return (f"training.group_size {plan.requested_size} is more than the {plan.world_size - 1} ranks beside the "
                 f"coordinator: one group of {plan.world_size - 1}")
     return None
+
+
+def _idle_ranks_note(cfg, plan) -> str | None:
+    """A function without `comm` runs on its group's first rank only: the group's others idle."""
+    o = cfg.objective
+    idle = 0 if plan.shared else sum(len(ranks) - 1 for ranks in plan.groups)
+    if o.kind != "function" or o.takes_comm or not idle:
+        return None
+    return (f"{o.function} takes no comm, so it runs on each group's first rank: {idle} rank{'s' * (idle != 1)} "
+            "idle (fn(params, comm) puts them to work; training.group_size: 1 makes each rank a group)")
+
+
+def _initial_points_note(cfg) -> str | None:
+    s = cfg.search
+    if s.algorithm != "bayesian" or s.initial_points < s.trials:
+        return None
+    return (f"search.initial_points {s.initial_points} is not below search.trials {s.trials}: every trial is a "
+            "random point and the model never suggests one")
 
 
 def _make_link(cfg, comm, plan):
@@ -769,9 +794,7 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
     lines += _layout_lines(plan, library)
     if o.folds:
         lines.append(f"  folds       {_describe_folds(o.folds, plan)}")
-    note = _group_size_note(cfg.training["group_size"], plan)
-    if note:
-        lines.append(f"  note        {note}")
+    lines += [f"  note        {note}" for note in _plan_notes(cfg, plan)]
     state = "holds a search (use --resume)" if RunDir(out).holds_search() else "new"
     lines.append(f"  devices     {placement.describe()}"
                  + ("; on a cluster every node deals its own GPUs the same way" if found else ""))

@@ -203,7 +203,12 @@ def test_check_prints_the_plan(write_yaml, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "8 ranks: 1 coordinator (rank 0) + 1 group of 3 ranks, 2 groups of 2 ranks" in p.stdout
     assert "budget 8 trials" in p.stdout
-    assert "note" not in p.stdout
+    notes = [ln for ln in p.stdout.splitlines() if ln.startswith("  note")]
+    assert notes == ["  note        objectives.py:branin takes no comm, so it runs on each group's first rank: 4 ranks "
+                     "idle (fn(params, comm) puts them to work; training.group_size: 1 makes each rank a group)"]
+    p = run_cli(["check", write_yaml(SPACE.replace("trials: 8", "trials: 4"), "few.yaml")], cwd=tmp_path)
+    assert "  note        search.initial_points 4 is not below search.trials 4: every trial is a random point" \
+        in p.stdout
     # a function's plan shows the training keys it reads, not a model's
     assert "  training    group_size=2, ranks_per_gpu=1\n" in p.stdout and "runs to its end" in p.stdout
     p = run_cli(["check", space], cwd=tmp_path)
