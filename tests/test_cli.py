@@ -206,11 +206,11 @@ def test_check_prints_the_plan(write_yaml, tmp_path):
     notes = [ln for ln in p.stdout.splitlines() if ln.startswith("  note")]
     assert notes == ["  note        objectives.py:branin takes no comm, so it runs on each group's first rank: 4 ranks "
                      "idle (fn(params, comm) puts them to work; training.group_size: 1 makes each rank a group)"]
+    # a function's plan shows the training keys it reads, not a model's
+    assert "  training    group_size=2, ranks_per_gpu=1\n" in p.stdout and "runs to its end" in p.stdout
     p = run_cli(["check", write_yaml(SPACE.replace("trials: 8", "trials: 4"), "few.yaml")], cwd=tmp_path)
     assert "  note        search.initial_points 4 is not below search.trials 4: every trial is a random point" \
         in p.stdout
-    # a function's plan shows the training keys it reads, not a model's
-    assert "  training    group_size=2, ranks_per_gpu=1\n" in p.stdout and "runs to its end" in p.stdout
     p = run_cli(["check", space], cwd=tmp_path)
     assert "1 process: the coordinator and one 1-rank group take turns" in p.stdout
     assert "note        training.group_size 2 needs at least 3 ranks" in p.stdout
