@@ -358,8 +358,9 @@ def test_set_takes_numbers_as_the_parameter_holds_them(write_yaml, tmp_path):
     from mpiopt.config import load_config
 
     cfg = load_config(write_yaml(SPACE.replace("  y:", "  n: {type: integer, low: 1, high: 500}\n  y:")))
-    params, _ = parse_sets(cfg, ["n=1e2", "x=3", "learning_rate=1e-3"])
+    params, training = parse_sets(cfg, ["n=1e2", "x=3", "time_limit=3e1"])
     assert params["n"] == 100 and isinstance(params["n"], int) and params["x"] == 3.0
+    assert training["time_limit"] == 30.0
     with pytest.raises(ConfigError, match="--set n: expected an integer, got 1.5"):
         parse_sets(cfg, ["n=1.5"])
     with pytest.raises(ConfigError, match="did you mean 'x'"):
