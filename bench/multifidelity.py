@@ -6,7 +6,7 @@ and Optuna's pruned TPE, with 1, 8 and 32 groups.
                                   [--curves bench/data/mnist1d_cnn_curves.jsonl] [--space searchspaces/mnist1d_cnn.yaml]
                                   [--oracle-at K ...] [--ranked-by R ...]
                                   [--acquisition gp_hedge|EI|PI|LCB] [--min-epochs 1] [--reduction-factor 3]
-                                  [--judge-final]
+                                  [--judge-final] [--gaps G ...]
 
 The curves are real: bench/record_curves.py trained 200 random configurations of the MNIST-1D CNN
 space (searchspaces/mnist1d_cnn.yaml) for 27 epochs each on one process and kept every epoch's
@@ -434,6 +434,26 @@ def report(traces: dict, methods: list[str], widths: list[int], budget: float, c
                   f"| {winner_waited} |")
 
 
+def report_gaps(traces: dict, methods: list[str], widths: list[int], curves: Curves, gaps: list[float]) -> None:
+    """The compute to a target at several widths below the table's best: how much the verdict
+    owes to the target's width."""
+    best = float(curves.acc.max())
+    print(f"\n## epochs to within G points of the table's best ({best:.4f}): median over seeds (share that got there)")
+    within = [int(sum(curves.acc.max(axis=1) >= best - g / 100)) for g in gaps]
+    print("| method | groups | " + " | ".join(f"G = {g:g} ({n} configuration{'s' * (n != 1)})"
+                                             for g, n in zip(gaps, within, strict=True)) + " |")
+    print("|---" * (2 + len(gaps)) + "|")
+    for width in widths:
+        for method in methods:
+            runs = traces[(method, width)]
+            cells = []
+            for g in gaps:
+                hit = [t.reached(best - g / 100)[0] for t in runs]
+                share = sum(math.isfinite(c) for c in hit) / len(hit)
+                cells.append(f"{show(float(np.median(hit)), '.0f')} ({share:.0%})")
+            print(f"| {method} | {width} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=50)
@@ -457,6 +477,8 @@ def main() -> None:
     parser.add_argument("--min-epochs", type=int, default=1, help="the first rung (asha, hyperband, optuna)")
     parser.add_argument("--reduction-factor", type=int, default=3,
                         help="keep the best 1/factor at each rung (asha, hyperband, optuna)")
+    parser.add_argument("--gaps", type=float, nargs="+", default=[], metavar="G",
+                        help="also the epochs to within G points of the table's best (the target is 0.5)")
     parser.add_argument("--judge-final", action="store_true",
                         help="mpiopt's schedulers rank each trial at a rung by its recorded final value, not by "
                              "its value so far: a promotion rule that knows every curve's end (the searcher is "
@@ -477,6 +499,8 @@ def main() -> None:
             if k % 50 == 0:
                 print(f"{k}/{len(jobs)} searches, {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     report(traces, args.methods, args.widths, args.budget, curves, knobs)
+    if args.gaps:
+        report_gaps(traces, args.methods, args.widths, curves, args.gaps)
 
 
 if __name__ == "__main__":
