@@ -429,8 +429,8 @@ def _initial_points_note(cfg) -> str | None:
     s = cfg.search
     if s.algorithm != "bayesian" or s.initial_points < s.trials:
         return None
-    return (f"search.initial_points {s.initial_points} is not below search.trials {s.trials}: every trial is a "
-            "random point and the model never suggests one")
+    return (f"search.initial_points {s.initial_points} is not below search.trials {s.trials}: every trial is one "
+            "of the initial design's points and the model never suggests one")
 
 
 def _make_link(cfg, comm, plan):
@@ -788,7 +788,7 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
         + f", budget {cfg.search.trials} trials, seed {cfg.search.seed}"
         + (f", target {cfg.search.target}" if cfg.search.target is not None else ""),
         f"  scheduler   {_make_scheduler(cfg).describe()}",
-        "  training    " + ", ".join(f"{k}={v}" for k, v in cfg.training_read().items() if v is not None),
+        f"  training    {_training_line(cfg)}",
         f"  plan        {plan.describe()}",
     ]
     lines += _layout_lines(plan, library)
@@ -800,6 +800,12 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
                  + ("; on a cluster every node deals its own GPUs the same way" if found else ""))
     lines.append(f"  run dir     {out} ({state})")
     return lines
+
+
+def _training_line(cfg) -> str:
+    """The training settings the trials read; a searched one is named, not its unused default."""
+    return ", ".join(f"{k} searched" if k in cfg.space.names else f"{k}={v}"
+                     for k, v in cfg.training_read().items() if v is not None)
 
 
 def _layout_lines(plan, library: str | None) -> list[str]:

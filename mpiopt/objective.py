@@ -235,6 +235,11 @@ class TrialContext:
         return self.stopped
 
     @property
+    def stopped_at(self) -> int | None:
+        """The step at which the scheduler stopped the trial (rank 0, which hears it), or None."""
+        return self._stopped_at
+
+    @property
     def stopped(self) -> bool:
         """What `should_stop` last said, or would say alone: no collective."""
         return self._stopped or self.diverged is not None
@@ -327,8 +332,9 @@ class TrialRunner:
         if context is not None and context.diverged:
             return TrialResult(status=TrialStatus.DIVERGED, epochs=context.steps, metrics=context.last,
                                error=context.diverged)
-        if context is not None and context.stopped:
-            return TrialResult(status=TrialStatus.PRUNED, epochs=context.steps, metrics=context.last)
+        if context is not None and context.stopped:  # judged at the step the scheduler stopped it, whatever ran on
+            return TrialResult(status=TrialStatus.PRUNED, epochs=context.stopped_at or context.steps,
+                               metrics=context.last)
         result = judge(value, o.direction, o.metric)
         return dataclasses.replace(result, epochs=context.steps) if context is not None and context.steps else result
 

@@ -193,9 +193,11 @@ def _state_line(run: Path, alive: Liveness) -> str:
                 "run the search again, without --resume")
     if alive.state == "ended":
         return f"{run}: ended {format_hours(alive.age_s / 3600)} ago"
-    go_on = f"`mpiopt search {_shown_path(alive.space) if alive.space else 'SPACE'} --out {run} --resume` continues it"
+    command = f"mpiopt search {_shown_path(alive.space) if alive.space else 'SPACE'} --out {run} --resume"
+    go_on = f"`{command}` continues it"
     if alive.ranks and alive.ranks > 1:  # the job's size, whatever launched it: --np, mpirun -n or srun
-        go_on += f" on {alive.ranks} ranks, as it ran (--np {alive.ranks}, or your launcher's)"
+        go_on = (f"`{command} --np {alive.ranks}` continues it on {alive.ranks} ranks, as it ran (or "
+                 f"`mpiexec -n {alive.ranks} {command}`, or your batch system's launcher)")
     if alive.state == "interrupted":
         return f"{run}: interrupted {format_hours(alive.age_s / 3600)} ago (Ctrl-C or SIGTERM); {go_on}"
     if alive.gone:

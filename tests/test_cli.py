@@ -74,6 +74,21 @@ def test_search_resume_and_results(write_yaml, tmp_path):
     assert p.stdout.startswith("trial,status,objective") and len(p.stdout.strip().splitlines()) == 11
 
 
+def test_check_names_searched_training_keys_instead_of_their_defaults(write_yaml):
+    from mpiopt.cli import _training_line
+    from mpiopt.config import load_config
+
+    cfg = load_config(write_yaml("""
+        objective: {model: m.py:build, data: m.py:load}   # not imported: resolve=False
+        parameters:
+          learning_rate: {type: real, low: 1.0e-4, high: 0.1, prior: log-uniform}
+          units: {type: integer, low: 2, high: 8}
+        training: {batch_size: 16}
+    """), resolve=False)
+    line = _training_line(cfg)
+    assert "learning_rate searched" in line and "batch_size=16" in line and "learning_rate=" not in line
+
+
 def test_a_resume_budget_counts_the_interrupted_trials_it_runs_again(write_yaml, tmp_path):
     from mpiopt.cli import _refuse_a_budget_already_spent
     from mpiopt.config import load_config
@@ -209,8 +224,8 @@ def test_check_prints_the_plan(write_yaml, tmp_path):
     # a function's plan shows the training keys it reads, not a model's
     assert "  training    group_size=2, ranks_per_gpu=1\n" in p.stdout and "runs to its end" in p.stdout
     p = run_cli(["check", write_yaml(SPACE.replace("trials: 8", "trials: 4"), "few.yaml")], cwd=tmp_path)
-    assert "  note        search.initial_points 4 is not below search.trials 4: every trial is a random point" \
-        in p.stdout
+    assert "  note        search.initial_points 4 is not below search.trials 4: every trial is one of the initial " \
+        "design's points" in p.stdout
     p = run_cli(["check", space], cwd=tmp_path)
     assert "1 process: the coordinator and one 1-rank group take turns" in p.stdout
     assert "note        training.group_size 2 needs at least 3 ranks" in p.stdout

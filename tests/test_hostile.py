@@ -79,6 +79,7 @@ def test_a_function_that_never_asks_whether_to_stop_is_warned_once_and_judged_at
     # the scheduler heard a pruned trial up to the rung that stopped it, never past it
     last_heard = history.groupby("trial").epoch.max()
     assert (last_heard[pruned.trial] == pruned.rung.to_numpy()).all() and (pruned.rung < 9).all()
+    assert (pruned.epochs == pruned.rung).all()  # how far it got, as far as the search knows
 
 
 def test_a_report_without_the_figure_of_merit_stops_a_scheduled_search_with_exit_2(write_yaml, tmp_path):
