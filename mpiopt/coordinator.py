@@ -223,6 +223,7 @@ class Coordinator:
         self._rungs = frozenset(self.scheduler.rung_epochs())
         self._best_so_far: dict[int, float | None] = {}  # per trial: its best reported loss
         self._warned_unjudged = False
+        self._warned_steps: set[str] = set()  # the kinds of steps not judged, warned of once a search
         self._beat_at = -math.inf  # time.monotonic() of the last heartbeat
         self._watch_at = -math.inf  # time.monotonic() of the next look for lost groups
         self._epochs = 0  # (trial, epoch) pairs reported, the journal's included
@@ -857,6 +858,7 @@ class Coordinator:
         self.searcher.tell(n, rec.params, self.search_loss(rec))
         self._table_dirty = True
         self._warn_if_unjudged(n, rec)
+        self._warn_of_steps_not_judged(n, result)
         if not was_finished:
             self._finished += 1
             self._failed += rec.status == TrialStatus.FAILED
@@ -898,6 +900,21 @@ class Coordinator:
         where = self.cfg.objective.function or self.cfg.objective.model
         log.warning("trial %d completed without reporting a step, so search.scheduler %s could not judge it: "
                     "%s must call trial.report(step, ...) as it goes", n, self.scheduler.name, where)
+
+
+    def _warn_of_steps_not_judged(self, n: int, result: TrialResult) -> None:
+        """Once a search each: a function that reported steps after the scheduler stopped it (it
+        did not ask `should_stop()`), or past training.epochs, the top rung; neither was judged."""
+        fn = self.cfg.objective.function
+        if result.reported_after_stop is not None and "after stop" not in self._warned_steps:
+            self._warned_steps.add("after stop")
+            log.warning("trial %d reported up to step %d after the scheduler stopped it at step %s: %s must call "
+                        "trial.should_stop() after each report and return when it says True (steps after a stop "
+                        "are not judged)", n, result.reported_after_stop, result.epochs, fn)
+        if result.reported_past_top is not None and "past top" not in self._warned_steps:
+            self._warned_steps.add("past top")
+            log.warning("trial %d reported up to step %d, past training.epochs (%s), the scheduler's top rung: "
+                        "steps after it are not judged", n, result.reported_past_top, self.cfg.training["epochs"])
 
 
 def _lost_line(summary: Summary) -> str:

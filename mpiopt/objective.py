@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import logging
 import math
 import numbers
 import re
@@ -22,8 +21,6 @@ from typing import Any
 from ._errors import TrialFailed, TrialTimeout
 from .config import Config, import_callable
 from .trial import TrialResult, TrialStatus
-
-log = logging.getLogger(__name__)
 
 _HEADLINE_CHARS = 300
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Keras colours its messages
@@ -169,16 +166,6 @@ def time_limit(seconds: float | None):
         signal.signal(signal.SIGALRM, old)
 
 
-_WARNED: set[str] = set()
-
-
-def _warn_once(kind: str, line: str) -> None:
-    """A function objective's misuse of `trial` that does no harm to the search: said once a process."""
-    if kind not in _WARNED:
-        _WARNED.add(kind)
-        log.warning("%s", line)
-
-
 class TrialContext:
     """The `trial` a function objective may take: it reports its steps (epochs) and learns whether
     the scheduler stops it.
@@ -194,6 +181,8 @@ class TrialContext:
         self._reporter = reporter
         self._top = top  # a scheduler's top rung (training.epochs); None without one
         self._stopped_at: int | None = None  # the step at which the scheduler stopped it
+        self.after_stop: int | None = None  # the last step reported after that (not sent)
+        self.past_top: int | None = None  # the last step reported past the top rung
         self._comm = comm
         self._rank = comm.Get_rank() if comm is not None else 0
         self._metric = metric  # the figure of merit, which every report must hold (None: a Pareto search's)
@@ -215,13 +204,10 @@ class TrialContext:
         if self._reporter is None or self._rank != 0:
             return
         if self._stopped_at is not None:  # the scheduler's word is given: later steps are not judged
-            _warn_once("ran_on", f"trial {self.number} reported step {step} after the scheduler stopped it at step "
-                                 f"{self._stopped_at}; call trial.should_stop() after each report and return when it "
-                                 "says True (steps after a stop are not sent to the scheduler)")
+            self.after_stop = int(step)
             return
         if self._top is not None and step > self._top:
-            _warn_once("past_top", f"trial {self.number} reported step {step}, past training.epochs ({self._top}), "
-                                   "the scheduler's top rung: it judges no step after it")
+            self.past_top = int(step)
         if self._reporter(int(step), {"epoch": int(step), **self.last}) is not None:
             self._stopped, self._stopped_at = True, int(step)
 
@@ -334,9 +320,12 @@ class TrialRunner:
                                error=context.diverged)
         if context is not None and context.stopped:  # judged at the step the scheduler stopped it, whatever ran on
             return TrialResult(status=TrialStatus.PRUNED, epochs=context.stopped_at or context.steps,
-                               metrics=context.last)
+                               metrics=context.last, reported_after_stop=context.after_stop,
+                               reported_past_top=context.past_top)
         result = judge(value, o.direction, o.metric)
-        return dataclasses.replace(result, epochs=context.steps) if context is not None and context.steps else result
+        if context is None:
+            return result
+        return dataclasses.replace(result, epochs=context.steps or result.epochs, reported_past_top=context.past_top)
 
     def _train(self, params, training, comm, trial, trial_dir, reporter, began: float) -> TrialResult:
         source = self.source()

@@ -91,6 +91,10 @@ class TrialResult:
     start: float | None = None  # when the group began and ended it (its clock, seconds since the epoch)
     end: float | None = None
     wait_s: float | None = None  # how long the group waited for this task after its previous result
+    # a function's harmless misuse of `trial`, which the coordinator warns of once a search: the
+    # last step it reported after the scheduler had stopped it, and past training.epochs
+    reported_after_stop: int | None = None
+    reported_past_top: int | None = None
 
     def reported(self, trial: int, start: float, end: float, wait_s: float | None) -> TrialResult:
         """This result as the group reports it: the trial's number and when it ran."""

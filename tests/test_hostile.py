@@ -72,6 +72,7 @@ def test_a_function_that_never_asks_whether_to_stop_is_warned_once_and_judged_at
     assert p.returncode == 0, p.stderr
     assert p.stderr.count("after the scheduler stopped it at step") == 1, p.stderr
     assert p.stderr.count("past training.epochs (9), the scheduler's top rung") == 1, p.stderr
+    assert "objectives.py:never_asks_to_stop must call trial.should_stop() after each report" in p.stderr
     run = tmp_path / "runs" / "hostile"
     df, history = mpiopt.load_results(run), mpiopt.load_history(run)
     pruned = df[df.status == "pruned"]
