@@ -47,6 +47,15 @@ def blank_missing(view):
     return view
 
 
+def as_csv(df) -> str:
+    """Rows as CSV, times written as results.csv writes them (ISO 8601, milliseconds, UTC)."""
+    from pandas.api.types import is_datetime64_any_dtype
+
+    times = {c: df[c].map(lambda t: "" if t is None or t != t else t.isoformat(timespec="milliseconds"))
+             for c in df.columns if is_datetime64_any_dtype(df[c])}
+    return df.assign(**times).to_csv(index=False)
+
+
 def records(df) -> list[dict[str, Any]]:
     """Rows as JSON-ready dicts: floats exact (pandas' to_json keeps 15 digits), times ISO 8601,
     missing values null."""

@@ -900,7 +900,7 @@ def cmd_results(args) -> int:
         if top.empty:
             raise ConfigError("no completed trial yet", source=args.dir)
     if args.format == "csv":
-        sys.stdout.write(top.to_csv(index=False))
+        sys.stdout.write(view.as_csv(top))
     elif args.format == "json":
         sys.stdout.write(json.dumps(view.records(top), indent=1, allow_nan=False) + "\n")
     elif args.format == "yaml":
@@ -929,7 +929,7 @@ def _print_front(args, df, goals) -> int:
                                                    ascending=direction == "minimize", kind="stable")
     top = on.head(args.top or TOP_DEFAULT)
     if args.format == "csv":
-        sys.stdout.write(top.to_csv(index=False))
+        sys.stdout.write(view.as_csv(top))
     elif args.format == "json":
         sys.stdout.write(json.dumps(view.records(top), indent=1, allow_nan=False) + "\n")
     elif args.format == "yaml":
@@ -967,7 +967,7 @@ def _print_timeline(run_dir: str, form: str) -> int:
 
     stretches = load_timeline(run_dir)
     if form == "csv":
-        sys.stdout.write(stretches.to_csv(index=False))
+        sys.stdout.write(view.as_csv(stretches))
         return 0
     if form == "json":
         sys.stdout.write(json.dumps(view.records(stretches), indent=1, allow_nan=False) + "\n")

@@ -72,6 +72,12 @@ def test_search_resume_and_results(write_yaml, tmp_path):
     assert len(rows) == 2 and rows[0]["objective"] == df2.objective.min()
     p = run_cli(["results", out, "--format", "csv"], cwd=tmp_path)
     assert p.stdout.startswith("trial,status,objective") and len(p.stdout.strip().splitlines()) == 11
+    import io
+
+    import pandas as pd
+
+    printed, kept = (pd.read_csv(f, dtype=str).set_index("trial") for f in (io.StringIO(p.stdout), out / "results.csv"))
+    assert (printed.start == kept.start[printed.index]).all()  # times written alike: ISO 8601, milliseconds
 
 
 def test_check_names_searched_training_keys_instead_of_their_defaults(write_yaml):
