@@ -901,7 +901,6 @@ class Coordinator:
         log.warning("trial %d completed without reporting a step, so search.scheduler %s could not judge it: "
                     "%s must call trial.report(step, ...) as it goes", n, self.scheduler.name, where)
 
-
     def _warn_of_steps_not_judged(self, n: int, result: TrialResult) -> None:
         """Once a search each: a function that reported steps after the scheduler stopped it (it
         did not ask `should_stop()`), or past training.epochs, the top rung; neither was judged."""
