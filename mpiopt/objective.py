@@ -180,7 +180,7 @@ class TrialContext:
         self.number = number
         self._reporter = reporter
         self._top = top  # a scheduler's top rung (training.epochs); None without one
-        self._stopped_at: int | None = None  # the step at which the scheduler stopped it
+        self.stopped_at: int | None = None  # the step at which the scheduler stopped it (rank 0 hears it)
         self.after_stop: int | None = None  # the last step reported after that (not sent)
         self.past_top: int | None = None  # the last step reported past the top rung
         self._comm = comm
@@ -203,13 +203,13 @@ class TrialContext:
             self.diverged = f"{bad} is {self.last[bad]} at step {step}"
         if self._reporter is None or self._rank != 0:
             return
-        if self._stopped_at is not None:  # the scheduler's word is given: later steps are not judged
+        if self.stopped_at is not None:  # the scheduler's word is given: later steps are not judged
             self.after_stop = int(step)
             return
         if self._top is not None and step > self._top:
             self.past_top = int(step)
         if self._reporter(int(step), {"epoch": int(step), **self.last}) is not None:
-            self._stopped, self._stopped_at = True, int(step)
+            self._stopped, self.stopped_at = True, int(step)
 
     def should_stop(self) -> bool:
         """Whether the scheduler stopped this trial, or it diverged: return now (what is returned
@@ -219,11 +219,6 @@ class TrialContext:
             self._stopped = any(stopped)
             self.diverged = self.diverged or next((d for d in diverged if d is not None), None)
         return self.stopped
-
-    @property
-    def stopped_at(self) -> int | None:
-        """The step at which the scheduler stopped the trial (rank 0, which hears it), or None."""
-        return self._stopped_at
 
     @property
     def stopped(self) -> bool:
