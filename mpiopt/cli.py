@@ -620,12 +620,11 @@ def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tupl
 
 def _refuse_a_key_a_function_never_reads(cfg, name: str) -> None:
     """`--set` on a training key a `function` objective never reads, refused as in its file."""
-    from .config import function_training_keys
+    from .config import function_training_keys, unread_training_keys
 
-    read = function_training_keys(cfg.search.scheduler)
-    if cfg.objective.kind == "function" and name not in read:
+    if unread_training_keys(cfg.objective, cfg.search.scheduler, [name]):
         raise ConfigError(f"--set {name}: a training key a `function` objective never reads; it reads "
-                          f"{', '.join(read)}")
+                          f"{', '.join(function_training_keys(cfg.search.scheduler))}")
 
 
 def _active_only(cfg, params: dict[str, Any], training: dict[str, Any], sets: list[str]):

@@ -354,20 +354,25 @@ def function_training_keys(scheduler: str) -> tuple[str, ...]:
     return ("group_size", "ranks_per_gpu", "time_limit") + (("epochs",) if scheduler != "none" else ())
 
 
+def unread_training_keys(objective: Objective, scheduler: str, keys) -> list[str]:
+    """The training keys among `keys` that the objective's trials never read (a `function`'s)."""
+    if objective.kind != "function":
+        return []
+    return [k for k in keys if k not in function_training_keys(scheduler)]
+
+
 def _check_unread_training_keys(objective: Objective, search: SearchSettings, raw_training: Any,
                                 source: str) -> None:
     """A training key given for a `function` objective that it never reads is a mistake: early
     stopping that never stops, TensorBoard files never written."""
-    if objective.kind != "function" or not isinstance(raw_training, dict):
+    unread = unread_training_keys(objective, search.scheduler, raw_training) if isinstance(raw_training, dict) else []
+    if not unread:
         return
-    read = function_training_keys(search.scheduler)
-    for key in raw_training:
-        if key in read:
-            continue
-        what = ("has no effect on a `function` objective without search.scheduler (it sets the top rung)"
-                if key == "epochs" else "shapes a `model` objective's training, and has no effect on a `function`")
-        raise ConfigError(f"{what}; a function's trials read {', '.join(read)}", source=source,
-                          field=f"training.{key}")
+    key = unread[0]
+    what = ("has no effect on a `function` objective without search.scheduler (it sets the top rung)"
+            if key == "epochs" else "shapes a `model` objective's training, and has no effect on a `function`")
+    raise ConfigError(f"{what}; a function's trials read {', '.join(function_training_keys(search.scheduler))}",
+                      source=source, field=f"training.{key}")
 
 
 def metric_names_read(objective: Objective, training: dict[str, Any]) -> list[tuple[str, str]]:
