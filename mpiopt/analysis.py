@@ -193,7 +193,9 @@ def dispatch_after_result(df):
 
 def timeline(df):
     """Group utilization of a search, from its stretches of training (`load_timeline`; the results
-    table does where no trial was paused): per group, trials and busy seconds; overall, the busy share.
+    table does where no trial was paused): per group, trials, stretches and busy seconds; overall,
+    the busy share. A paused trial continues on whichever group is free, so a trial can count on
+    several groups: the groups' `trials` can add up to more than the search's.
 
     Utilization is busy time over (groups x active time), where active time is the union of the
     trials' intervals, so the pause between a kill and its --resume is not counted as idle.
@@ -210,7 +212,7 @@ def timeline(df):
 
     done = df.dropna(subset=["start", "end", "group"])
     if done.empty:
-        return pd.DataFrame(columns=["group", "trials", "busy_s", "utilization"]), {}
+        return pd.DataFrame(columns=["group", "trials", "stretches", "busy_s", "utilization"]), {}
     spans = sorted((s.timestamp(), e.timestamp()) for s, e in zip(done.start, done.end, strict=True))
     active, cur_s, cur_e = 0.0, spans[0][0], spans[0][1]
     for s, e in spans[1:]:
@@ -221,10 +223,12 @@ def timeline(df):
             cur_e = max(cur_e, e)
     active += cur_e - cur_s
     busy = (done.end - done.start).dt.total_seconds()
-    per = done.assign(busy_s=busy).groupby("group").agg(trials=("trial", "nunique"), busy_s=("busy_s", "sum"))
+    per = done.assign(busy_s=busy).groupby("group").agg(trials=("trial", "nunique"), stretches=("trial", "size"),
+                                                        busy_s=("busy_s", "sum"))
     per = per.reset_index()
     per["utilization"] = per.busy_s / active if active > 0 else float("nan")
-    summary = {"groups": int(len(per)), "trials": int(done.trial.nunique()), "active_s": active,
+    summary = {"groups": int(len(per)), "trials": int(done.trial.nunique()), "stretches": int(len(done)),
+               "active_s": active,
                "utilization": float(per.busy_s.sum() / (len(per) * active)) if active > 0 else float("nan")}
     if "dispatch_ms" in df and df["dispatch_ms"].notna().any():
         first_wave, early, after = _hand_outs(df)

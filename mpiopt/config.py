@@ -294,9 +294,9 @@ def parse_config(raw: Any, *, path: Path, source: str, resolve: bool = True) -> 
     if "parameters" not in raw:
         raise ConfigError("missing: a search needs at least one parameter", source=source, field="parameters")
     space = parse_space(raw["parameters"], source=source, did_you_mean=did_you_mean)
-    training = _parse_training(raw.get("training"), source)
     search = _parse_search(raw.get("search"), source)
     objective = _parse_objective(raw["objective"], source)
+    training = _parse_training(raw.get("training"), source, _training_keys_read(objective, search))
     _check_searched_training_keys(space, source)
     _check_gem_optimizer(training, raw.get("training"), space, source)
     _check_unread_search_keys(search, source)
@@ -653,9 +653,17 @@ _TRAINING_CHECKS: dict[str, Callable[[Any, str, str], Any]] = {
 }
 
 
-def _parse_training(raw: Any, source: str) -> dict[str, Any]:
+def _training_keys_read(objective: Objective, search: SearchSettings) -> tuple[str, ...]:
+    """The training keys an unknown key's error offers: a function's own few, not a model's 21."""
+    return function_training_keys(search.scheduler) if objective.kind == "function" else tuple(TRAINING_DEFAULTS)
+
+
+def _parse_training(raw: Any, source: str, keys_read: tuple[str, ...]) -> dict[str, Any]:
     raw = _mapping(raw, source, "training")
-    _check_keys(raw, TRAINING_DEFAULTS, source, "training")
+    for key in raw:
+        if key not in TRAINING_DEFAULTS:
+            raise ConfigError(f"unknown key (allowed: {', '.join(keys_read)}){did_you_mean(str(key), keys_read)}",
+                              source=source, field=f"training.{key}")
     out = dict(TRAINING_DEFAULTS)
     for key, value in raw.items():
         out[key] = check_training_value(key, value, source, f"training.{key}")

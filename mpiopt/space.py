@@ -223,6 +223,9 @@ def parse_space(raw: Any, *, source: str, did_you_mean) -> Space:
         kind = spec.get("type")
         if kind is None:
             kind = "categorical" if "choices" in spec else None
+        if kind is None and "type" not in spec:
+            raise ConfigError("missing `type`: give type: real or type: integer with low and high, or choices: [...]",
+                              source=source, field=f"{field}.type")
         if kind not in TYPES:
             raise ConfigError(f"`type` must be one of {', '.join(TYPES)}, got {kind!r}{did_you_mean(str(kind), TYPES)}",
                               source=source, field=f"{field}.type")

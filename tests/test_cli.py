@@ -295,6 +295,24 @@ def test_results_timeline(write_yaml, tmp_path):
         one_error_line(run_cli(["results", tmp_path / "runs" / "cli-branin", *flags], cwd=tmp_path), what)
 
 
+def test_timeline_counts_a_trial_continued_on_another_group_on_each_and_once_in_all():
+    import pandas as pd
+
+    from mpiopt import _results_view as view
+    from mpiopt.analysis import timeline
+
+    t = pd.Timestamp("2026-11-27T10:00:00", tz="UTC")
+    s = pd.Timedelta(seconds=1)
+    stretches = pd.DataFrame({"trial": [0, 1, 0], "status": ["paused", "pruned", "completed"], "epochs": [1, 1, 3],
+                              "start": [t, t, t + s], "end": [t + s, t + s, t + 3 * s], "group": [0, 1, 1],
+                              "ranks": [1, 1, 1]})
+    per, summary = timeline(stretches)
+    assert per.trials.tolist() == [1, 2] and per.stretches.tolist() == [1, 2]
+    assert (summary["trials"], summary["stretches"]) == (2, 3)
+    assert "2 groups, 2 trials in 3 stretches (a promoted trial" in view.timeline_line("runs/x", summary)
+    assert "trials," in view.timeline_line("runs/x", timeline(stretches.head(2))[1])  # no stretches said
+
+
 def test_yaml_numbers_without_a_dot(write_yaml, tmp_path):
     # PyYAML reads 1e-4 as text (YAML 1.1); a user writes it as a number
     from mpiopt.config import load_config

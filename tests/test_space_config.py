@@ -86,7 +86,11 @@ BAD = [
     ("objective: !!python/object/apply:os.system ['echo hacked']\n", ["YAML tag not allowed", "safe loader"]),
     (GOOD + "serach: {}\n", ["serach", "unknown key", "did you mean 'search'"]),
     (GOOD + "search: {trails: 3}\n", ["search.trails", "did you mean 'trials'"]),
-    (GOOD + "training: {epoch: 3}\n", ["training.epoch", "did you mean 'epochs'"]),
+    (GOOD + "search: {scheduler: asha}\ntraining: {epoch: 3}\n", ["training.epoch", "did you mean 'epochs'"]),
+    # a function's unknown key offers the few keys a function reads, not a model's
+    (GOOD + "training: {epoch: 3}\n", ["training.epoch", "(allowed: group_size, ranks_per_gpu, time_limit)"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {low: 0, high: 1}}\n",
+     ["parameters.x.type", "missing `type`: give type: real or type: integer"]),
     ("parameters: {x: {type: real, low: 0, high: 1}}\n", ["objective", "missing"]),
     ("objective: {function: objectives.py:branin}\n", ["parameters", "missing"]),
     ("objective: {function: objectives.py:branin, model: m.py:f, data: m.py:d}\n"
