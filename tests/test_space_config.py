@@ -87,6 +87,9 @@ BAD = [
     (GOOD + "serach: {}\n", ["serach", "unknown key", "did you mean 'search'"]),
     (GOOD + "search: {trails: 3}\n", ["search.trails", "did you mean 'trials'"]),
     (GOOD + "search: {scheduler: asha}\ntraining: {epoch: 3}\n", ["training.epoch", "did you mean 'epochs'"]),
+    ("objective: {model: m.py:build, data: m.py:load}\n"
+     "parameters: {learning_rate: {type: real, low: 0.001, high: 0.1, prior: log-uniform}}\n"
+     "training: {learning_rate: 0.01}\n", ["training.learning_rate", "also searched (parameters.learning_rate)"]),
     # a function's unknown key offers the few keys a function reads, not a model's
     (GOOD + "training: {epoch: 3}\n", ["training.epoch", "(allowed: group_size, ranks_per_gpu, time_limit)"]),
     ("objective: {function: objectives.py:branin}\nparameters: {x: {low: 0, high: 1}}\n",
@@ -200,6 +203,15 @@ def test_bad_files(write_yaml, text, expected):
     assert msg.startswith(str(path)), msg
     for part in expected:
         assert part in msg, msg
+
+
+def test_a_training_key_searched_under_a_condition_keeps_its_value_for_the_other_trials(write_yaml):
+    cfg = load_config(write_yaml(
+        "objective: {model: m.py:build, data: m.py:load}\n"
+        "parameters:\n  optimizer: {choices: [sgd, adam]}\n"
+        "  learning_rate: {type: real, low: 0.001, high: 0.1, when: {optimizer: sgd}}\n"
+        "training: {learning_rate: 0.0005}\n"), resolve=False)
+    assert cfg.training["learning_rate"] == 0.0005
 
 
 def test_python_tag_is_never_executed(write_yaml, tmp_path):
