@@ -296,6 +296,7 @@ class RunDir:
         self._made: list[Path] = []  # the folders `open` created, deepest first
         self._space: Path | None = None
         self._ranks: int | None = None
+        self._since: float | None = None  # when this search opened the directory
 
     def holds_search(self) -> bool:
         return self.journal_path.exists() and self.journal_path.stat().st_size > 0
@@ -328,6 +329,7 @@ class RunDir:
         `space` (the search-space file it runs from) and `ranks` (the job's size): what the
         heartbeat names for a --resume."""
         self._space, self._ranks = space, ranks
+        self._since = time.time()
         where = str(self.path)
         self.check(resume=resume, config_text=config_text)
         self._made = [p for p in (self.path, *self.path.parents) if not p.exists()]  # deepest first
@@ -484,7 +486,8 @@ class RunDir:
         """Say the search is alive (`state` "running") or has ended ("ended"): `mpiopt status`
         reads it from any machine that sees the file system, where the lock may not be visible."""
         body = {"state": state, "time": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
-                "space": str(self._space) if self._space is not None else None, "ranks": self._ranks}
+                "space": str(self._space) if self._space is not None else None, "ranks": self._ranks,
+                "since": self._since}
         atomic_write(self.path / HEARTBEAT, _line(body), durable=False)
 
     def trial_dir(self, trial: int) -> Path:

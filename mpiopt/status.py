@@ -37,6 +37,7 @@ class Liveness:
     gone: bool = False  # stopped, seen at once: the coordinator's process on this machine is no more
     space: str | None = None  # the search-space file the search ran from
     ranks: int | None = None  # the ranks of its MPI job
+    since: float | None = None  # when it opened the run directory (a --resume: trials started before it were cut off)
 
 
 def liveness(run: Path, now: float) -> Liveness:
@@ -55,12 +56,19 @@ def liveness(run: Path, now: float) -> Liveness:
     where = f"pid {beat.get('pid')} on {beat.get('host')}"
     space = beat.get("space") if isinstance(beat.get("space"), str) else None
     ranks = beat.get("ranks") if isinstance(beat.get("ranks"), int) else None
+    since = float(beat["since"]) if isinstance(beat.get("since"), (int, float)) else None
     if beat.get("state") in ("ended", "interrupted"):
-        return Liveness(beat["state"], age, where, space=space, ranks=ranks)
+        return Liveness(beat["state"], age, where, space=space, ranks=ranks, since=since)
     if _gone_from_this_machine(beat):
-        return Liveness("stopped", age, where, gone=True, space=space, ranks=ranks)
+        return Liveness("stopped", age, where, gone=True, space=space, ranks=ranks, since=since)
     state = "running" if age <= STALE_BEATS * HEARTBEAT_EVERY_S else "stopped"
-    return Liveness(state, age, where, space=space, ranks=ranks)
+    return Liveness(state, age, where, space=space, ranks=ranks, since=since)
+
+
+def runs_now(trial: TrialRecord, alive: Liveness) -> bool:
+    """Whether a trial the journal leaves running is: the search runs, and started it (a trial a
+    killed run had started waits for the resumed search to run it again)."""
+    return alive.state == "running" and (alive.since is None or (trial.start or 0.0) >= alive.since)
 
 
 def _starting(run: Path, last_beat: float | None) -> Liveness | None:
@@ -117,11 +125,26 @@ def last_signs(events: list[dict]) -> dict[int, float]:
     return out
 
 
-def trials_per_hour(trials: list[TrialRecord], now: float) -> float:
-    """Finished trials per hour over the last RATE_WINDOW_S (or since the first start)."""
+def event_time(event: dict) -> float:
+    return float(event.get("time") or event.get("end") or 0.0)
+
+
+def dead_time(events: list[dict], alive: Liveness, now: float) -> tuple[float, float] | None:
+    """From a killed run's last record to the first of the --resume that goes on with it (its
+    pre-flight check included): no group trained then, so the rates leave it out."""
+    if alive.since is None:
+        return None
+    times = [t for t in map(event_time, events) if t > 0.0]
+    before = [t for t in times if t < alive.since]
+    after = [t for t in times if t >= alive.since]
+    return (max(before), min(after, default=now)) if before else None
+
+
+def trials_per_hour(trials: list[TrialRecord], now: float, dead: tuple[float, float] | None) -> float:
+    """Finished trials per hour over the last RATE_WINDOW_S (or since the first start), `dead` time left out."""
     starts = [t.start for t in trials if t.start is not None]
     ends = [t.end for t in trials if t.end is not None and t.status.is_finished()]
-    return _per_hour(ends, starts, now)
+    return _per_hour(ends, starts, now, dead)
 
 
 def epoch_reports(events: list[dict]) -> dict[tuple[int, int], float]:
@@ -133,18 +156,21 @@ def epoch_reports(events: list[dict]) -> dict[tuple[int, int], float]:
     return first
 
 
-def epochs_per_hour(events: list[dict], reports: dict[tuple[int, int], float], now: float) -> float:
-    """Epochs reported per hour over the last RATE_WINDOW_S (or since the first start)."""
+def epochs_per_hour(events: list[dict], reports: dict[tuple[int, int], float], now: float,
+                    dead: tuple[float, float] | None) -> float:
+    """Epochs reported per hour over the last RATE_WINDOW_S (or since the first start), `dead` time left out."""
     starts = [float(e["time"]) for e in events if e.get("event") == "start" and isinstance(e.get("time"), (int, float))]
-    return _per_hour(list(reports.values()), starts, now)
+    return _per_hour(list(reports.values()), starts, now, dead)
 
 
-def _per_hour(times: list[float], starts: list[float], now: float) -> float:
+def _per_hour(times: list[float], starts: list[float], now: float, dead: tuple[float, float] | None) -> float:
     if not starts or not times:
         return 0.0
     window = min(RATE_WINDOW_S, now - min(starts))
     recent = sum(1 for t in times if t >= now - window)
-    return recent / window * 3600.0 if window > 0 else 0.0
+    idle = max(0.0, min(now, dead[1]) - max(now - window, dead[0])) if dead else 0.0
+    active = window - idle
+    return recent / active * 3600.0 if active > 0 else 0.0
 
 
 def ladder_of(info: dict) -> Scheduler | None:
@@ -171,13 +197,14 @@ def status_text(path: str, now: float | None = None) -> str:
     budget = int((info.get("search") or {}).get("trials") or 0)
     limit = (info.get("training") or {}).get("time_limit")
     alive = liveness(run, time.time())
-    last_event = max((float(e.get("time") or e.get("end") or 0.0) for e in events), default=0.0)
+    last_event = max(map(event_time, events), default=0.0)
     now = now if now is not None else (time.time() if alive.state == "running" else last_event)
+    dead = dead_time(events, alive, now)
     lines = [_state_line(run, alive)]
     lines += _count_lines(list(trials.values()), budget, alive)
     lines += _best_lines(run, list(trials.values()))
-    epoch_lines = _epoch_lines(events, trials, budget, ladder_of(info), now, alive)
-    lines += _rate_lines(list(trials.values()), budget, now, alive, eta=not epoch_lines)
+    epoch_lines = _epoch_lines(events, trials, budget, ladder_of(info), now, alive, dead)
+    lines += _rate_lines(list(trials.values()), budget, now, alive, dead, eta=not epoch_lines)
     lines += epoch_lines
     lines += _group_lines(trials, last_signs(events), now, limit, alive)
     return "\n".join(lines)
@@ -217,11 +244,12 @@ def _shown_path(path: str) -> str:
 
 
 def _count_lines(trials: list[TrialRecord], budget: int, alive: Liveness) -> list[str]:
-    counts = Counter(t.shown_status(alive.state == "running") for t in trials)
+    counts = Counter(t.shown_status(runs_now(t, alive)) for t in trials)
     finished = sum(1 for t in trials if t.status.is_finished())
     share = f" ({finished / budget:.0%})" if budget else ""
     done = ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items()) if s.is_finished())
-    labels = {TrialStatus.RUNNING: "running", TrialStatus.INTERRUPTED: "interrupted (run again on --resume)",
+    again = "this search runs them again" if alive.state == "running" else "run again on --resume"
+    labels = {TrialStatus.RUNNING: "running", TrialStatus.INTERRUPTED: f"interrupted ({again})",
               TrialStatus.PAUSED: "paused"}
     extra = [f"{counts[s]} {label}" for s, label in labels.items() if counts.get(s)]
     return [f"trials: {finished} of {budget} finished{share}" + (f": {done}" if done else "")
@@ -239,8 +267,9 @@ def _best_lines(run: Path, trials: list[TrialRecord]) -> list[str]:
     return [f"best {metric}: {best.objective:.6g} at trial {best.trial} ({params})"]
 
 
-def _rate_lines(trials: list[TrialRecord], budget: int, now: float, alive: Liveness, eta: bool) -> list[str]:
-    rate = trials_per_hour(trials, now)
+def _rate_lines(trials: list[TrialRecord], budget: int, now: float, alive: Liveness, dead: tuple[float, float] | None,
+                eta: bool) -> list[str]:
+    rate = trials_per_hour(trials, now, dead)
     if rate <= 0:
         return []
     left = budget - sum(1 for t in trials if t.status.is_finished())
@@ -251,14 +280,14 @@ def _rate_lines(trials: list[TrialRecord], budget: int, now: float, alive: Liven
 
 
 def _epoch_lines(events: list[dict], trials: dict[int, TrialRecord], budget: int, ladder: Scheduler | None,
-                 now: float, alive: Liveness) -> list[str]:
+                 now: float, alive: Liveness, dead: tuple[float, float] | None) -> list[str]:
     """Under asha or hyperband, once trials report epochs: the epochs trained, the epochs the rest
     of the budget trains on average, and the time left from those at the epoch rate, in place of
     the time left from finished trials (most trials wait paused until promoted or the end)."""
     if ladder is None:
         return []
     reports = epoch_reports(events)
-    rate = epochs_per_hour(events, reports, now)
+    rate = epochs_per_hour(events, reports, now, dead)
     if rate <= 0:
         return []
     reached: dict[int, int] = {}
@@ -282,7 +311,7 @@ def _group_lines(trials: dict[int, TrialRecord], signs: dict[int, float], now: f
     for t in trials.values():
         if t.group is None:
             continue
-        if t.status == TrialStatus.RUNNING:
+        if t.status == TrialStatus.RUNNING and runs_now(t, alive):
             unfinished.setdefault(t.group, []).append(t)
         elif t.end is not None:
             last_end[t.group] = max(last_end.get(t.group, t.end), t.end)

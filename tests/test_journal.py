@@ -157,6 +157,21 @@ def test_resume_cuts_the_torn_tail_and_keeps_it(tmp_path):
     rd.close()
 
 
+def test_the_heartbeat_says_when_this_search_opened_the_directory(tmp_path):
+    # `mpiopt status` tells the trials a --resume has started from those a killed run left
+    import time
+
+    from mpiopt.status import liveness
+
+    before = time.time()
+    rd = RunDir(tmp_path)
+    rd.open(resume=False, config_text=CONFIG)
+    rd.heartbeat("running")
+    since = liveness(tmp_path, time.time()).since
+    assert since is not None and before <= since <= time.time()
+    rd.close()
+
+
 def test_rerun_and_stray_events(tmp_path):
     events = [start(0, 0.1), start(0, 0.1, t=200.0), finish(0, t=201.0), start(0, 0.9)]
     trials = replay(events)

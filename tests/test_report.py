@@ -283,6 +283,30 @@ def test_results_of_a_killed_search_rewrite_the_table_it_left_running(tmp_path, 
     capsys.readouterr()
 
 
+def test_status_of_a_resumed_search_runs_only_the_trials_it_started(tmp_path):
+    # killed with trials 15-18 running; the --resume has run trial 16 again, and not yet the others
+    run = copy_run(tmp_path)
+    lines = (run / "trials.jsonl").read_text().splitlines()[:60]
+    since = time.time() - 10
+    first = next(e for e in map(json.loads, lines) if e["event"] == "start" and e["trial"] == 16)
+    again = {**first, "group": 1, "time": since + 2}
+    (run / "trials.jsonl").write_text("\n".join([*lines, json.dumps(again)]) + "\n")
+    (run / HEARTBEAT).write_text(json.dumps({"state": "running", "time": time.time() - 1, "host": "n1", "pid": 7,
+                                             "since": since}))
+    text = status_text(str(run))
+    assert "1 running, 3 interrupted (this search runs them again)" in text, text
+    groups = text.split("groups:\n")[1].splitlines()
+    assert len(groups) == 1 and groups[0].startswith("  group 1: trial 16, "), groups
+
+
+def test_rates_leave_out_the_time_between_a_kill_and_its_resume():
+    from mpiopt.status import _per_hour
+
+    ends = [10.0 * k for k in range(1, 11)]  # 10 trials in 100 s, then killed for 900 s
+    assert _per_hour(ends, [0.0], now=1010.0, dead=None) == pytest.approx(10 / 1010 * 3600)
+    assert _per_hour(ends, [0.0], now=1010.0, dead=(100.0, 1000.0)) == pytest.approx(10 / 110 * 3600)
+
+
 def test_status_sees_at_once_that_a_coordinator_on_this_machine_is_gone(tmp_path):
     run = copy_run(tmp_path)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
