@@ -123,10 +123,15 @@ def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: boo
     except Exception as exc:  # no MPI library at all
         say_error(f"cannot initialise MPI: {transport.why_no_mpi(exc)}")
         return 1
-    rank, size = comm.Get_rank(), comm.Get_size()
-    if size > 1:
+    if comm.Get_size() > 1:
         log.debug("waits: %s", transport.configure_waits(comm))
     signal.signal(signal.SIGTERM, _terminate)
+    code = _run_rank(comm, cfg, command, coordinator)
+    return end_rank(comm, code) if comm.Get_size() > 1 else code
+
+
+def _run_rank(comm, cfg, command: Callable[[Any, str | None], int], coordinator: bool) -> int:
+    rank, size = comm.Get_rank(), comm.Get_size()
     try:
         placement = place_devices(comm, cfg, coordinator=0 if coordinator and size > 1 else None)
         return command(comm, placement)
@@ -141,6 +146,30 @@ def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: boo
     except Exception as exc:  # a bug, a full disk, a lost file: never leave the other ranks blocked
         _internal_error(comm, exc)
         return 1
+
+
+def end_rank(comm, code: int) -> int:
+    """End this rank of a job of several so that the job ends with world rank 0's code (else the
+    highest code of a rank), and without MPICH's BAD TERMINATION banner.
+
+    mpiexec kills every rank still running once one exits with a code other than 0, and ranks
+    that agreed on 2 or 130 leave Python at different speeds (a stopped search also leaves
+    messages no one received, on which MPI_Finalize fails). So the ranks first agree on the
+    highest code, which also waits until each is done with its files; 0 leaves Python as usual,
+    and any other ends the job from rank 0 with MPI_Abort, whose own line is not shown."""
+    from . import transport
+
+    rank = comm.Get_rank()
+    try:
+        worst = transport.highest(comm, code)
+    except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM while ending
+        worst = code = 130
+    if worst == 0:
+        return code
+    if rank == 0:
+        abort_job(comm, code or worst, END_GRACE_S, quiet=True)
+    time.sleep(TERM_GRACE_S)  # until rank 0's MPI_Abort ends this rank
+    os._exit(code or worst)
 
 
 def _terminate(signum, frame):
@@ -165,14 +194,16 @@ def _internal_error(comm, exc: Exception) -> None:
         logging.shutdown()
 
 
-def abort_job(comm, code: int, grace_s: float) -> None:
+def abort_job(comm, code: int, grace_s: float, *, quiet: bool = False) -> None:
     """End every rank of the MPI job with `code`, once this rank's last lines had `grace_s` to
-    reach the console."""
+    reach the console; `quiet`: without MPI's own line on the abort (the job's end is said)."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed console must not stop the abort
             stream.flush()
     time.sleep(grace_s)
+    if quiet:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
     comm.Abort(code)
 
 

@@ -69,6 +69,16 @@ def world():
     return _mpi().COMM_WORLD
 
 
+def highest(comm, value: int) -> int:
+    """The highest of every rank's `value`, waited for without spinning."""
+    import numpy as np
+
+    MPI = _mpi()
+    mine, out = np.array([value], dtype=np.int64), np.zeros(1, dtype=np.int64)
+    wait(comm.Iallreduce([mine, MPI.INT64_T], [out, MPI.INT64_T], op=MPI.MAX))
+    return int(out[0])
+
+
 def encode(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8")
 

@@ -185,3 +185,17 @@ def reports_accuracy_only(params, trial):
     for step in range(1, 4):
         trial.report(step, accuracy=1.0 / (1.0 + branin(params)))
     return branin(params)
+
+
+def steady_curve(params, trial):
+    """A learning curve towards Branin's value, a step every MPIOPT_TEST_SLEEP / 4 seconds, each
+    reported: a search under a scheduler always has reports and decisions on their way."""
+    x, y = params["x"], params["y"]
+    b, c, t = 5.1 / (4 * math.pi**2), 5.0 / math.pi, 1.0 / (8 * math.pi)
+    final = (y - b * x**2 + c * x - 6.0) ** 2 + 10.0 * (1 - t) * math.cos(x) + 10.0
+    for step in range(1, 10):
+        time.sleep(float(os.environ.get("MPIOPT_TEST_SLEEP", "0.2")) / 4)
+        trial.report(step, objective=final + 30.0 / step)
+        if trial.should_stop():
+            break
+    return final + 30.0 / step
