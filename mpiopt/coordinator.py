@@ -201,7 +201,9 @@ class Coordinator:
         self._table_s = 0.0  # how long the last rewrite took
         self._best: TrialRecord | None = None
         self._best_known = False
-        self._failed = sum(1 for t in self.trials.values() if t.status == TrialStatus.FAILED)
+        # search.max_failures counts this run's failures: a --resume follows a fix of their cause
+        self._failed_before = {n for n, t in self.trials.items() if t.status == TrialStatus.FAILED}
+        self._failed = 0
         self._finished = sum(1 for t in self.trials.values() if t.status.is_finished())
         self._finished_trials: set[int] = set()
         self._rerun: deque[int] = deque()  # interrupted trials, run again before new ones
@@ -301,7 +303,7 @@ class Coordinator:
                 self._catch_up()
             if self._n_running == 0:
                 self._note_if_no_group_is_left()
-                if not self.summary.retired:
+                if not (self.summary.retired or self.summary.stopped):  # a stopped search is resumed once fixed
                     self._prune_paused()
                 break
             got = self.transport.recv_message(timeout=self._wait_s(due_at))
@@ -325,6 +327,9 @@ class Coordinator:
             t = self.trials[n]
             self.searcher.tell(n, t.params, self.search_loss(t))
         kept = f"{len(self._finished_trials)} finished trial{'s' * (len(self._finished_trials) != 1)} kept"
+        if self._failed_before and self.cfg.search.max_failures is not None:
+            kept += (f" ({len(self._failed_before)} of them failed; search.max_failures counts the failures "
+                     "from now on)")
         if self._paused:
             kept += f", {len(self._paused)} paused trials waiting for a promotion"
         if self._rerun:
@@ -824,8 +829,10 @@ class Coordinator:
         limit = self.cfg.search.max_failures
         if limit is None or self._failed < limit:
             return None
-        failed = [t for t in self.trials.values() if t.status == TrialStatus.FAILED]
-        return f"search stopped: {len(failed)} trials failed (search.max_failures: {limit}); {commonest_error(failed)}"
+        failed = [t for n, t in self.trials.items() if t.status == TrialStatus.FAILED and n not in self._failed_before]
+        again = " since the resume" if self._failed_before else ""
+        return (f"search stopped: {len(failed)} trials failed{again} (search.max_failures: {limit}); "
+                f"{commonest_error(failed)}")
 
     def _verdict(self, summary: Summary) -> None:
         """A search that finished its budget still fails (exit 1) where it lost a group or where

@@ -269,17 +269,29 @@ def test_reaching_the_target_ends_a_scheduled_search_with_nothing_left_paused(cf
     assert coordinator.scheduler.paused() == []
 
 
-def test_max_failures_stops_a_scheduled_search_and_prunes_the_paused(cfg, tmp_path):
-    coordinator, summary = run(cfg.with_search(max_failures=3), tmp_path / "run", CurveGroups(2, fail_from=6))
+def test_max_failures_stops_a_scheduled_search_keeping_the_paused_and_a_resume_counts_anew(cfg, tmp_path, caplog):
+    path = tmp_path / "run"
+    coordinator, summary = run(cfg.with_search(max_failures=3), path, CurveGroups(2, fail_from=6))
     by_status = {}
     for t in summary.trials.values():
         by_status.setdefault(t.status, []).append(t.trial)
-    assert len(by_status[TrialStatus.FAILED]) >= 3 and TrialStatus.PAUSED not in by_status  # running ones finish
+    assert len(by_status[TrialStatus.FAILED]) >= 3 and TrialStatus.RUNNING not in by_status  # running ones finish
     # the line counts the failures of the trials that were running at the stop, as the table does
     failed = len(by_status[TrialStatus.FAILED])
     assert summary.stopped.startswith(f"search stopped: {failed} trials failed")
     assert "OSError: disk gone" in summary.stopped
-    assert coordinator.scheduler.paused() == []
+    # a stop is not the search's end: its paused trials wait for the --resume that follows a fix
+    paused = coordinator.scheduler.paused()
+    assert paused and sorted(paused) == sorted(by_status[TrialStatus.PAUSED])
+    assert TrialStatus.PRUNED not in by_status
+
+    with caplog.at_level("INFO", logger="mpiopt"):
+        coordinator, summary = run(cfg.with_search(max_failures=3), path, CurveGroups(2), resume=True)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resuming:")]
+    assert f"({failed} of them failed; search.max_failures counts the failures from now on)" in said[0], said
+    assert summary.stopped is None and summary.exit_code == 0
+    assert len(summary.trials) == 24 and all(t.status.is_finished() for t in summary.trials.values())
+    assert any(summary.trials[n].status == TrialStatus.COMPLETED or summary.trials[n].epochs > 1 for n in paused)
 
 
 def test_a_function_that_never_reports_gets_one_warning(cfg, tmp_path, caplog):
