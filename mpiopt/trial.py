@@ -223,7 +223,13 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
         rec = trials.get(n)
         if rec is None or rec.status != TrialStatus.RUNNING:
             return None
+        # how far a trial got, until its result says: what a table of a killed search shows
+        epoch = event.get("epoch")
+        if isinstance(epoch, int) and not isinstance(epoch, bool):
+            rec.epochs = max(rec.epochs or 0, epoch)
         rec.pause_decided = event.get("decision") == "pause"
+        if rec.pause_decided:
+            rec.rung = epoch
         return rec
     if kind != "finish":
         return None

@@ -61,6 +61,9 @@ def test_a_running_trial_the_scheduler_had_paused_shows_as_paused_once_the_searc
 
     assert shown(live=False) == ["paused", "interrupted", "interrupted"]
     assert shown(live=True) == ["running", "running", "running"]
+    # how far each got, and the rung the cut-off one was paused at, though no result says so
+    rows = {r["trial"]: r for r in result_rows(trials.values(), ["x"], live=False)[1]}
+    assert [(rows[n]["epochs"], rows[n]["rung"]) for n in (0, 1, 2)] == [(1, 1), (1, None), (2, 1)]
 
 
 def test_a_trial_resumed_from_its_checkpoint_counts_its_earlier_training(tmp_path):
