@@ -104,11 +104,14 @@ def test_bad_hdf5_data_is_a_clear_error(tmp_path):
 
 
 def test_early_stopping_and_target():
-    es = EarlyStopping(monitor="val_loss", patience=1, min_delta=0.01)
+    # as Keras': `patience` epochs in a row without an improvement by more than min_delta
+    es = EarlyStopping(monitor="val_loss", patience=2, min_delta=0.01)
     assert es.update(1, {"val_loss": 1.0}) == (True, False)
     assert es.update(2, {"val_loss": 0.995}) == (False, False)  # within min_delta
     assert es.update(3, {"val_loss": 0.999}) == (False, True)
     assert es.best_epoch == 1
+    one = EarlyStopping(monitor="val_loss", patience=1)
+    assert one.update(1, {"val_loss": 1.0}) == (True, False) and one.update(2, {"val_loss": 1.1}) == (False, True)
     acc = EarlyStopping(monitor="val_accuracy", patience=0)
     assert acc.update(1, {"val_accuracy": 0.5}) == (True, False)
     assert acc.update(2, {"val_accuracy": 0.6}) == (True, False)

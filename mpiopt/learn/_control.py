@@ -17,7 +17,8 @@ def better_is_higher(metric: str, mode: str = "auto") -> bool:
 
 @dataclass
 class EarlyStopping:
-    """Keras-like early stopping on the master's per-epoch history."""
+    """Early stopping on the master's per-epoch history, as Keras': stop after `patience` epochs in
+    a row without an improvement by more than `min_delta` (0 and 1 both stop at the first)."""
 
     monitor: str = "val_loss"
     patience: int = 3
@@ -39,7 +40,7 @@ class EarlyStopping:
             self.best, self.best_epoch, self.wait = value, epoch, 0
             return True, False
         self.wait += 1
-        return False, self.wait > self.patience
+        return False, self.wait >= self.patience
 
     def state(self) -> dict[str, Any]:
         return {"best": self.best, "best_epoch": self.best_epoch, "wait": self.wait}
