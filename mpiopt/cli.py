@@ -415,6 +415,12 @@ def _group_size_note(size: int, plan) -> str | None:
     return None
 
 
+def _function_call(o) -> str:
+    """How mpiopt calls a function objective, as `mpiopt check` says it."""
+    args = ", ".join(["params"] + ["comm"] * o.takes_comm + ["trial"] * o.takes_trial)
+    return f" ({args})" + (" on every rank of its group" if o.takes_comm else " on its group's first rank")
+
+
 def _idle_ranks_note(cfg, plan) -> str | None:
     """A function without `comm` runs on its group's first rank only: the group's others idle."""
     o = cfg.objective
@@ -776,8 +782,8 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
     plan = transport.plan_groups(n, cfg.training["group_size"], nodes)
     out = Path(args.out) if args.out else Path("runs") / cfg.name
     o = cfg.objective
-    what = f"function {o.function}" + (" (params, comm) on every rank of its group" if o.takes_comm else "") \
-        if o.kind == "function" else f"model {o.model} trained on {o.data}"
+    what = f"function {o.function}{_function_call(o)}" if o.kind == "function" else \
+        f"model {o.model} trained on {o.data}"
     lines = [
         f"{args.space}: OK",
         f"  name        {cfg.name}",

@@ -859,6 +859,10 @@ def resolve_objective(cfg: Config, source: str) -> Config:
             if len([p for p in required if p.name != "trial"]) > 2 or (not positional and not varargs):
                 raise ConfigError(f"{o.function} must take (params) or (params, comm), and `trial` if it reports "
                                   f"steps, but its signature is {sig}", source=source, field="objective.function")
+            if "trial" in [p.name for p in positional[:-1]]:
+                raise ConfigError(f"{o.function}{sig} takes `trial` before another argument; `trial` comes last: "
+                                  f"def {fn.__name__}(params, trial) or def {fn.__name__}(params, comm, trial)",
+                                  source=source, field="objective.function")
             named = [p.name for p in positional[:2] if p.name in cfg.space.names and p.name != "params"]
             if named:
                 raise ConfigError(f"{o.function}{sig} names the parameter {named[0]!r} as an argument, but a function "

@@ -106,6 +106,9 @@ def test_wrong_signature_is_a_config_error(write_yaml):
                                           r"parameter 'x' as an argument, .*: def takes_x_and_y\(params\) and read "
                                           r"params\['x'\]$"):
         load_config(write_yaml(FUNCTION.format(fn="takes_x_and_y")))
+    with pytest.raises(ConfigError, match=r"objective.function: objectives.py:takes_trial_first\(params, trial, comm\) "
+                                          r"takes `trial` before another argument; `trial` comes last"):
+        load_config(write_yaml(FUNCTION.format(fn="takes_trial_first")))
 
 
 def test_a_comm_function_gets_a_one_rank_communicator_in_one_process(write_yaml, tmp_path):

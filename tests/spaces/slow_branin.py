@@ -24,6 +24,11 @@ def takes_x_and_y(x, y):
     return x * y
 
 
+def takes_trial_first(params, trial, comm):
+    """`trial` before `comm`: mpiopt passes (params, comm, trial=...)."""
+    return branin(params)
+
+
 def failing_rank(params, comm):
     """One rank raises while the other waits for it in a collective: the group must not hang."""
     bad = 1 if params["y"] < 7.5 else 0
