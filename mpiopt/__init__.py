@@ -4,8 +4,12 @@ from __future__ import annotations
 __version__ = "0.1.0"
 # the plots (mpiopt.plots) load matplotlib on first use, not with mpiopt
 PLOTS = ("plot_history", "plot_importance", "plot_parallel", "plot_slices", "plot_curves", "plot_timeline",
-         "plot_pareto", "parameter_importance", "write_report")
+         "plot_pareto", "parameter_importance", "PlotUnavailable", "write_report")
 __all__ = ["load_results", "load_history", "load_timeline", "load_model", "best_params", "__version__", *PLOTS]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def __getattr__(name: str):

@@ -77,7 +77,9 @@ def load_results(path: str | os.PathLike):
         df = pd.read_csv(p / RESULTS)
     else:
         raise ConfigError(f"holds no search results (no {JOURNAL})", source=str(path))
-    return _integer_params(_typed(df), _run_info(p).get("parameters") or {})
+    df = _integer_params(_typed(df), _run_info(p).get("parameters") or {})
+    df.attrs["direction"], df.attrs["metric"] = direction_of(p)  # what the plots take by default
+    return df
 
 
 def refresh_results_csv(path: str | os.PathLike) -> bool:

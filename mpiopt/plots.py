@@ -60,6 +60,11 @@ def _completed(df, metric: str = "objective"):
     return done
 
 
+def _direction_of(df) -> str:
+    """A plot's default direction: the run's, where the table came from `mpiopt.load_results`."""
+    return df.attrs.get("direction", "minimize")
+
+
 def _best_so_far(values: np.ndarray, direction: str) -> np.ndarray:
     return np.minimum.accumulate(values) if direction == "minimize" else np.maximum.accumulate(values)
 
@@ -94,9 +99,10 @@ def _categories(series) -> list:
 
 
 # -- optimization history -------------------------------------------------------------------------
-def plot_history(df, *, direction: str = "minimize", metric: str = "objective"):
+def plot_history(df, *, direction: str | None = None, metric: str = "objective"):
     """Each completed trial's `metric` (default: the figure of merit) and the best so far, against
     the trial number and against wall time since the search's first trial started."""
+    direction = direction or _direction_of(df)
     done = _completed(df, metric).sort_values("end")
     shown = _thinned(done, MAX_POINTS, direction)
     fig = _figure(10.0, 4.2)
@@ -202,13 +208,14 @@ def plot_importance(df, *, metric: str = "objective", log_params: Iterable[str] 
 
 
 # -- parallel coordinates -------------------------------------------------------------------------
-def plot_parallel(df, *, direction: str = "minimize", metric: str = "objective", log_params: Iterable[str] = ()):
+def plot_parallel(df, *, direction: str | None = None, metric: str = "objective", log_params: Iterable[str] = ()):
     """One line a completed trial across every parameter's axis, coloured by `metric` (default: the
     figure of merit; the best trials drawn last, on top)."""
     from matplotlib import colormaps
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
+    direction = direction or _direction_of(df)
     every = _completed(df, metric)
     done = _thinned(every, MAX_LINES, direction)
     done = done.sort_values("objective", ascending=direction != "minimize")  # best last
@@ -261,9 +268,10 @@ def _unit_axis(series, log: bool) -> tuple[np.ndarray, list[tuple[float, str]]]:
 
 
 # -- slices ---------------------------------------------------------------------------------------
-def plot_slices(df, *, direction: str = "minimize", metric: str = "objective", log_params: Iterable[str] = ()):
+def plot_slices(df, *, direction: str | None = None, metric: str = "objective", log_params: Iterable[str] = ()):
     """`metric` (default: the figure of merit) against each parameter (one panel a parameter),
     coloured by trial number."""
+    direction = direction or _direction_of(df)
     every = _completed(df, metric)
     done = _thinned(every, MAX_POINTS, direction)
     names = _params(df)
@@ -296,9 +304,10 @@ def plot_slices(df, *, direction: str = "minimize", metric: str = "objective", l
 
 
 # -- learning curves ------------------------------------------------------------------------------
-def plot_curves(history, df, *, metric: str = "objective", direction: str = "minimize"):
+def plot_curves(history, df, *, metric: str = "objective", direction: str | None = None):
     """Every trial's per-epoch `metric` (`mpiopt.load_history`), coloured by the trial's status;
     a trial stopped or paused by a scheduler ends in a cross."""
+    direction = direction or _direction_of(df)
     if history.empty or metric not in history.columns:
         raise PlotUnavailable(f"no per-epoch reports of {metric} (the objective does not report, or no trial has yet)")
     status = df.set_index("trial")["status"].to_dict()

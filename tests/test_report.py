@@ -42,6 +42,18 @@ def test_the_fixture_has_what_the_plots_show(df):
     assert {"completed", "pruned", "failed"} <= set(df.status) and len(completed(df)) >= 8
 
 
+def test_plots_take_the_direction_of_the_run_the_table_came_from(tmp_path):
+    run = copy_run(tmp_path)
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("minimize: objective", "maximize: objective"))
+    table = mpiopt.load_results(run)
+    assert table.attrs["direction"] == "maximize"
+    fig = plots.plot_history(table)
+    best_line = fig.axes[0].lines[0].get_ydata()
+    assert best_line[-1] == pytest.approx(completed(table).objective.max()) and np.all(np.diff(best_line) >= 0)
+    assert "maximize" in fig._suptitle.get_text()
+
+
 def test_history_plots_every_completed_trial_and_the_best_so_far(df):
     fig = plots.plot_history(df, direction="minimize")
     by_trial, by_time = fig.axes
