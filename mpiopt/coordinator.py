@@ -664,14 +664,16 @@ class Coordinator:
             self._stopping = self._failures_stopped = True
             self.summary.stopped = failures
             self.summary.exit_code = 1
-            running = self._n_running + self._n_ahead  # a trial sent ahead runs too, once its group is free
-            waiting = f"; waiting for {running} running trial{'s' * (running != 1)}" if running else ""
-            log.error("%s%s", failures, waiting)
+            log.error("%s%s", failures, self._waiting_for())
         elif self.reached_target():
             self._stopping = True
-            log.info("target %s reached by trial %d; waiting for %d running trials", self.cfg.search.target, n,
-                     self._n_running)
+            log.info("target %s reached by trial %d%s", self.cfg.search.target, n, self._waiting_for())
             self.summary.target_reached = True
+
+    def _waiting_for(self) -> str:
+        """What a stopping search still waits for, as the end of its line (nothing: "")."""
+        running = self._n_running + self._n_ahead  # a trial sent ahead runs too, once its group is free
+        return f"; waiting for {running} running trial{'s' * (running != 1)}" if running else ""
 
     def _end_search(self, t0: float) -> Summary:
         self.transport.shutdown()
