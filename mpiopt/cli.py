@@ -689,8 +689,13 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     runner = TrialRunner(cfg, resume_checkpoints=False, cross_validate=False)  # one model, on all the training data
     t0 = time.time()
     group = GroupComm(comm) if size > 1 else None
-    reporter = Reporter(Task(0, params), lambda e, row: log.info("epoch %d: %s", e, "  ".join(
-        f"{k}={v:.4g}" for k, v in row.items() if k != "epoch")), send=None) if rank == 0 else None
+    steps: list[dict[str, float]] = []  # a function's reports (a model's training writes its own history.csv)
+
+    def progress(epoch: int, row: dict[str, float]) -> None:
+        log.info("epoch %d: %s", epoch, "  ".join(f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"))
+        steps.append(row)
+
+    reporter = Reporter(Task(0, params), progress, send=None) if rank == 0 else None
     try:
         outcome = runner.run(params, group, trial_dir=out, reporter=reporter)
         if group is not None and outcome.status != TrialStatus.COMPLETED and group.failed_peer is None:
@@ -698,12 +703,29 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     finally:
         if group is not None:
             group.close()
+        if cfg.objective.kind == "function" and steps:
+            _write_function_history(out / "history.csv", steps)
     if size > 1:
         # results travel between ranks as plain data (JSON-ready dicts), as a group's do
         outcome = merge([TrialResult.from_json(d) for d in comm.allgather(outcome.to_json())])
     if rank != 0:
         return 0
     return _say_training_outcome(cfg, out, outcome, runner, time.time() - t0)
+
+
+def _write_function_history(path: Path, steps: list[dict[str, float]]) -> None:
+    """A function's reported steps as history.csv: a row a step, `epoch` and one column a metric."""
+    import csv
+    import io
+
+    from ._files import atomic_write
+
+    columns = list(dict.fromkeys(k for row in steps for k in row))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(steps)
+    atomic_write(path, text.getvalue().encode("utf-8"))
 
 
 def _say_training_outcome(cfg, out: Path, outcome, runner, wall_s: float) -> int:
@@ -715,7 +737,7 @@ def _say_training_outcome(cfg, out: Path, outcome, runner, wall_s: float) -> int
             extra = f", {tr.samples / tr.wall_s:.0f} samples/s"
         epochs = f" after {outcome.epochs} epoch{'s' * (outcome.epochs != 1)}," if outcome.epochs else " in"
         history = out / "history.csv"
-        where = f"; history in {history}" if history.exists() else ""  # a function writes none
+        where = f"; history in {history}" if history.exists() else ""  # a function that reports no step writes none
         print(f"{cfg.objective.metric} = {outcome.objective:.6g}{epochs} {wall_s:.1f} s{extra}{where}", flush=True)
         return 0
     where = ""

@@ -248,6 +248,14 @@ def test_train_a_function_objective(write_yaml, tmp_path):
     assert "objective = 0.397" in p.stdout
     # a function trains no epochs and writes no history: the line names neither
     assert "epoch" not in p.stdout and "history" not in p.stdout
+    # one that reports its steps writes them to history.csv, as a model's training does its epochs
+    curve = write_yaml(SPACE.replace("branin", "curve_or_fail"), "curve.yaml")
+    p = run_cli(["train", curve, "--set", "x=3.14159", "--set", "y=2.275", "--out", "curve"], cwd=tmp_path,
+                env={"MPIOPT_TEST_SLEEP": "0"})
+    assert p.returncode == 0, p.stderr
+    assert f"history in {Path('curve') / 'history.csv'}" in p.stdout
+    history = (tmp_path / "curve" / "history.csv").read_text().splitlines()
+    assert history[0] == "epoch,objective,loss" and len(history) == 10 and history[9].startswith("9,")
 
 
 @pytest.mark.parametrize("world,size,expected", [
