@@ -157,6 +157,8 @@ def _load(path: str, args) -> Any:
 
     cfg = load_config(path)
     if args.trace:
+        if cfg.objective.kind == "function":
+            raise ConfigError("--trace records a model's training steps; a `function` objective has none to trace")
         cfg = replace(cfg, training={**cfg.training, "trace": True})
     changes = {}
     if args.trials is not None:

@@ -303,6 +303,14 @@ def test_results_timeline(write_yaml, tmp_path):
         one_error_line(run_cli(["results", tmp_path / "runs" / "cli-branin", *flags], cwd=tmp_path), what)
 
 
+def test_trace_of_a_function_objective_is_refused(write_yaml, tmp_path, capsys):
+    from mpiopt.cli import main
+
+    assert main(["search", str(write_yaml(SPACE)), "--trace", "--out", str(tmp_path / "run")]) == 2
+    assert "--trace records a model's training steps; a `function` objective has none" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
 def test_timeline_counts_a_trial_continued_on_another_group_on_each_and_once_in_all():
     import pandas as pd
 
