@@ -681,12 +681,12 @@ class Coordinator:
         if self.run_dir is not None:
             self.run_dir.sync()
         self._table(force=True)
-        if self.run_dir is not None:
-            self.run_dir.heartbeat("ended")
         summary = self.summary
         summary.best = self.best()
         summary.target_reached = summary.target_reached or self.reached_target()
         self._verdict(summary)
+        if self.run_dir is not None:
+            self.run_dir.heartbeat("ended", stopped=summary.stopped)
         summary.wall_s = self._clock() - t0
         return summary
 

@@ -482,12 +482,13 @@ class RunDir:
         atomic_write(self.path / RESULTS, results_csv(trials, param_names, live=live, cache=self._table_cache,
                                                       goals=goals), durable=not live)
 
-    def heartbeat(self, state: str) -> None:
-        """Say the search is alive (`state` "running") or has ended ("ended"): `mpiopt status`
-        reads it from any machine that sees the file system, where the lock may not be visible."""
+    def heartbeat(self, state: str, *, stopped: str | None = None) -> None:
+        """Say the search is alive (`state` "running") or has ended ("ended"; `stopped`: why it
+        ended before its budget, or failed): `mpiopt status` reads it from any machine that sees the
+        file system, where the lock may not be visible."""
         body = {"state": state, "time": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
                 "space": str(self._space) if self._space is not None else None, "ranks": self._ranks,
-                "since": self._since}
+                "since": self._since, "stopped": stopped}
         atomic_write(self.path / HEARTBEAT, _line(body), durable=False)
 
     def trial_dir(self, trial: int) -> Path:

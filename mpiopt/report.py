@@ -109,8 +109,9 @@ def summary_rows(run: Path, info: dict, df, usage: dict, direction: str, metric:
     budget = (info.get("search") or {}).get("trials")
     done = best_trials(df, direction)
     best = done[done["status"] == "completed"].head(1)
+    alive = liveness(run, time.time())
     rows = [("search", str(info.get("name", run.name))),
-            ("state", liveness(run, time.time()).state),
+            ("state", alive.state + (f": {alive.stopped}" if alive.stopped else "")),
             ("trials", _trials_text(df, budget)),
             ("by status", ", ".join(f"{n} {s}" for s, n in counts.items()))]
     if "pareto" in df.columns:

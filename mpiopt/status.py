@@ -38,6 +38,7 @@ class Liveness:
     space: str | None = None  # the search-space file the search ran from
     ranks: int | None = None  # the ranks of its MPI job
     since: float | None = None  # when it opened the run directory (a --resume: trials started before it were cut off)
+    stopped: str | None = None  # why an ended search stopped before its budget, or failed
 
 
 def liveness(run: Path, now: float) -> Liveness:
@@ -58,7 +59,8 @@ def liveness(run: Path, now: float) -> Liveness:
     ranks = beat.get("ranks") if isinstance(beat.get("ranks"), int) else None
     since = float(beat["since"]) if isinstance(beat.get("since"), (int, float)) else None
     if beat.get("state") in ("ended", "interrupted"):
-        return Liveness(beat["state"], age, where, space=space, ranks=ranks, since=since)
+        stopped = beat.get("stopped") if isinstance(beat.get("stopped"), str) else None
+        return Liveness(beat["state"], age, where, space=space, ranks=ranks, since=since, stopped=stopped)
     if _gone_from_this_machine(beat):
         return Liveness("stopped", age, where, gone=True, space=space, ranks=ranks, since=since)
     state = "running" if age <= STALE_BEATS * HEARTBEAT_EVERY_S else "stopped"
@@ -219,7 +221,8 @@ def _state_line(run: Path, alive: Liveness) -> str:
         return (f"{run}: never started: its coordinator ({alive.where}) is gone, stopped in its pre-flight check; "
                 "run the search again, without --resume")
     if alive.state == "ended":
-        return f"{run}: ended {format_hours(alive.age_s / 3600)} ago"
+        why = f": {alive.stopped}" if alive.stopped else ""
+        return f"{run}: ended {format_hours(alive.age_s / 3600)} ago{why}"
     command = f"mpiopt search {_shown_path(alive.space) if alive.space else 'SPACE'} --out {run} --resume"
     go_on = f"`{command}` continues it"
     if alive.ranks and alive.ranks > 1:  # the job's size, whatever launched it: --np, mpirun -n or srun

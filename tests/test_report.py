@@ -18,7 +18,7 @@ import mpiopt
 from mpiopt import plots
 from mpiopt.cli import main
 from mpiopt.journal import HEARTBEAT
-from mpiopt.report import write_report
+from mpiopt.report import summary_rows, write_report
 from mpiopt.status import status_text
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report_run"
@@ -248,15 +248,21 @@ def test_report_of_a_missing_directory_is_a_one_line_error(tmp_path, capsys):
 
 
 # -- status -----------------------------------------------------------------------------------------
-def beat(run: Path, state: str, age_s: float) -> None:
-    (run / HEARTBEAT).write_text(json.dumps({"state": state, "time": time.time() - age_s, "host": "n1", "pid": 7}))
+def beat(run: Path, state: str, age_s: float, **more) -> None:
+    (run / HEARTBEAT).write_text(json.dumps({"state": state, "time": time.time() - age_s, "host": "n1", "pid": 7,
+                                             **more}))
 
 
 def test_status_of_a_finished_search(tmp_path):
     run = copy_run(tmp_path)
     beat(run, "ended", 120)
     text = status_text(str(run))
-    assert "ended 2 min ago" in text
+    assert "ended 2 min ago\n" in text
+    stopped = "search stopped: 7 trials failed (search.max_failures: 7); the most common error (7 of 7): E"
+    beat(run, "ended", 120, stopped=stopped)  # a search that ended before its budget says why
+    assert status_text(str(run)).splitlines()[0].endswith(f"ended 2 min ago: {stopped}")
+    assert dict(summary_rows(run, {}, mpiopt.load_results(run), {}, "minimize", "objective"))["state"] == \
+        f"ended: {stopped}"
     assert "40 of 40 finished (100%): 10 completed, 7 failed, 23 pruned" in text
     assert "best objective: 8.34627 at trial 39" in text and "groups:" not in text
 

@@ -280,6 +280,7 @@ def test_max_failures_stops_a_scheduled_search_keeping_the_paused_and_a_resume_c
     failed = len(by_status[TrialStatus.FAILED])
     assert summary.stopped.startswith(f"search stopped: {failed} trials failed")
     assert "OSError: disk gone" in summary.stopped
+    assert json.loads((path / "heartbeat.json").read_text())["stopped"] == summary.stopped  # what status says
     # a stop is not the search's end: its paused trials wait for the --resume that follows a fix
     paused = coordinator.scheduler.paused()
     assert paused and sorted(paused) == sorted(by_status[TrialStatus.PAUSED])
