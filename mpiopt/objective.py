@@ -320,7 +320,9 @@ class TrialRunner:
         result = judge(value, o.direction, o.metric)
         if context is None:
             return result
-        return dataclasses.replace(result, epochs=context.steps or result.epochs, reported_past_top=context.past_top)
+        # a metric it reported but did not return keeps its last reported value, as a stopped trial's do
+        return dataclasses.replace(result, epochs=context.steps or result.epochs,
+                                   metrics={**context.last, **result.metrics}, reported_past_top=context.past_top)
 
     def _train(self, params, training, comm, trial, trial_dir, reporter, began: float) -> TrialResult:
         source = self.source()

@@ -91,6 +91,13 @@ def test_a_report_that_is_not_finite_ends_the_trial_as_diverged(runner):
     assert (out.status, out.epochs, out.error) == ("diverged", 2, "objective is nan at step 2")
 
 
+def test_a_metric_reported_but_not_returned_keeps_its_last_reported_value(runner):
+    reports = [(1, {"objective": 2.0, "train_accuracy": 0.5}), (2, {"objective": 1.5, "train_accuracy": 0.7})]
+    out = runner("reports_as_told").run({"x": 1.0, "y": 1.0, "reports": reports}, None)
+    assert out.status == "completed" and out.epochs == 2
+    assert out.objective == 1.0 and out.metrics == {"objective": 1.0, "train_accuracy": 0.7}  # what it returned wins
+
+
 def test_time_limit_interrupts_a_sleeping_function(runner, monkeypatch):
     monkeypatch.setenv("MPIOPT_TEST_SLEEP", "30")
     r = runner("branin", "training: {time_limit: 0.3}")
