@@ -32,7 +32,11 @@ def _ranks(tmp_path):
     """pid of the coordinator (from the run directory's lock; None while the lock is a killed
     job's) and of the other ranks."""
     lock = tmp_path / "runs" / "faults" / ".lock"
-    coordinator = int(lock.read_text().split()[1]) if lock.exists() and lock.read_text() else None
+    try:  # read once: a starting search truncates a killed one's lock before it writes its own
+        words = lock.read_text().split()
+    except FileNotFoundError:
+        words = []
+    coordinator = int(words[1]) if len(words) > 1 else None
     out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
     ranks = [int(line.split()[0]) for line in out.splitlines()
              if "-m mpiopt search" in line and "mpiexec" not in line and str(tmp_path) in line]
