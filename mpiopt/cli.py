@@ -601,11 +601,15 @@ def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tupl
 
     params = dict(cfg.space.middle() if base is None else base)
     training = {**cfg.training, **{k: v for k, v in params.items() if k in TRAINING_DEFAULTS}}
+    given: set[str] = set()
     for item in sets:
         name, eq, text = item.partition("=")
         name = name.strip()
         if not eq or not name:
             raise ConfigError(f"--set: expected NAME=VALUE, got {item!r}")
+        if name in given:
+            raise ConfigError(f"--set {name}: given twice; give each name once")
+        given.add(name)
         value = load_value(text)
         if name in cfg.space.names:
             p = cfg.space[name]

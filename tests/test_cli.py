@@ -431,6 +431,8 @@ def test_set_checks_a_searched_training_key_as_the_file_would(write_yaml):
         parse_sets(cfg, ["learning_rate=-1"])
     params, training = parse_sets(cfg, ["learning_rate=0.5"])  # outside the space, warned of, trained as given
     assert params["learning_rate"] == training["learning_rate"] == 0.5
+    with pytest.raises(ConfigError, match=r"--set learning_rate: given twice; give each name once"):
+        parse_sets(cfg, ["learning_rate=0.5", " learning_rate=0.01"])
 
 
 def test_one_process_says_it_ignores_the_group_size(write_yaml, tmp_path):
