@@ -187,6 +187,7 @@ class TrialContext:
         self._rank = comm.Get_rank() if comm is not None else 0
         self._metric = metric  # the figure of merit, which every report must hold (None: a Pareto search's)
         self._stopped = False
+        self._top_reached = False  # with `comm`: a rank of the group reported the top rung
         self.steps = 0  # the last step reported
         self.last: dict[str, float] = {}
         self.misuse: str | None = None  # the first report against the contract (raised, and kept:
@@ -212,13 +213,22 @@ class TrialContext:
             self._stopped, self.stopped_at = True, int(step)
 
     def should_stop(self) -> bool:
-        """Whether the scheduler stopped this trial, or it diverged: return now (what is returned
-        is ignored). With `comm`, every rank of the group calls it at the same points."""
+        """Whether to return now: the scheduler stopped this trial (what is returned is then
+        ignored), it diverged, or it reached the scheduler's top rung, training.epochs (it is
+        complete: what it returns is its result). With `comm`, every rank of the group calls it
+        at the same points."""
         if self._comm is not None:
-            stopped, diverged = zip(*self._comm.allgather((self._stopped, self.diverged)), strict=True)
+            stopped, diverged, top = zip(*self._comm.allgather((self._stopped, self.diverged, self.at_top)),
+                                         strict=True)
             self._stopped = any(stopped)
             self.diverged = self.diverged or next((d for d in diverged if d is not None), None)
-        return self.stopped
+            self._top_reached = any(top)
+        return self.stopped or self.at_top
+
+    @property
+    def at_top(self) -> bool:
+        """Whether it reported the scheduler's top rung (a rank of its group did, with `comm`)."""
+        return self._top_reached or (self._top is not None and self.steps >= self._top)
 
     @property
     def stopped(self) -> bool:

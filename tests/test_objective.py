@@ -98,6 +98,12 @@ def test_a_metric_reported_but_not_returned_keeps_its_last_reported_value(runner
     assert out.objective == 1.0 and out.metrics == {"objective": 1.0, "train_accuracy": 0.7}  # what it returned wins
 
 
+def test_a_function_that_trains_until_told_stops_at_the_top_rung(runner):
+    r = runner("until_told", "search: {scheduler: asha}\n            training: {epochs: 5}")
+    out = r.run({"x": 1.0, "y": 1.0}, None)
+    assert (out.status, out.epochs, out.objective) == ("completed", 5, 20.0)
+
+
 def test_time_limit_interrupts_a_sleeping_function(runner, monkeypatch):
     monkeypatch.setenv("MPIOPT_TEST_SLEEP", "30")
     r = runner("branin", "training: {time_limit: 0.3}")
