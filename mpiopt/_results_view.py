@@ -109,7 +109,8 @@ def timeline_line(run_dir: str, summary: dict[str, Any]) -> str:
     groups, trials = summary["groups"], summary["trials"]
     line = f"{run_dir}: {groups} group{'s' * (groups != 1)}, {trials} trial{'s' * (trials != 1)}"
     if summary["stretches"] > trials:
-        line += f" in {summary['stretches']} stretches (a promoted trial goes on in a stretch of its own, on any group)"
+        line += (f" in {summary['stretches']} stretches (a trial promoted from a pause, or run again after a kill, "
+                 "trains in several, on any group)")
     line += f", active {summary['active_s']:.1f} s; group utilization {summary['utilization']:.3f}"
     if "dispatch_p50_ms" in summary:
         line += f"; dispatch latency p50 {summary['dispatch_p50_ms']:.2f} ms, p99 {summary['dispatch_p99_ms']:.2f} ms"

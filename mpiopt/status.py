@@ -251,7 +251,7 @@ def _count_lines(trials: list[TrialRecord], budget: int, alive: Liveness) -> lis
     finished = sum(1 for t in trials if t.status.is_finished())
     share = f" ({finished / budget:.0%})" if budget else ""
     done = ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items()) if s.is_finished())
-    again = "this search runs them again" if alive.state == "running" else "run again on --resume"
+    again = "this search runs them again" if alive.state in ("running", "starting") else "run again on --resume"
     labels = {TrialStatus.RUNNING: "running", TrialStatus.INTERRUPTED: f"interrupted ({again})",
               TrialStatus.PAUSED: "paused"}
     extra = [f"{counts[s]} {label}" for s, label in labels.items() if counts.get(s)]

@@ -325,7 +325,8 @@ def test_timeline_counts_a_trial_continued_on_another_group_on_each_and_once_in_
     per, summary = timeline(stretches)
     assert per.trials.tolist() == [1, 2] and per.stretches.tolist() == [1, 2]
     assert (summary["trials"], summary["stretches"]) == (2, 3)
-    assert "2 groups, 2 trials in 3 stretches (a promoted trial" in view.timeline_line("runs/x", summary)
+    assert "2 groups, 2 trials in 3 stretches (a trial promoted from a pause, or run again after a kill, trains in " \
+           "several, on any group)" in view.timeline_line("runs/x", summary)
     assert "trials," in view.timeline_line("runs/x", timeline(stretches.head(2))[1])  # no stretches said
 
 
