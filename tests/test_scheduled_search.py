@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import socket
+import subprocess
 import time
 
 import pytest
@@ -250,6 +252,9 @@ def test_a_trial_paused_as_the_search_is_killed_shows_as_paused_as_resume_keeps_
     interrupted = {n for n, s in shown.items() if s == TrialStatus.INTERRUPTED}
     beat = path / "heartbeat.json"  # as a killed coordinator leaves it: long silent
     beat.write_text(json.dumps({**json.loads(beat.read_text()), "time": 0.0}))
+    gone = subprocess.Popen(["true"])  # and its lock names a process that is gone
+    gone.wait()
+    (path / ".lock").write_text(f"pid {gone.pid} on {socket.gethostname()} since 2026-01-01T00:00:00+00:00\n")
     counts = status_text(str(path)).splitlines()[1]
     assert f"{len(interrupted)} interrupted (run again on --resume), {len(live.paused())} paused" in counts
 
