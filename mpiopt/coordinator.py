@@ -101,7 +101,6 @@ class Summary:
     best: TrialRecord | None
     dispatch_s: list[float] = field(default_factory=list)  # coordinator time per dispatched trial (<0: sent ahead)
     first_wave_s: list[float] = field(default_factory=list)  # each group's first trial: the start-up's time to it
-    wall_s: float = 0.0
     target_reached: bool = False
     retired: list[int] = field(default_factory=list)  # groups that never came back
     lost: list[int] = field(default_factory=list)  # those of them whose ranks went silent (a node died)
@@ -293,7 +292,6 @@ class Coordinator:
             raise
 
     def _run(self) -> Summary:
-        t0 = self._clock()
         self._begin_search()
         while True:
             self._beat()
@@ -316,7 +314,7 @@ class Coordinator:
             else:
                 self.searcher.pause(True)  # results are coming in, trials go out: the thread steps aside
                 self._take_in(*got, t_recv)
-        return self._end_search(t0)
+        return self._end_search()
 
     def _begin_search(self) -> None:
         """Tell the searcher what a resumed search finished, queue what it left unfinished."""
@@ -675,7 +673,7 @@ class Coordinator:
         running = self._n_running + self._n_ahead  # a trial sent ahead runs too, once its group is free
         return f"; waiting for {running} running trial{'s' * (running != 1)}" if running else ""
 
-    def _end_search(self, t0: float) -> Summary:
+    def _end_search(self) -> Summary:
         self.transport.shutdown()
         self.searcher.pause(False)
         if self.run_dir is not None:
@@ -687,7 +685,6 @@ class Coordinator:
         self._verdict(summary)
         if self.run_dir is not None:
             self.run_dir.heartbeat("ended", stopped=summary.stopped)
-        summary.wall_s = self._clock() - t0
         return summary
 
     def _hand_out(self, group: int) -> int:
