@@ -474,12 +474,16 @@ def _check_gem_optimizer(training: dict[str, Any], raw_training: Any, space: Spa
                           field="parameters.momentum" if "momentum" in space.names else "training.momentum")
 
 
-def _check_keys(mapping: dict, allowed: Iterable[str], source: str, where: str) -> None:
+def _check_keys(mapping: dict, allowed: Iterable[str], source: str, where: str,
+                offered: Iterable[str] | None = None) -> None:
+    """Refuse a key not `allowed`; the error offers `offered` (default: all allowed), e.g. only the
+    keys an objective reads where others are known but refused later with their own reason."""
     allowed = tuple(allowed)
+    offered = allowed if offered is None else tuple(offered)
     for key in mapping:
         if key not in allowed:
             field = f"{where}.{key}" if where else str(key)
-            raise ConfigError(f"unknown key (allowed: {', '.join(allowed)}){did_you_mean(str(key), allowed)}",
+            raise ConfigError(f"unknown key (allowed: {', '.join(offered)}){did_you_mean(str(key), offered)}",
                               source=source, field=field)
 
 
@@ -671,10 +675,7 @@ def _training_keys_read(objective: Objective, search: SearchSettings) -> tuple[s
 
 def _parse_training(raw: Any, source: str, keys_read: tuple[str, ...]) -> dict[str, Any]:
     raw = _mapping(raw, source, "training")
-    for key in raw:
-        if key not in TRAINING_DEFAULTS:
-            raise ConfigError(f"unknown key (allowed: {', '.join(keys_read)}){did_you_mean(str(key), keys_read)}",
-                              source=source, field=f"training.{key}")
+    _check_keys(raw, TRAINING_DEFAULTS, source, "training", offered=keys_read)
     out = dict(TRAINING_DEFAULTS)
     for key, value in raw.items():
         out[key] = check_training_value(key, value, source, f"training.{key}")
