@@ -318,6 +318,7 @@ def _open_run_dir(cfg, out: Path, resume: bool, ranks: int,
             log.warning(msg)
         journal = _Journal(events, replay(events))
         if resume:
+            _note_changed_settings(cfg, out)
             cfg = cfg if budget_given else _keep_a_raised_budget(cfg, out)
             _refuse_a_budget_already_spent(cfg, journal.trials, out)
             run_dir.write_config(_config_text(cfg))
@@ -328,6 +329,23 @@ def _open_run_dir(cfg, out: Path, resume: bool, ranks: int,
             run_dir.abandon()
         return run_dir, journal, cfg, exc
     return run_dir, journal, cfg, None
+
+
+def _note_changed_settings(cfg, out: Path) -> None:
+    """A --resume may change the search's and the training's settings (not the space, the
+    objective or the scheduler's rungs, refused before); it says which, so that a changed seed or
+    learning rate is never a surprise in the table. The budget has its own line."""
+    import yaml
+
+    from .analysis import _run_info
+
+    ran = _run_info(out)
+    now = yaml.safe_load(_config_text(cfg))
+    changed = [f"{section}.{key} {old!r} -> {now[section].get(key)!r}"
+               for section in ("search", "training") for key, old in (ran.get(section) or {}).items()
+               if (section, key) != ("search", "trials") and key in now[section] and now[section][key] != old]
+    if changed:
+        log.info("changed since the search last ran: %s; the trials so far are kept", ", ".join(changed))
 
 
 def _keep_a_raised_budget(cfg, out: Path):

@@ -139,12 +139,30 @@ def _missing(value) -> bool:
 
 
 def _top_table(df, direction: str, top: int = 10) -> str:
-    cols = ["trial", "status", "objective", *[c for c in df.columns if c.startswith("params_")], "epochs",
-            "duration_s", "group"]
-    shown = best_trials(df, direction, top)[[c for c in cols if c in df.columns]]
+    """The best completed trials; with none completed, the first trials that ended otherwise and why
+    (an empty objective column says nothing)."""
+    completed = df["status"] == TrialStatus.COMPLETED.value
+    if completed.any():
+        cols = ["trial", "status", "objective", *_param_columns(df), "epochs", "duration_s", "group"]
+        return _table(best_trials(df, direction, top), cols, "top")
+    ended = df[[TrialStatus.parse(s).is_finished() for s in df["status"]]]
+    if ended.empty:
+        return "<p>No trial has finished yet.</p>"
+    errors_first = ended.sort_values("error", key=lambda e: e.isna(), kind="stable") if "error" in ended else ended
+    return ("<p>No trial completed. The first that ended otherwise, errors first:</p>"
+            + _table(errors_first.head(top), ["trial", "status", *_param_columns(df), "epochs", "group", "error"],
+                     "top"))
+
+
+def _param_columns(df) -> list[str]:
+    return [c for c in df.columns if c.startswith("params_")]
+
+
+def _table(df, cols: list[str], css: str) -> str:
+    shown = df[[c for c in cols if c in df.columns]]
     shown = shown.rename(columns={c: c[len("params_"):] for c in shown.columns if c.startswith("params_")})
     return view.blank_missing(shown).to_html(index=False, na_rep="", float_format=lambda v: f"{v:.6g}", border=0,
-                                             classes="top")
+                                             classes=css)
 
 
 def _html(run: Path, info: dict, df, usage: dict, direction: str, metric: str, sections: list[Section]) -> str:

@@ -58,20 +58,24 @@ def test_search_resume_and_results(write_yaml, tmp_path):
                    "search.trials: 5 is fewer than the 11 trials already finished", "(--trials 11)")
     assert [(out / name).read_bytes() for name in ("trials.jsonl", "config.yaml")] == kept
     assert "trials: 11" in kept[1].decode()
-    # a plain --resume keeps the budget raised by --trials (the file says 8)
+    # a plain --resume keeps the budget raised by --trials (the file says 8), and names what the
+    # file changed since
+    write_yaml(SPACE.replace("seed: 0", "seed: 3"))
     p = run_cli(["search", space, "--resume"], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "budget: 11 trials, as the search last ran (the file says 8" in p.stderr
-    assert len(mpiopt.load_results(out)) == 11 and "trials: 11" in (out / "config.yaml").read_text()
+    assert "changed since the search last ran: search.seed 0 -> 3; the trials so far are kept" in p.stderr
+    assert "changed since" not in run_cli(["search", space, "--resume", "--trials", "12"], cwd=tmp_path).stderr
+    assert len(mpiopt.load_results(out)) == 12 and "trials: 12" in (out / "config.yaml").read_text()
 
     p = run_cli(["results", out, "--top", "3"], cwd=tmp_path)
-    assert p.returncode == 0 and "11 trials (11 completed)" in p.stdout
+    assert p.returncode == 0 and "12 trials (12 completed)" in p.stdout
     assert len(p.stdout.strip().splitlines()) == 5
     p = run_cli(["results", out, "--format", "json", "--top", "2"], cwd=tmp_path)
     rows = json.loads(p.stdout)
-    assert len(rows) == 2 and rows[0]["objective"] == df2.objective.min()
+    assert len(rows) == 2 and rows[0]["objective"] == mpiopt.load_results(out).objective.min()
     p = run_cli(["results", out, "--format", "csv"], cwd=tmp_path)
-    assert p.stdout.startswith("trial,status,objective") and len(p.stdout.strip().splitlines()) == 11
+    assert p.stdout.startswith("trial,status,objective") and len(p.stdout.strip().splitlines()) == 11  # --top 10
     import io
 
     import pandas as pd

@@ -228,6 +228,17 @@ def test_report_of_a_killed_search_with_no_completed_trial_says_why(tmp_path):
     assert f"{finished} finished of a budget of 40 ({len(shown) - finished} more started)" in page
 
 
+def test_report_with_no_completed_trial_lists_the_failures_and_their_errors(tmp_path):
+    run = copy_run(tmp_path)
+    kept = [line for line in (run / "trials.jsonl").read_text().splitlines() if '"status":"completed"' not in line]
+    (run / "trials.jsonl").write_text("\n".join(kept) + "\n")
+    page = write_report(run, tmp_path / "elsewhere").read_text()
+    top = page.split("<h2>Top trials</h2>")[1].split("<section")[0]
+    assert "No trial completed. The first that ended otherwise, errors first:" in top
+    assert "<th>error</th>" in top and "<th>objective</th>" not in top
+    assert "<td>failed</td>" in top and "<td>completed</td>" not in top
+
+
 def test_report_out_may_name_the_page(tmp_path):
     page = write_report(copy_run(tmp_path), tmp_path / "shared" / "search.html")
     assert page == tmp_path / "shared" / "search.html" and page.is_file()
