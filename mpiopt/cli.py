@@ -444,12 +444,18 @@ def _function_call(o) -> str:
 
 def _idle_ranks_note(cfg, plan) -> str | None:
     """A function without `comm` runs on its group's first rank only: the group's others idle."""
-    o = cfg.objective
-    idle = 0 if plan.shared else sum(len(ranks) - 1 for ranks in plan.groups)
-    if o.kind != "function" or o.takes_comm or not idle:
+    o, size = cfg.objective, cfg.training["group_size"]
+    if o.kind != "function" or o.takes_comm:
         return None
-    return (f"{o.function} takes no comm, so it runs on each group's first rank: {idle} rank{'s' * (idle != 1)} "
-            "idle (fn(params, comm) puts them to work; training.group_size: 1 makes each rank a group)")
+    fix = "(fn(params, comm) puts them to work; training.group_size: 1 makes each rank a group)"
+    if plan.shared:  # one process: say what its ranks would do under mpiexec
+        return None if size == 1 else (f"{o.function} takes no comm: under mpiexec it runs on each group's first "
+                                       f"rank, and the other {size - 1} of each group of {size} idle {fix}")
+    idle = sum(len(ranks) - 1 for ranks in plan.groups)
+    if not idle:
+        return None
+    ranks = f"{idle} rank{'s' * (idle != 1)}"
+    return f"{o.function} takes no comm, so it runs on each group's first rank: {ranks} idle {fix}"
 
 
 def _initial_points_note(cfg) -> str | None:

@@ -239,6 +239,8 @@ def test_check_prints_the_plan(write_yaml, tmp_path):
     p = run_cli(["check", space], cwd=tmp_path)
     assert "1 process: the coordinator and one 1-rank group take turns" in p.stdout
     assert "note        training.group_size 2 needs at least 3 ranks" in p.stdout
+    assert "note        objectives.py:branin takes no comm: under mpiexec it runs on each group's first rank, and " \
+        "the other 1 of each group of 2 idle" in p.stdout
     p = run_cli(["check", write_yaml(SPACE + "training: {group_size: 3}\n"), "--np", "3"], cwd=tmp_path)
     assert "note        training.group_size 3 is more than the 2 ranks beside the coordinator: one group of 2" \
         in p.stdout
