@@ -27,12 +27,20 @@ def table(top, goals: list[str] | None = None) -> str:
     lead = ["trial", *goals] if goals else ["trial", "status", "objective", "objective_std"]
     cols = lead + [c for c in top.columns if c.startswith("params_")] + \
         ["epochs", "rung"] + (["duration_s"] if "duration_s" not in lead else []) + ["group"]
-    view = top[[c for c in cols if c in top.columns]].rename(columns=lambda c: c.removeprefix("params_"))
-    view = blank_missing(view)
+    view = blank_missing(short_param_names(top[[c for c in cols if c in top.columns]]))
     if "error" in top and top["error"].notna().any():
         errors = top["error"].fillna("").astype(str)
         view = view.assign(error=errors.map(lambda e: e if len(e) <= ERROR_WIDTH else e[:ERROR_WIDTH - 3] + "..."))
     return view.to_string(index=False, justify="left", na_rep="")
+
+
+def short_param_names(view):
+    """`view` with its parameters named without their `params_` prefix, except one named like
+    another column (a searched `epochs` beside the epochs trained): two columns of one name
+    cannot be told apart."""
+    taken = set(view.columns)
+    return view.rename(columns={c: c.removeprefix("params_") for c in view.columns
+                                if c.startswith("params_") and c.removeprefix("params_") not in taken})
 
 
 def blank_missing(view):

@@ -301,7 +301,7 @@ def parse_config(raw: Any, *, path: Path, source: str, resolve: bool = True) -> 
     _check_searched_training_keys(space, source)
     _check_gem_optimizer(training, raw.get("training"), space, source)
     _check_unread_search_keys(search, source)
-    _check_scheduler(search, training, source)
+    _check_scheduler(search, training, space, source)
     _check_pareto(objective, search, source)
     _check_folds(objective, search, source)
     _check_metric_names(objective, training, source)
@@ -324,8 +324,14 @@ def _check_pareto(objective: Objective, search: SearchSettings, source: str) -> 
                           "search.target", source=source, field="search.target")
 
 
-def _check_scheduler(search: SearchSettings, training: dict[str, Any], source: str) -> None:
-    """A scheduler judges trials before their last epoch: it needs a first rung below it."""
+def _check_scheduler(search: SearchSettings, training: dict[str, Any], space: Space, source: str) -> None:
+    """A scheduler judges trials before their last epoch: it needs a first rung below it. ASHA's
+    and Hyperband's rungs climb to training.epochs, which every trial must be able to reach."""
+    if search.scheduler in ("asha", "hyperband") and "epochs" in space.names:
+        raise ConfigError(f"the {search.scheduler} scheduler's rungs climb to training.epochs "
+                          f"({training['epochs']}), so epochs cannot be searched as well: set training.epochs to "
+                          "the most a trial may train and let the scheduler stop the others early (or search "
+                          "epochs with scheduler: none)", source=source, field="parameters.epochs")
     if search.scheduler != "none" and search.min_epochs >= int(training["epochs"]):
         raise ConfigError(f"{search.min_epochs} is not below training.epochs ({training['epochs']}): the "
                           f"{search.scheduler} scheduler would never judge a trial before its end",

@@ -159,8 +159,7 @@ def _param_columns(df) -> list[str]:
 
 
 def _table(df, cols: list[str], css: str) -> str:
-    shown = df[[c for c in cols if c in df.columns]]
-    shown = shown.rename(columns={c: c[len("params_"):] for c in shown.columns if c.startswith("params_")})
+    shown = view.short_param_names(df[[c for c in cols if c in df.columns]])
     return view.blank_missing(shown).to_html(index=False, na_rep="", float_format=lambda v: f"{v:.6g}", border=0,
                                              classes=css)
 

@@ -239,6 +239,17 @@ def test_report_with_no_completed_trial_lists_the_failures_and_their_errors(tmp_
     assert "<td>failed</td>" in top and "<td>completed</td>" not in top
 
 
+def test_a_parameter_named_like_a_column_of_the_table_keeps_its_prefix():
+    from mpiopt import _results_view as view
+    from mpiopt.report import _top_table
+
+    df = mpiopt.load_results(FIXTURE).assign(params_epochs=3)  # a searched `epochs` beside the epochs trained
+    header = view.table(df).splitlines()[0].split()
+    assert "params_epochs" in header and header.count("epochs") == 1 and "x" in header
+    page = _top_table(df, "minimize")
+    assert "<th>params_epochs</th>" in page and page.count("<th>epochs</th>") == 1
+
+
 def test_report_out_may_name_the_page(tmp_path):
     page = write_report(copy_run(tmp_path), tmp_path / "shared" / "search.html")
     assert page == tmp_path / "shared" / "search.html" and page.is_file()

@@ -368,6 +368,22 @@ def test_bad_scheduler_settings_are_one_line_errors(write_yaml, search, training
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("scheduler", ["asha", "hyperband"])
+def test_epochs_searched_under_rungs_to_training_epochs_is_refused(write_yaml, scheduler):
+    from mpiopt._errors import ConfigError
+
+    text = """
+        objective: {model: m.py:build, data: m.py:load}
+        parameters: {epochs: {type: integer, low: 3, high: 9}, units: {type: integer, low: 2, high: 8}}
+        search: {scheduler: %s}
+    """
+    with pytest.raises(ConfigError, match=rf"parameters\.epochs: the {scheduler} scheduler's rungs climb to "
+                       r"training\.epochs \(10\), so epochs cannot be searched as well") as info:
+        load_config(write_yaml(text % scheduler), resolve=False)
+    assert "\n" not in str(info.value)
+    assert load_config(write_yaml(text % "median"), resolve=False).space.names == ["epochs", "units"]
+
+
 def test_status_tells_the_time_left_of_an_asha_search_from_its_epochs(cfg, tmp_path):
     path, full = tmp_path / "cut", tmp_path / "full"
     run(cfg, full, CurveGroups(3))
