@@ -175,6 +175,7 @@ class _Job:
     cfg: Any
     out: Path
     params: dict[str, Any] = field(default_factory=dict)  # train: the values to train with
+    trial: int = 0  # train: the trial whose seed it trains with (0 unless --trial)
 
 
 def _prepare_job(args) -> _Job:
@@ -184,16 +185,17 @@ def _prepare_job(args) -> _Job:
     comes before the slow start of MPI and TensorFlow on every rank."""
     cfg = _load(args.space, args)
     if args.command == "train":
-        base, out = cfg.space.middle(), Path("runs") / cfg.name / "train"
+        base, out, number = cfg.space.middle(), Path("runs") / cfg.name / "train", 0
         if args.trial is not None or args.from_dir is not None:
             from_dir = Path(args.from_dir) if args.from_dir else Path("runs") / cfg.name
             number, base = trial_values(from_dir, args.trial, cfg)
+            cfg = cfg.with_search(seed=_seed_of_run(from_dir, cfg.search.seed))
             out = from_dir / f"train-trial-{number}"
         params, training = parse_sets(cfg, args.sets, base)
         cfg = replace(cfg, training=training)
         out = Path(args.out) if args.out else out
         _refuse_a_finished_training(out)
-        return _Job(cfg, out, params)
+        return _Job(cfg, out, params, number)
     from .journal import RunDir
 
     out = Path(args.out) if args.out else Path("runs") / cfg.name
@@ -619,6 +621,15 @@ def trial_values(run_dir: Path, which: str | None, cfg) -> tuple[int, dict[str, 
     return number, values
 
 
+def _seed_of_run(run_dir: Path, default: int) -> int:
+    """The search.seed a run's trials trained with (each trial's seed derives from it and its
+    number), so that `train --trial N` trains with trial N's seed."""
+    from .analysis import _run_info
+
+    seed = (_run_info(run_dir).get("search") or {}).get("seed")
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else default
+
+
 def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """`--set NAME=VALUE` pairs into (parameters, training) over `base` (default: every
     parameter's middle); values that parameters set for `training` keys are in both."""
@@ -715,7 +726,8 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     if rank == 0:
         mode = f", {cfg.training['mode']}" if cfg.objective.kind == "model" else ""
         how = f"{size} ranks{mode}" if size > 1 else "1 rank"
-        log.info("training %r on %s with %s", cfg.name, how, params)
+        seed = f" (trial {job.trial}'s seed)" if job.trial else ""
+        log.info("training %r on %s with %s%s", cfg.name, how, params, seed)
         log.info("devices: %s", placement)
     runner = TrialRunner(cfg, resume_checkpoints=False, cross_validate=False)  # one model, on all the training data
     t0 = time.time()
@@ -726,9 +738,9 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
         log.info("epoch %d: %s", epoch, "  ".join(f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"))
         steps.append(row)
 
-    reporter = Reporter(Task(0, params), progress, send=None) if rank == 0 else None
+    reporter = Reporter(Task(job.trial, params), progress, send=None) if rank == 0 else None
     try:
-        outcome = runner.run(params, group, trial_dir=out, reporter=reporter)
+        outcome = runner.run(params, group, trial=job.trial, trial_dir=out, reporter=reporter)
         if group is not None and outcome.status != TrialStatus.COMPLETED and group.failed_peer is None:
             group.notify_failure()  # the others stop waiting for this rank
     finally:

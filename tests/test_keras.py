@@ -156,6 +156,13 @@ def test_mnist1d_search_under_mpiexec(tmp_path):
     assert f"'units': {best.params_units}" in p.stderr and "epoch 2:" in p.stderr
     rows = list(csv.DictReader(open(retrained / "history.csv")))
     assert len(rows) == 2 and "val_accuracy" in rows[0]
+    # trial 1 again, with its own seed (not trial 0's), on one rank as in its group of one: its first
+    # epoch again, to float rounding (TensorFlow's threads here are not the search's one a rank)
+    p = run_cli(["train", space, "--trial", "1", "--set", "epochs=1"], cwd=tmp_path, timeout=300)
+    assert p.returncode == 0 and "(trial 1's seed)" in p.stderr, p.stderr
+    again, searched = (list(csv.DictReader(open(d / "history.csv"))) for d in (run / "train-trial-1",
+                                                                                 run / "trials" / "1"))
+    assert float(again[0]["val_loss"]) == pytest.approx(float(searched[0]["val_loss"]), rel=1e-5)
     assert mpiopt.load_model(retrained).count_params() == model.count_params()
     p = run_cli(["train", space, "--trial", "best"], cwd=tmp_path, timeout=300)
     assert p.returncode == 2 and "already holds a training run" in p.stderr  # never overwritten
