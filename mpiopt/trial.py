@@ -125,7 +125,7 @@ class TrialRecord:
     epochs: int | None = None
     start: float | None = None  # of this stretch of training (a paused trial's promotion starts another)
     end: float | None = None
-    first_start: float | None = None  # of the trial's first stretch that came to an end
+    first_start: float | None = None  # of the trial's first stretch (an interrupted one's: its hand-out)
     group: int | None = None
     ranks: int | None = None
     error: str | None = None
@@ -212,9 +212,11 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
         old = trials.get(n)
         if old is not None and old.status.is_finished():
             return None
-        # a promoted trial (or one run again) keeps what its last result said it reached, until its next
+        # a promoted trial (or one run again) keeps what its last result said it reached, until its
+        # next, and its first start: a stretch cut off by a kill has no result, only its hand-out
+        first = None if old is None else old.first_start if old.first_start is not None else old.start
         rec = trials[n] = TrialRecord(trial=n, params=dict(event.get("params") or {}), start=event.get("time"),
-                                      first_start=old.first_start if old else None,
+                                      first_start=first,
                                       epochs=old.epochs if old else None, metrics=dict(old.metrics) if old else {},
                                       group=event.get("group"), ranks=event.get("ranks"),
                                       dispatch_s=event.get("dispatch_s"), rung=old.rung if old else None)

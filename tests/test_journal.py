@@ -115,6 +115,9 @@ def test_a_stretch_cut_off_by_a_kill_ends_at_its_last_report():
                    (1, "interrupted", None, iso(109.0), iso(109.0))]
     # while a search is live, its open stretch is running, without an end
     assert stretch_rows(events[:4], live=True)[-1]["end"] == ""
+    # the results table: trial 0 from its first hand-out, before the kill, to its end
+    row = result_rows(replay(events).values(), ["x"])[1][0]
+    assert (row["start"], row["end"]) == (iso(100.0), iso(205.0))
 
 
 @pytest.mark.parametrize("value", [
