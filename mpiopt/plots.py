@@ -60,9 +60,42 @@ def _completed(df, metric: str = "objective"):
     return done
 
 
-def _direction_of(df) -> str:
-    """A plot's default direction: the run's, where the table came from `mpiopt.load_results`."""
-    return df.attrs.get("direction", "minimize")
+def _direction(df, direction: str | None, metric: str) -> str:
+    """A plot's direction: the one given, or the run's for its figure of merit (`load_results`
+    puts it in the table's attrs). Anything else must be said: a maximized accuracy's direction
+    would draw the worst loss as the best so far."""
+    if direction is not None:
+        if direction not in ("minimize", "maximize"):
+            raise ValueError(f"direction: expected 'minimize' or 'maximize', got {direction!r}")
+        return direction
+    run, run_metric = df.attrs.get("direction"), df.attrs.get("metric")
+    if run is None:
+        raise ValueError("direction: this table does not say its run's direction (only a table straight from "
+                         "mpiopt.load_results does: a merge with another table and read_csv drop it); pass "
+                         "direction='minimize' or 'maximize'")
+    if metric not in ("objective", run_metric):
+        raise ValueError(f"direction: {metric} is not the run's figure of merit ({run} {run_metric}); pass "
+                         "direction='minimize' or 'maximize' for it")
+    return run
+
+
+def _with_times(df):
+    """`df` with `start` and `end` as datetimes: a results.csv read with pandas holds them as text."""
+    import pandas as pd
+    from pandas.api.types import is_datetime64_any_dtype
+
+    times = {c: pd.to_datetime(df[c], utc=True, format="ISO8601") for c in ("start", "end")
+             if c in df and not is_datetime64_any_dtype(df[c])}
+    return df.assign(**times) if times else df
+
+
+def _log_names(df, log_params: Iterable[str]) -> set[str]:
+    """The parameters drawn in log scale; a name that is not one of the table's is a mistake."""
+    names, known = set(log_params), [c[len("params_"):] for c in _params(df)]
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise ValueError(f"log_params: {unknown[0]!r} is not a parameter of this table ({', '.join(known)})")
+    return names
 
 
 def _best_so_far(values: np.ndarray, direction: str) -> np.ndarray:
@@ -102,8 +135,11 @@ def _categories(series) -> list:
 def plot_history(df, *, direction: str | None = None, metric: str = "objective"):
     """Each completed trial's `metric` (default: the figure of merit) and the best so far, against
     the trial number and against wall time since the search's first trial started."""
-    direction = direction or _direction_of(df)
+    from matplotlib.ticker import MaxNLocator
+
+    df = _with_times(df)
     done = _completed(df, metric).sort_values("end")
+    direction = _direction(df, direction, metric)
     shown = _thinned(done, MAX_POINTS, direction)
     fig = _figure(10.0, 4.2)
     by_trial, by_time = fig.subplots(1, 2, sharey=True)
@@ -112,6 +148,7 @@ def plot_history(df, *, direction: str | None = None, metric: str = "objective")
     by_trial.step(*_steps(ordered["trial"].to_numpy(), _best_so_far(ordered["objective"].to_numpy(float), direction)),
                   where="post", color="tab:red", label="best so far")
     by_trial.set_xlabel("trial")
+    by_trial.xaxis.set_major_locator(MaxNLocator(integer=True))
     by_trial.set_ylabel(metric)
     t0 = df["start"].dropna().min()
 
@@ -155,10 +192,10 @@ def plot_pareto(df, goals):
     return fig
 
 
-def _spans_decades(values: np.ndarray) -> bool:
-    """Positive values two decades apart or more: drawn on a log axis."""
+def _spans_decades(values: np.ndarray, ratio: float = 100.0) -> bool:
+    """Positive values `ratio` apart or more (two decades): drawn on a log axis."""
     values = values[np.isfinite(values)]
-    return bool(len(values)) and values.min() > 0 and values.max() >= 100 * values.min()
+    return bool(len(values)) and values.min() > 0 and values.max() >= ratio * values.min()
 
 
 # -- parameter importance -------------------------------------------------------------------------
@@ -174,7 +211,8 @@ def parameter_importance(df, *, metric: str = "objective", log_params: Iterable[
     if len(done) < MIN_FOR_IMPORTANCE:
         raise PlotUnavailable(f"needs at least {MIN_FOR_IMPORTANCE} completed trials, has {len(done)}")
     done = done.sample(n=MAX_FIT, random_state=0) if len(done) > MAX_FIT else done
-    X = np.column_stack([_numeric(done[c], c[len("params_"):] in set(log_params)) for c in names])
+    logs = _log_names(df, log_params)
+    X = np.column_stack([_numeric(done[c], c[len("params_"):] in logs) for c in names])
     y = done["objective"].to_numpy(float)
     forest = RandomForestRegressor(n_estimators=200, min_samples_leaf=2, random_state=0).fit(X, y)
     raw = permutation_importance(forest, X, y, n_repeats=10, random_state=0).importances_mean
@@ -215,20 +253,23 @@ def plot_parallel(df, *, direction: str | None = None, metric: str = "objective"
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
-    direction = direction or _direction_of(df)
     every = _completed(df, metric)
+    direction = _direction(df, direction, metric)
+    logs = _log_names(df, log_params)
     done = _thinned(every, MAX_LINES, direction)
     done = done.sort_values("objective", ascending=direction != "minimize")  # best last
     names = _params(df)
     axes_values, labels = [], []
     for c in names:
-        unit, ticks = _unit_axis(done[c], c[len("params_"):] in set(log_params))
+        unit, ticks = _unit_axis(done[c], c[len("params_"):] in logs)
         axes_values.append(unit)
         labels.append((c[len("params_"):], ticks))
     fig = _figure(max(6.0, 1.6 * len(names) + 2), 4.5)
     ax = fig.subplots()
     values = done["objective"].to_numpy(float)
-    norm = Normalize(values.min(), values.max() if values.max() > values.min() else values.min() + 1)
+    lo, hi = values.min(), values.max()
+    pad = 0.0 if hi > lo else max(abs(lo) * 1e-3, 1e-9)  # trials that all tie: a narrow bar around their value
+    norm = Normalize(lo - pad, hi + pad)
     cmap = colormaps["viridis_r" if direction == "minimize" else "viridis"]
     xs = np.arange(len(names))
     for row, v in zip(np.column_stack(axes_values), values, strict=True):
@@ -271,8 +312,11 @@ def _unit_axis(series, log: bool) -> tuple[np.ndarray, list[tuple[float, str]]]:
 def plot_slices(df, *, direction: str | None = None, metric: str = "objective", log_params: Iterable[str] = ()):
     """`metric` (default: the figure of merit) against each parameter (one panel a parameter),
     coloured by trial number."""
-    direction = direction or _direction_of(df)
+    from matplotlib.ticker import MaxNLocator
+
     every = _completed(df, metric)
+    direction = _direction(df, direction, metric)
+    logs = _log_names(df, log_params)
     done = _thinned(every, MAX_POINTS, direction)
     names = _params(df)
     cols = min(3, len(names))
@@ -289,7 +333,7 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
             ax.set_xlim(-0.5, len(cats) - 0.5)  # every category's tick, whatever the points' spread
         else:
             x = done[c].to_numpy(float)
-            if name in set(log_params):
+            if name in logs and _spans_decades(x, 10):  # a log axis within a decade labels its ticks unreadably
                 ax.set_xscale("log")
         points = ax.scatter(x, done["objective"], c=done["trial"], cmap="viridis", edgecolors="black",
                             linewidths=0.3, s=18)
@@ -298,7 +342,7 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
         ax.set_visible(False)
     for ax in panels[::cols]:
         ax.set_ylabel(metric)
-    fig.colorbar(points, ax=list(panels[:len(names)]), label="trial")
+    fig.colorbar(points, ax=list(panels[:len(names)]), label="trial", ticks=MaxNLocator(integer=True))
     fig.suptitle(f"Slices: {metric} against each parameter ({direction}{_drawn(done, every)})")
     return fig
 
@@ -307,9 +351,12 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
 def plot_curves(history, df, *, metric: str = "objective", direction: str | None = None):
     """Every trial's per-epoch `metric` (`mpiopt.load_history`), coloured by the trial's status;
     a trial stopped or paused by a scheduler ends in a cross."""
-    direction = direction or _direction_of(df)
+    if "epoch" not in history.columns or "status" not in df.columns:
+        raise TypeError("plot_curves(history, df): the per-epoch table (mpiopt.load_history) first, then the results "
+                        "table (mpiopt.load_results)")
     if history.empty or metric not in history.columns:
         raise PlotUnavailable(f"no per-epoch reports of {metric} (the objective does not report, or no trial has yet)")
+    direction = _direction(df, direction, metric)
     status = df.set_index("trial")["status"].to_dict()
     fig = _figure(8.0, 4.5)
     ax = fig.subplots()
@@ -355,6 +402,7 @@ def plot_timeline(df, *, now=None):
 
     from .analysis import timeline
 
+    df = _with_times(df)
     every = df.dropna(subset=["start", "group"])
     if every.empty:
         raise PlotUnavailable("no trial has started")

@@ -54,6 +54,39 @@ def test_plots_take_the_direction_of_the_run_the_table_came_from(tmp_path):
     assert "maximize" in fig._suptitle.get_text()
 
 
+def test_a_direction_the_table_cannot_tell_must_be_said_and_be_one_of_two(df, tmp_path):
+    import pandas as pd
+
+    for plot in (plots.plot_history, plots.plot_parallel, plots.plot_slices):
+        with pytest.raises(ValueError, match=r"direction: expected 'minimize' or 'maximize', got 'min'"):
+            plot(df, direction="min")
+        with pytest.raises(ValueError, match=r"direction: loss is not the run's figure of merit \(minimize "
+                           r"objective\); pass direction="):
+            plot(df, metric="loss")  # a maximized accuracy's direction is not its loss's
+        merged = df.merge(pd.DataFrame({"trial": df.trial, "note": "n"}), on="trial")  # a table of the user's
+        assert merged.attrs == {}
+        with pytest.raises(ValueError, match=r"direction: this table does not say its run's direction .*a merge "
+                           "with another table and read_csv drop it"):
+            plot(merged)
+        plot(merged, direction="minimize")
+    with pytest.raises(ValueError, match=r"direction: expected"):
+        plots.plot_curves(mpiopt.load_history(FIXTURE), df, direction="up")
+    # the table as results.csv holds it, read with pandas: its times are text
+    copy = copy_run(tmp_path)
+    assert main(["results", str(copy)]) == 0
+    from_csv = pd.read_csv(copy / "results.csv")
+    fig = plots.plot_history(from_csv, direction="minimize")
+    assert len(fig.axes[1].collections[0].get_offsets()) == len(completed(df))
+    plots.plot_timeline(from_csv)
+
+
+def test_plot_mistakes_say_what_is_wrong(df, history):
+    with pytest.raises(ValueError, match=r"log_params: 'widht' is not a parameter of this table \(x, y, kind\)"):
+        plots.plot_slices(df, log_params=["widht"])
+    with pytest.raises(TypeError, match=r"plot_curves\(history, df\): the per-epoch table"):
+        plots.plot_curves(df, history)
+
+
 def test_history_plots_every_completed_trial_and_the_best_so_far(df):
     fig = plots.plot_history(df, direction="minimize")
     by_trial, by_time = fig.axes
@@ -165,6 +198,7 @@ def big_table(n: int, groups: int):
 
 def test_plots_of_a_large_search_draw_its_best_trials_and_a_sample_of_the_rest():
     df = big_table(20000, 500)
+    df.attrs["direction"] = "minimize"  # as load_results says it
     fig = plots.plot_history(df)
     by_trial = fig.axes[0]
     points = by_trial.collections[0].get_offsets()
