@@ -423,7 +423,7 @@ def _plan_notes(cfg, plan) -> list[str]:
     """What `check` notes and a search warns of before it starts: settings that the ranks or the
     budget make do something else than they seem to."""
     notes = [_group_size_note(cfg.training["group_size"], plan), _idle_ranks_note(cfg, plan),
-             _initial_points_note(cfg)]
+             _initial_points_note(cfg), _direction_note(cfg)]
     return [n for n in notes if n is not None]
 
 
@@ -458,6 +458,19 @@ def _idle_ranks_note(cfg, plan) -> str | None:
         return None
     ranks = f"{idle} rank{'s' * (idle != 1)}"
     return f"{o.function} takes no comm, so it runs on each group's first rank: {ranks} idle {fix}"
+
+
+def _direction_note(cfg) -> str | None:
+    """A loss maximized or an accuracy minimized is most likely a slip of the objective's key."""
+    o = cfg.objective
+    name = o.metric.lower()
+    expected = "minimize" if "loss" in name or "error" in name else \
+        "maximize" if "accuracy" in name or "auc" in name else None
+    if o.pareto or expected is None or o.direction == expected:
+        return None
+    best = "highest" if o.direction == "maximize" else "lowest"
+    return (f"objective: {o.direction} {o.metric}: the search takes its {best} value as the best (did you mean "
+            f"{expected}?)")
 
 
 def _initial_points_note(cfg) -> str | None:

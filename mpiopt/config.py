@@ -489,8 +489,19 @@ def _check_keys(mapping: dict, allowed: Iterable[str], source: str, where: str,
     for key in mapping:
         if key not in allowed:
             field = f"{where}.{key}" if where else str(key)
+            home = _section_of(key)
+            if home is not None and home != where:
+                here = f"`{where}`" if where else "the top level"
+                raise ConfigError(f"a key of `{home}`, not of {here}: move it to {home}.{key}", source=source,
+                                  field=field)
             raise ConfigError(f"unknown key (allowed: {', '.join(offered)}){did_you_mean(str(key), offered)}",
                               source=source, field=field)
+
+
+def _section_of(key: Any) -> str | None:
+    """The section of the file a key belongs in (`scheduler` in `search`), or None."""
+    sections = {"search": SEARCH_DEFAULTS, "training": TRAINING_DEFAULTS, "objective": OBJECTIVE_KEYS}
+    return next((name for name, keys in sections.items() if key in keys), None)
 
 
 def _mapping(value: Any, source: str, field: str) -> dict:

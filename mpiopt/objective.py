@@ -422,6 +422,7 @@ def preflight(cfg: Config) -> None:
         raise ConfigError(f"{what} failed: {type(exc).__name__}: {headline(exc)}",
                           source=src, field="objective.data") from None
     _preflight_folds(cfg, source, src)
+    _refuse_validating_on_training_files(cfg, source, src)
     try:
         _preflight_model(cfg, runner, source, batch, val, params, training)
         _preflight_mixed_precision(cfg, runner, batch, params, training)
@@ -429,6 +430,19 @@ def preflight(cfg: Config) -> None:
         raise ConfigError(exc.message, source=src, field=exc.field) from None
     finally:
         keras.backend.clear_session()
+
+
+def _refuse_validating_on_training_files(cfg: Config, source, src: str) -> None:
+    """A validation file among the training files (`train: data/*.h5` beside `val: data/val.h5`)
+    would judge every trial on data it trained on (k-fold trials validate on their own folds)."""
+    from ._errors import ConfigError
+
+    if cfg.objective.folds or not source.val_files:
+        return
+    shared = {f.resolve() for f in source.train_files} & {f.resolve() for f in source.val_files}
+    if shared:
+        raise ConfigError(f"{cfg.objective.data['train']!r} also names {min(shared)}, a file of data.val: the trials "
+                          "would be judged on data they trained on", source=src, field="objective.data.train")
 
 
 def _preflight_folds(cfg: Config, source, src: str) -> None:
@@ -451,6 +465,24 @@ class _BuildFailed(Exception):
     """`build_model` itself raised (told apart from what mpiopt does with the model it returns)."""
 
 
+def _check_loss_name(o) -> None:
+    """objective.loss names a loss Keras knows: a misspelt one is Keras' error at compile time,
+    which reads as a model that does not fit its data. (Metrics are left to compile, which also
+    takes names of its own such as `acc`.)"""
+    import keras
+
+    from .config import did_you_mean
+
+    if o.loss is None:
+        return
+    try:
+        keras.losses.get(o.loss)
+    except (ValueError, TypeError):
+        known = [n for n in dir(keras.losses) if not n.startswith("_") and n.islower()]
+        raise _PreflightError(f"Keras knows no loss {o.loss!r}{did_you_mean(o.loss, known)}",
+                              "objective.loss") from None
+
+
 def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, params, training) -> None:
     """Build, compile and train the model for one step, as a trial does; `_PreflightError` if it fails."""
     from .learn._data import n_samples
@@ -467,6 +499,7 @@ def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, param
         except Exception as exc:
             raise _BuildFailed(exc) from exc
 
+    _check_loss_name(o)
     job = Job(build=build, model_kwargs=kwargs, source=source, training=training, loss=o.loss,
               metrics=o.metrics, seed=cfg.search.seed * 100003)
     try:

@@ -236,6 +236,11 @@ def test_check_prints_the_plan(write_yaml, tmp_path):
     p = run_cli(["check", write_yaml(SPACE.replace("trials: 8", "trials: 4"), "few.yaml")], cwd=tmp_path)
     assert "  note        search.initial_points 4 is not below search.trials 4: every trial is one of the initial " \
         "design's points" in p.stdout
+    p = run_cli(["check", write_yaml(SPACE.replace("{function: objectives.py:branin}",
+                                                    "{function: objectives.py:branin, maximize: val_loss}"),
+                                     "loss.yaml")], cwd=tmp_path)
+    assert "note        objective: maximize val_loss: the search takes its highest value as the best (did you " \
+        "mean minimize?)" in p.stdout
     p = run_cli(["check", space], cwd=tmp_path)
     assert "1 process: the coordinator and one 1-rank group take turns" in p.stdout
     assert "note        training.group_size 2 needs at least 3 ranks" in p.stdout

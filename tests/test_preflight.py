@@ -200,6 +200,13 @@ def test_one_hot_labels_wider_than_the_output(space):
     assert "one-hot labels are 3 wide but the model's output has 2 units" in msg
 
 
+def test_a_misspelt_loss_name_is_named_as_such(space):
+    msg = preflight_error(space(extra="loss: sparse_categorial_crossentropy"))
+    assert msg.endswith("objective.loss: Keras knows no loss 'sparse_categorial_crossentropy' (did you mean "
+                        "'sparse_categorical_crossentropy'?)")
+    passes(space(data="objs.py:two_classes", extra="loss: sparse_categorical_crossentropy, metrics: [acc]"))
+
+
 def test_a_loss_of_the_users_own_fails_on_the_real_training_step(space):
     msg = preflight_error(space(model="build_with_own_loss", extra=""))
     assert "does not fit the data (a training step on 16 samples)" in msg
@@ -244,6 +251,10 @@ def test_a_correct_model_on_hdf5_files_passes(space, tmp_path):
         write_h5(tmp_path / "d" / f"train_{i}.h5", [0, 1] * 10)
     write_h5(tmp_path / "d" / "val.h5", [1, 0] * 5)
     passes(space(data="{train: d/train_*.h5, val: d/val.h5}"))
+    # a training glob that takes the validation file in too
+    msg = preflight_error(space(data="{train: d/*.h5, val: d/val.h5}"))
+    assert msg.endswith(f"objective.data.train: 'd/*.h5' also names {(tmp_path / 'd' / 'val.h5').resolve()}, a file "
+                        "of data.val: the trials would be judged on data they trained on")
 
 
 def test_hdf5_files_whose_shapes_differ(space, tmp_path):

@@ -87,6 +87,11 @@ BAD = [
     (GOOD + "serach: {}\n", ["serach", "unknown key", "did you mean 'search'"]),
     (GOOD + "search: {trails: 3}\n", ["search.trails", "did you mean 'trials'"]),
     (GOOD + "search: {scheduler: asha}\ntraining: {epoch: 3}\n", ["training.epoch", "did you mean 'epochs'"]),
+    # a key of another section says where it belongs, not what it may be misspelt for
+    (GOOD + "training: {min_epochs: 2}\n",
+     ["training.min_epochs: a key of `search`, not of `training`: move it to search.min_epochs"]),
+    (GOOD + "scheduler: asha\n", ["scheduler: a key of `search`, not of the top level: move it to search.scheduler"]),
+    (GOOD + "search: {epochs: 3}\n", ["search.epochs: a key of `training`, not of `search`"]),
     ("objective: {model: m.py:build, data: m.py:load}\n"
      "parameters: {learning_rate: {type: real, low: 0.001, high: 0.1, prior: log-uniform}}\n"
      "training: {learning_rate: 0.01}\n", ["training.learning_rate", "also searched (parameters.learning_rate)"]),
