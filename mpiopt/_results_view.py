@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import numbers
 from typing import Any
 
 ERROR_WIDTH = 70  # characters of the error column in the table view (the whole line: --format csv)
@@ -31,7 +32,60 @@ def table(top, goals: list[str] | None = None) -> str:
     if "error" in top and top["error"].notna().any():
         errors = top["error"].fillna("").astype(str)
         view = view.assign(error=errors.map(lambda e: e if len(e) <= ERROR_WIDTH else e[:ERROR_WIDTH - 3] + "..."))
-    return view.to_string(index=False, justify="left", na_rep="")
+    return text_table(view)
+
+
+def text_table(view) -> str:
+    """`view` as aligned text: numbers to the right under a header to the right, text to the
+    left under a header to the left (pandas' to_string mixes the two where a column has gaps)."""
+    columns = [_cells(view[c]) for c in view.columns]
+    lines = []
+    for row in zip(*[[str(c), *cells] for c, (cells, _) in zip(view.columns, columns, strict=True)], strict=True):
+        parts = [cell.rjust(width) if numeric else cell.ljust(width)
+                 for cell, (_, numeric), width in zip(row, columns, _widths(view, columns), strict=True)]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def _widths(view, columns) -> list[int]:
+    return [max(len(str(c)), *(len(x) for x in cells)) for c, (cells, _) in zip(view.columns, columns, strict=True)]
+
+
+def _cells(series) -> tuple[list[str], bool]:
+    """A column's cells as text, and whether it holds numbers (its empty cells aside). Floats get
+    as many decimals as the column needs, up to 6, or 6 significant digits where a value is too
+    small or too large for that."""
+    values = [v for v in series if not _blank(v)]
+    numeric = bool(values) and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values)
+    if not numeric:
+        return ["" if _blank(v) else str(v) for v in series], False
+    floats = [float(v) for v in values if not float(v).is_integer() or isinstance(v, float)]
+    if not floats:
+        return ["" if _blank(v) else str(int(v)) for v in series], True
+    tiny_or_huge = any(0 < abs(v) < 1e-4 or abs(v) >= 1e9 for v in floats)
+    decimals = max(_decimals(v) for v in floats)
+
+    def cell(v) -> str:
+        if _blank(v):
+            return ""
+        return f"{float(v):.6g}" if tiny_or_huge else f"{float(v):.{decimals}f}"
+
+    return [cell(v) for v in series], True
+
+
+def _decimals(v: float) -> int:
+    """Decimals that show `v` to 6 places, trailing zeros dropped (at least one)."""
+    text = f"{v:.6f}".rstrip("0")
+    return max(1, len(text.partition(".")[2]))
+
+
+def _blank(v) -> bool:
+    if v is None or (isinstance(v, str) and v == ""):
+        return True
+    try:
+        return bool(v != v)  # NaN, NaT
+    except (TypeError, ValueError):  # pandas' NA has no truth value
+        return True
 
 
 def short_param_names(view):
