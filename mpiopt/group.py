@@ -73,6 +73,7 @@ class Reporter:
     def __init__(self, task: Task, progress: Progress, send: Callable[[Report], str | None] | None) -> None:
         self.task, self.progress, self.send = task, progress, send
         self.decide_at = frozenset(task.decide_at)
+        self.reported = task.reported  # the trial's epochs the search holds reports of
 
     def __call__(self, epoch: int, row: dict[str, float]) -> str | None:
         self.progress(epoch, row)

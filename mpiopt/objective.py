@@ -341,7 +341,8 @@ class TrialRunner:
 
             return cross_validate(self, source, params, training, comm, trial, trial_dir, reporter)
         decide_at = reporter.decide_at if reporter is not None else frozenset()
-        return self.fit(source, params, training, comm, trial, trial_dir, reporter, decide_at, began)
+        reported = reporter.reported if reporter is not None else None
+        return self.fit(source, params, training, comm, trial, trial_dir, reporter, decide_at, began, reported)
 
     def source(self):
         """The objective's data (`learn.DataSource`), loaded once per process."""
@@ -360,10 +361,12 @@ class TrialRunner:
         return source
 
     def fit(self, source, params, training, comm, trial: int, out_dir: Path | None, on_epoch=None,
-            decide_at: frozenset[int] = frozenset(), began: float | None = None) -> TrialResult:
+            decide_at: frozenset[int] = frozenset(), began: float | None = None,
+            reported: int | None = None) -> TrialResult:
         """Train the model on `source` with the group `comm`; judged on group rank 0 (an empty
         result elsewhere). `self.last_training` keeps rank 0's `learn.TrainOutcome`. `began`
-        (perf_counter): when the trial's stretch began, its data loading included (default: now)."""
+        (perf_counter): when the trial's stretch began, its data loading included (default: now);
+        `reported`: the epochs the search holds reports of (None: a checkpoint reports none again)."""
         from . import learn
 
         o = self.cfg.objective
@@ -371,7 +374,8 @@ class TrialRunner:
         job = learn.Job(build=self.build, model_kwargs=self.cfg.model_kwargs(params), source=source,
                         training=training, loss=o.loss, metrics=o.metrics,
                         seed=self.cfg.search.seed * 100003 + trial, out_dir=out_dir, on_epoch=on_epoch,
-                        decide_at=decide_at, resume=self.resume_checkpoints, hparams=dict(params),
+                        decide_at=decide_at, reported=reported, resume=self.resume_checkpoints,
+                        hparams=dict(params),
                         name=f"trial {trial}", began=began if began is not None else time.perf_counter())
         outcome = learn.train(comm, job)
         if outcome is None:

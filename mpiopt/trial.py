@@ -44,6 +44,9 @@ class Task:
     params: dict[str, Any]
     trial_dir: str | None = None
     decide_at: tuple[int, ...] = ()  # epochs after which the group waits for the scheduler's decision
+    # the trial's epochs the journal holds reports of: a checkpoint past them (a kill came between
+    # its save and the report's record) reports the rest again, rungs judged, before training on
+    reported: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return clean(dataclasses.asdict(self))
@@ -51,7 +54,7 @@ class Task:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Task:
         return cls(trial=int(d["trial"]), params=dict(d["params"]), trial_dir=d.get("trial_dir"),
-                   decide_at=tuple(int(e) for e in d.get("decide_at") or ()))
+                   decide_at=tuple(int(e) for e in d.get("decide_at") or ()), reported=int(d.get("reported") or 0))
 
 
 @dataclass(frozen=True)

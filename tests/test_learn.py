@@ -1,6 +1,7 @@
 """mpiopt.learn without MPI: sharding, stopping rules, schedules, checkpoints, resuming training."""
 from __future__ import annotations
 
+import shutil
 import time
 
 import numpy as np
@@ -180,6 +181,26 @@ def test_interrupted_training_resumes_from_its_checkpoint(tmp_path):
     assert not (tmp_path / "cut" / _checkpoint.META).exists()  # removed once training finished
     assert (tmp_path / "cut" / "best.weights.h5").exists()
     assert (tmp_path / "cut" / "history.csv").read_text().count("\n") == 5
+
+    # killed after epoch 3's checkpoint, before the search recorded its report (it holds 2): the
+    # resumed trial reports epoch 3 again, a rung, before it trains on; a pause there ends it
+    with pytest.raises(Killed):
+        train(None, job(tmp_path / "gap", die_after_3))
+    for decision, epochs in ((None, [3, 4]), ("paused", [3])):
+        shutil.copytree(tmp_path / "gap", tmp_path / f"gap-{decision}")
+        told = []
+
+        def judge(epoch, row, decision=decision, told=told):
+            told.append((epoch, row["epoch"]))
+            return decision if epoch == 3 else None
+
+        out = train(None, job(tmp_path / f"gap-{decision}", judge, decide_at=frozenset({1, 3}), reported=2))
+        assert told == [(e, e) for e in epochs]
+        assert [r["epoch"] for r in out.history] == [1, 2, 3, 4][:epochs[-1]] and out.stopped == decision
+    told.clear()  # a search that holds the checkpoint's epoch reports nothing again
+    shutil.copytree(tmp_path / "gap", tmp_path / "gap-held")
+    train(None, job(tmp_path / "gap-held", lambda epoch, row: told.append(epoch), reported=3))
+    assert told == [4]
 
 
 @pytest.mark.slow

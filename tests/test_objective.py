@@ -198,6 +198,7 @@ def build_model(units=8):
 
 class _PauseAtFirstEpoch:
     decide_at = frozenset({1})
+    reported = 0
 
     def __call__(self, epoch, row):
         return "paused" if epoch == 1 else None

@@ -45,7 +45,7 @@ class CurveGroups:
         return {}
 
     def __init__(self, n_groups: int, kill_after: int | None = None, done_epochs: dict[int, int] | None = None,
-                 fail_from: int | None = None, kill_at_pause: int | None = None):
+                 fail_from: int | None = None, kill_at_pause: int | None = None, saved_before_kill: bool = False):
         self.n = n_groups
         self.fail_from = fail_from  # trials numbered from here on fail in their second epoch
         self.queue = []
@@ -55,6 +55,7 @@ class CurveGroups:
         self.done = dict(done_epochs or {})  # trial -> epochs trained (its checkpoint)
         self.kill_at_pause = kill_at_pause  # the pause decision whose group is killed before it reports back
         self.pauses = 0
+        self.saved_before_kill = saved_before_kill  # the kill comes after the epoch's checkpoint, before its report
 
     @property
     def n_groups(self):
@@ -81,15 +82,21 @@ class CurveGroups:
         # an epoch takes 1 s: a stretch 1-2 s on the group's clock, and the epochs before it carried over
         carried = {"start": 1.0, "end": 2.0, "resumed_s": float(self.done.get(task.trial, 0)) or None,
                    "wait_s": 0.004}
-        for epoch in range(self.done.get(task.trial, 0) + 1, EPOCHS + 1):
-            if self.fail_from is not None and task.trial >= self.fail_from and epoch == 2:
+        checkpoint = self.done.get(task.trial, 0)
+        # as training does, a checkpoint's epochs past those the search recorded are reported again
+        for epoch in range(min(task.reported, checkpoint) + 1, EPOCHS + 1):
+            trained = epoch > checkpoint
+            if trained and self.fail_from is not None and task.trial >= self.fail_from and epoch == 2:
                 return group, TrialResult(trial=task.trial, status=TrialStatus.FAILED, error="OSError: disk gone",
                                           epochs=1, start=1.0, end=2.0)
-            self.reports += 1
-            if self.kill_after is not None and self.reports > self.kill_after:
+            if trained:
+                self.reports += 1
+            if trained and self.kill_after is not None and self.reports > self.kill_after:
+                if self.saved_before_kill:
+                    self.done[task.trial] = epoch
                 raise Killed
             value = final + 30.0 / epoch
-            self.done[task.trial] = epoch
+            self.done[task.trial] = max(epoch, checkpoint)
             decision = self.on_report(group, Report(task.trial, epoch, {"objective": value},
                                                     decide=epoch in task.decide_at))
             if decision == "pause":
@@ -217,6 +224,27 @@ def test_a_killed_scheduled_search_replays_and_resumes_without_losing_or_repeati
     for n, _ in promotions:
         by_trial[n] = by_trial.get(n, 0) + 1
     assert max(by_trial.values()) <= 2  # rungs 1 and 3 below the top: never promoted twice from one
+
+
+@pytest.mark.parametrize("kill_after", [50, 51, 52, 53])
+def test_a_kill_between_a_checkpoint_and_its_report_leaves_no_epoch_unjudged(cfg, tmp_path, kill_after):
+    path = tmp_path / "run"
+    groups = CurveGroups(3, kill_after=kill_after, saved_before_kill=True)
+    with pytest.raises(Killed):
+        run(cfg, path, groups)
+    recorded = {}
+    for e in journal(path):
+        if e["event"] == "report":
+            recorded[e["trial"]] = max(recorded.get(e["trial"], 0), e["epoch"])
+    assert any(groups.done[n] > recorded.get(n, 0) for n in groups.done), "a checkpoint is ahead of the journal"
+    run(cfg, path, CurveGroups(3, done_epochs=groups.done), resume=True)
+    reports = [(e["trial"], e["epoch"]) for e in journal(path) if e["event"] == "report"]
+    assert len(reports) == len(set(reports))  # nothing judged twice (a promotion reports on from its rung)
+    epochs = {}
+    for n, e in reports:
+        epochs.setdefault(n, set()).add(e)
+    for n, seen in epochs.items():  # every trial's curve whole, so each rung it reached was judged
+        assert seen == set(range(1, max(seen) + 1)), (n, sorted(seen))
 
 
 def test_an_epoch_trained_again_after_a_kill_counts_once_in_the_epochs_trained(cfg, tmp_path):

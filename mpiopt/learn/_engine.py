@@ -71,6 +71,8 @@ class Job:
     # search, which answers None to go on, or why training stops ("paused", "pruned")
     on_epoch: Callable[[int, dict], str | None] | None = None
     decide_at: frozenset[int] = frozenset()  # epochs after which `on_epoch` waits for the scheduler's word
+    # epochs the search holds reports of; a checkpoint past them reports the rest again (None: none)
+    reported: int | None = None
     resume: bool = True  # continue from a checkpoint in out_dir if there is one
     hparams: dict[str, Any] | None = None  # the trial's parameters, for TensorBoard's HParams (training.tensorboard)
     name: str = "train"  # the trial's name in TensorBoard
@@ -191,12 +193,13 @@ class _Epochs:
             self._board = Board(self.job.out_dir, self.job.hparams or {}, self.job.name)
         self._board.write(row)
 
-    def report(self, epoch: int, comm=None) -> None:
-        """Report the epoch just recorded and checkpointed; at a decision epoch the scheduler's word
-        may stop training, and with `comm` (allreduce) every rank of the group learns it."""
+    def report(self, epoch: int, comm=None, row: dict[str, float] | None = None) -> None:
+        """Report the epoch just recorded and checkpointed (or `row`, an earlier one); at a decision
+        epoch the scheduler's word may stop training, and with `comm` (allreduce) every rank of the
+        group learns it."""
         reason = None
         if self.writer and self.job.on_epoch is not None:
-            reason = self.job.on_epoch(epoch, self.history[-1])
+            reason = self.job.on_epoch(epoch, row if row is not None else self.history[-1])
         if epoch in self.job.decide_at and comm is not None and comm.Get_size() > 1:
             reason = comm.bcast(reason, root=0)
         if reason and not self.stopped:
@@ -248,6 +251,17 @@ class _Epochs:
                     scalars[k] = v
             meta["optimizer"] = scalars
         _checkpoint.save(self.job.out_dir, arrays, meta)
+
+    def report_unrecorded(self, start_epoch: int, comm=None) -> None:
+        """Report again the restored epochs past those the search holds reports of: a kill that
+        came between the checkpoint's save and the coordinator's record of its report lost them,
+        and a rung among them would go unjudged. Every rank of an allreduce group calls it."""
+        if self.job.reported is None:
+            return
+        for row in self.history[self.job.reported:start_epoch]:
+            if self.stopped:
+                break
+            self.report(int(row["epoch"]), comm, row)
 
     def resume(self, opt, weights: np.ndarray) -> tuple[int, np.ndarray | None]:
         """Load the checkpoint, if any, into `weights` and `opt`: (epochs done, its state or None)."""
@@ -344,6 +358,7 @@ class _AllreduceRank:
     def run(self) -> TrainOutcome | None:
         """Train every epoch left; the outcome on rank 0, None elsewhere."""
         t0 = time.perf_counter()
+        self.epochs.report_unrecorded(self.start_epoch, self.comm)
         for epoch in range(self.start_epoch, int(self.job.training["epochs"])):
             if self.epochs.stopped:
                 break
@@ -554,7 +569,9 @@ class _Master:
         self.opt = make_master_optimizer(spec, n) if self.mode == "downpour" else None
         self.epochs = _Epochs(job, writer=True)
         start_epoch, _ = self.epochs.resume(self.opt, self.center)  # the batch-norm state comes with reports
-        _broadcast_start(comm, self.center, start_epoch)
+        self.epochs.report_unrecorded(start_epoch)
+        # a trial the scheduler stops there: the workers start past the last epoch, and train none
+        _broadcast_start(comm, self.center, int(t["epochs"]) if self.epochs.stopped else start_epoch)
         self.sched = _schedule(t, spec, self.workers)
         self.alpha = _elastic_force(t, self.workers)
         self.n_train = job.source.n_train()
