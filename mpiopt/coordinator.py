@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import re
 import statistics
 import time
 from collections import deque
@@ -935,21 +936,27 @@ def _lost_line(summary: Summary) -> str:
     if stuck:
         parts.append(f"group{'s' if len(stuck) > 1 else ''} {', '.join(map(str, stuck))} never came back from a "
                      f"trial and {'were' if len(stuck) > 1 else 'was'} lost")
+    paused = sum(t.status == TrialStatus.PAUSED for t in summary.trials.values())
+    if paused:  # kept, not pruned: what the lost groups' trials reach on --resume may promote them
+        parts.append(f"{paused} trial{'s' * (paused != 1)} left paused, which --resume promotes or prunes")
     return "; ".join(parts) + "; the finished trials are in the journal"
 
 
 def commonest_error(trials: list[TrialRecord]) -> str:
     """`the most common error (k of n): <its line>` over trials that did not complete; a trial
-    a scheduler pruned went wrong in no way of its own, so it counts only where all were pruned."""
+    a scheduler pruned went wrong in no way of its own, so it counts only where all were pruned.
+    Errors that differ only in their numbers (`units=76 is too many`, `units=90 ...`) are one."""
     erring = [t for t in trials if t.status != TrialStatus.PRUNED]
     if not erring:
         return "the scheduler pruned every one"
-    errors: dict[str, int] = {}
+    errors: dict[str, list[str]] = {}
     for t in erring:
         head = (t.error or f"{t.status.value}, no error text").splitlines()[0][:300]
-        errors[head] = errors.get(head, 0) + 1
-    common, count = max(errors.items(), key=lambda kv: kv[1])
-    return f"the most common error ({count} of {len(trials)}): {common}"
+        errors.setdefault(re.sub(r"\d+(\.\d+)?", "#", head), []).append(head)
+    lines = max(errors.values(), key=len)
+    pruned = len(trials) - len(erring)
+    among = f"{len(erring)}" + (f"; {pruned} pruned" if pruned else "")
+    return f"the most common error ({len(lines)} of {among}): {lines[0]}"
 
 
 def _first_line(text: str | None) -> str:

@@ -228,8 +228,22 @@ def test_the_commonest_error_leaves_out_trials_a_scheduler_pruned():
 
     pruned = [rec(0, TrialStatus.PRUNED), rec(1, TrialStatus.PRUNED)]
     diverged = rec(2, TrialStatus.DIVERGED, "loss is nan at step 2")
-    assert commonest_error([*pruned, diverged]) == "the most common error (1 of 3): loss is nan at step 2"
+    assert commonest_error([*pruned, diverged]) == "the most common error (1 of 1; 2 pruned): loss is nan at step 2"
     assert commonest_error(pruned) == "the scheduler pruned every one"
+    # errors that differ only in their numbers are one error
+    failed = [rec(3 + i, TrialStatus.FAILED, f"ValueError: units={u} is too many") for i, u in enumerate((76, 90))]
+    timeout = rec(5, TrialStatus.TIMEOUT, "stopped by training.time_limit after 7 epochs")
+    assert commonest_error([*failed, timeout]) == "the most common error (2 of 3): ValueError: units=76 is too many"
+
+
+def test_a_search_that_lost_a_group_says_its_paused_trials_wait_for_a_resume():
+    from mpiopt.coordinator import Summary, _lost_line
+
+    trials = {n: TrialRecord(trial=n, params={}, status=s) for n, s in
+              enumerate([TrialStatus.COMPLETED, TrialStatus.PAUSED, TrialStatus.PAUSED, TrialStatus.PRUNED])}
+    line = _lost_line(Summary(trials=trials, best=None, retired=[1], lost=[1]))
+    assert line == ("group 1 lost its ranks (a node died?) and its trials ran again on other groups; 2 trials left "
+                    "paused, which --resume promotes or prunes; the finished trials are in the journal")
 
 
 def test_a_group_that_never_comes_back_is_retired(cfg, write_yaml):
