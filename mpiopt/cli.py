@@ -423,7 +423,7 @@ def _plan_notes(cfg, plan) -> list[str]:
     """What `check` notes and a search warns of before it starts: settings that the ranks or the
     budget make do something else than they seem to."""
     notes = [_group_size_note(cfg.training["group_size"], plan), _idle_ranks_note(cfg, plan),
-             _initial_points_note(cfg), _direction_note(cfg)]
+             _initial_points_note(cfg), _direction_note(cfg), _uneven_groups_note(cfg, plan)]
     return [n for n in notes if n is not None]
 
 
@@ -458,6 +458,20 @@ def _idle_ranks_note(cfg, plan) -> str | None:
         return None
     ranks = f"{idle} rank{'s' * (idle != 1)}"
     return f"{o.function} takes no comm, so it runs on each group's first rank: {ranks} idle {fix}"
+
+
+def _uneven_groups_note(cfg, plan) -> str | None:
+    """Under a scheduler, groups of several sizes judge at one rung trials trained differently
+    (a model's distributed training depends on its ranks), and a paused trial goes on only on
+    a group of its own size."""
+    sizes = sorted({len(ranks) for ranks in plan.groups}, reverse=True) if not plan.shared else []
+    if cfg.search.scheduler == "none" or len(sizes) < 2 or cfg.objective.kind != "model":
+        return None
+    size = plan.requested_size
+    even = (plan.world_size - 1) // size * size + 1
+    return (f"groups of {' and '.join(map(str, sizes))} ranks: the {cfg.search.scheduler} rungs compare trials trained "
+            f"on groups of different sizes, and a paused trial goes on only on a group of its own size "
+            f"({even} ranks make groups of {size})")
 
 
 def _direction_note(cfg) -> str | None:

@@ -84,6 +84,25 @@ def test_search_resume_and_results(write_yaml, tmp_path):
     assert (printed.start == kept.start[printed.index]).all()  # times written alike: ISO 8601, milliseconds
 
 
+def test_groups_of_several_sizes_under_a_scheduler_are_noted(write_yaml):
+    from mpiopt.cli import _plan_notes
+    from mpiopt.config import load_config
+    from mpiopt.transport import plan_groups
+
+    text = """
+        objective: {model: m.py:build, data: m.py:load}   # not imported: resolve=False
+        parameters: {units: {type: integer, low: 2, high: 8}}
+        search: {scheduler: %s}
+        training: {group_size: 2}
+    """
+    cfg = load_config(write_yaml(text % "asha"), resolve=False)
+    assert _plan_notes(cfg, plan_groups(6, 2)) == [
+        "groups of 3 and 2 ranks: the asha rungs compare trials trained on groups of different sizes, and a paused "
+        "trial goes on only on a group of its own size (5 ranks make groups of 2)"]
+    assert _plan_notes(cfg, plan_groups(5, 2)) == []
+    assert _plan_notes(load_config(write_yaml(text % "none"), resolve=False), plan_groups(6, 2)) == []
+
+
 def test_check_names_searched_training_keys_instead_of_their_defaults(write_yaml):
     from mpiopt.cli import _training_line
     from mpiopt.config import load_config
