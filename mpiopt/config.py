@@ -917,6 +917,9 @@ def resolve_objective(cfg: Config, source: str) -> Config:
     for name in cfg.space.names:
         if name in TRAINING_DEFAULTS:
             continue
+        if accepted is not None and name not in accepted and name in SEARCH_DEFAULTS:
+            raise ConfigError(f"search.{name} is a setting of the search itself, which no trial reads, so it cannot "
+                              f"be searched; set it in `search`", source=source, field=f"parameters.{name}")
         if accepted is not None and name not in accepted:
             raise ConfigError(f"nothing consumes this parameter: it is not a training key and {o.model} does not "
                               f"accept it (it takes: {', '.join(sorted(accepted)) or 'nothing'})"

@@ -237,6 +237,15 @@ parameters:
 """)
     with pytest.raises(ConfigError, match=r"parameters\.unitz: nothing consumes this parameter.*did you mean 'units'"):
         load_config(tmp_path / "s.yaml")
+    (tmp_path / "s.yaml").write_text("""
+objective: {model: m.py:build, data: m.py:data}
+parameters:
+  units: {type: integer, low: 1, high: 4}
+  min_epochs: {type: integer, low: 1, high: 4}
+""")
+    with pytest.raises(ConfigError, match=r"parameters\.min_epochs: search\.min_epochs is a setting of the search "
+                       r"itself, which no trial reads, so it cannot be searched; set it in `search`$"):
+        load_config(tmp_path / "s.yaml")
 
 
 def test_model_metric_must_exist(tmp_path):
