@@ -876,8 +876,10 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
     o = cfg.objective
     what = f"function {o.function}{_function_call(o)}" if o.kind == "function" else \
         f"model {o.model} trained on {o.data}"
+    tried = " (the model, built at the middle of the space, took a training step on its data)" \
+        if o.kind == "model" else ""
     lines = [
-        f"{args.space}: OK",
+        f"{args.space}: OK{tried}",
         f"  name        {cfg.name}",
         f"  objective   {what}; {o.direction} {o.metric}",
         f"  parameters  {len(cfg.space)}: " + ", ".join(_describe_param(p) for p in cfg.space.params),

@@ -274,3 +274,7 @@ def test_mpiopt_check_stops_with_one_line_and_exit_2(space, tmp_path):
     assert len(lines) == 1, p.stderr
     assert lines[0].startswith("mpiopt: error: ") and "labels range over 0..2 (3 classes)" in lines[0]
     assert "OK" not in p.stdout
+    p = run_cli(["check", space(data="objs.py:two_classes")], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(f"{tmp_path / 'space.yaml'}: OK (the model, built at the middle of the space, took a "
+                               "training step on its data)\n")
