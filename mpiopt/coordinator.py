@@ -714,8 +714,8 @@ class Coordinator:
                 self._extend_holds(waited)
             self.scheduler.start(n)
         task = Task(n, params, str(self.run_dir.trial_dir(n)) if self.run_dir is not None else None,
-                    decide_at=tuple(self.scheduler.decision_epochs(n)), reported=self.trials[n].epochs or 0
-                    if n in self.trials else 0)
+                    decide_at=tuple(self.scheduler.decision_epochs(n)),
+                    reported=(self.trials[n].epochs or 0) if n in self.trials else 0)
         # journaled before the task goes out (a crash after the send must not lose the trial);
         # the dispatch time is measured at the send and kept in memory and in the table
         event = start_event(task, group, self.transport.group_ranks(group), time.time(),
