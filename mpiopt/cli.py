@@ -175,7 +175,7 @@ class _Job:
     cfg: Any
     out: Path
     params: dict[str, Any] = field(default_factory=dict)  # train: the values to train with
-    trial: int = 0  # train: the trial whose seed it trains with (0 unless --trial)
+    trial: int | None = None  # train: the trial of --trial, whose seed it trains with (None: trial 0's)
 
 
 def _prepare_job(args) -> _Job:
@@ -185,7 +185,7 @@ def _prepare_job(args) -> _Job:
     comes before the slow start of MPI and TensorFlow on every rank."""
     cfg = _load(args.space, args)
     if args.command == "train":
-        base, out, number = cfg.space.middle(), Path("runs") / cfg.name / "train", 0
+        base, out, number = cfg.space.middle(), Path("runs") / cfg.name / "train", None
         if args.trial is not None or args.from_dir is not None:
             from_dir = Path(args.from_dir) if args.from_dir else Path("runs") / cfg.name
             number, base = trial_values(from_dir, args.trial, cfg)
@@ -753,7 +753,7 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     if rank == 0:
         mode = f", {cfg.training['mode']}" if cfg.objective.kind == "model" else ""
         how = f"{size} ranks{mode}" if size > 1 else "1 rank"
-        seed = f" (trial {job.trial}'s seed)" if job.trial else ""
+        seed = f" (trial {job.trial}: its values and seed)" if job.trial is not None else ""
         log.info("training %r on %s with %s%s", cfg.name, how, params, seed)
         log.info("devices: %s", placement)
     runner = TrialRunner(cfg, resume_checkpoints=False, cross_validate=False)  # one model, on all the training data
@@ -765,9 +765,10 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
         log.info("epoch %d: %s", epoch, "  ".join(f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"))
         steps.append(row)
 
-    reporter = Reporter(Task(job.trial, params), progress, send=None) if rank == 0 else None
+    trial = job.trial or 0
+    reporter = Reporter(Task(trial, params), progress, send=None) if rank == 0 else None
     try:
-        outcome = runner.run(params, group, trial=job.trial, trial_dir=out, reporter=reporter)
+        outcome = runner.run(params, group, trial=trial, trial_dir=out, reporter=reporter)
         if group is not None and outcome.status != TrialStatus.COMPLETED and group.failed_peer is None:
             group.notify_failure()  # the others stop waiting for this rank
     finally:

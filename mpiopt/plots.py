@@ -50,6 +50,9 @@ def _is_categorical(series) -> bool:
 def _completed(df, metric: str = "objective"):
     """The completed trials, holding in the column `objective` the value a plot draws: the
     figure of merit, or the table's column `metric`."""
+    if "status" not in df.columns:
+        raise TypeError("the plots take the results table (mpiopt.load_results; plot_curves takes "
+                        "mpiopt.load_history's first), which has a `status` column; this table has none")
     if metric != "objective":
         if metric not in df.columns:
             raise PlotUnavailable(f"the results table has no column {metric!r}")
@@ -91,7 +94,8 @@ def _with_times(df):
 
 def _log_names(df, log_params: Iterable[str]) -> set[str]:
     """The parameters drawn in log scale; a name that is not one of the table's is a mistake."""
-    names, known = set(log_params), [c[len("params_"):] for c in _params(df)]
+    names = {log_params} if isinstance(log_params, str) else set(log_params)
+    known = [c[len("params_"):] for c in _params(df)]
     unknown = sorted(names - set(known))
     if unknown:
         raise ValueError(f"log_params: {unknown[0]!r} is not a parameter of this table ({', '.join(known)})")
@@ -354,6 +358,8 @@ def plot_curves(history, df, *, metric: str = "objective", direction: str | None
     if "epoch" not in history.columns or "status" not in df.columns:
         raise TypeError("plot_curves(history, df): the per-epoch table (mpiopt.load_history) first, then the results "
                         "table (mpiopt.load_results)")
+    if metric == "objective" and metric not in history.columns:  # the reports name the figure of merit
+        metric = df.attrs.get("metric", metric)
     if history.empty or metric not in history.columns:
         raise PlotUnavailable(f"no per-epoch reports of {metric} (the objective does not report, or no trial has yet)")
     direction = _direction(df, direction, metric)

@@ -85,6 +85,14 @@ def test_plot_mistakes_say_what_is_wrong(df, history):
         plots.plot_slices(df, log_params=["widht"])
     with pytest.raises(TypeError, match=r"plot_curves\(history, df\): the per-epoch table"):
         plots.plot_curves(df, history)
+    with pytest.raises(TypeError, match=r"the plots take the results table \(mpiopt.load_results"):
+        plots.plot_history(history)
+    assert plots.plot_slices(df, log_params="x").axes[0].get_xscale() == "linear"  # one name; x spans under a decade
+    # a model's reports name its figure of merit (val_accuracy), not `objective`: the default curves are its
+    named = df.copy()
+    named.attrs = {"direction": "minimize", "metric": "score"}
+    fig = plots.plot_curves(history.rename(columns={"objective": "score"}), named)
+    assert fig.axes[0].get_ylabel() == "score"
 
 
 def test_history_plots_every_completed_trial_and_the_best_so_far(df):
