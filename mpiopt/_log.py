@@ -107,6 +107,23 @@ def log_to_file(path) -> logging.Handler:
     return handler
 
 
+class HeldLines(logging.Handler):
+    """This process's `mpiopt` lines from now until `stop`, for a log file opened later (a
+    resume's notes come before the run directory's search.log is open)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+        logging.getLogger(_ROOT).addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def stop(self) -> list[logging.LogRecord]:
+        logging.getLogger(_ROOT).removeHandler(self)
+        return self.records
+
+
 def stop_logging_to(handler: logging.Handler) -> None:
     logging.getLogger(_ROOT).removeHandler(handler)
     handler.close()

@@ -21,7 +21,7 @@ from typing import Any
 from . import __version__, _env
 from . import _results_view as view
 from ._errors import ConfigError
-from ._log import FILE_ONLY, STATS, log_to_file, set_rank_tag, setup_logging, stop_logging_to
+from ._log import FILE_ONLY, STATS, HeldLines, log_to_file, set_rank_tag, setup_logging, stop_logging_to
 from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_or_raise, env_size, mpi_main, prepare_threads,
                      relaunch, say_error, warn_once)
 from .space import Categorical
@@ -250,10 +250,14 @@ def _start_pulse(comm, plan):
 def _search_as(args, job: _Job, comm, placement: str | None, plan) -> int:
     """This rank's part of the search: coordinate (world rank 0) or serve in its group."""
     cfg, rank, size = job.cfg, comm.Get_rank(), comm.Get_size()
-    run_dir, journal, error, runner = None, _Journal(), None, None
+    run_dir, journal, error, runner, opening = None, _Journal(), None, None, []
     if rank == 0:
         set_rank_tag("[coordinator]" if size > 1 else "")
-        run_dir, journal, cfg, error = _open_run_dir(cfg, job.out, args.resume, size, args.trials is not None)
+        held = HeldLines()
+        try:
+            run_dir, journal, cfg, error = _open_run_dir(cfg, job.out, args.resume, size, args.trials is not None)
+        finally:
+            opening = held.stop()
     else:
         # a group rank loads the objective now, while the coordinator checks and opens the run
         # directory, so that every group is ready when the first trials go out
@@ -268,7 +272,7 @@ def _search_as(args, job: _Job, comm, placement: str | None, plan) -> int:
     # unreceived at MPI_Finalize, where MPICH kills their sender (and the exit code is no longer 2)
     pulse = _start_pulse(comm, plan)
     try:
-        code = _coordinate(cfg, plan, comm, run_dir, journal, placement) if rank == 0 \
+        code = _coordinate(cfg, plan, comm, run_dir, journal, placement, opening) if rank == 0 \
             else _serve(plan, comm, rank, runner)
     except BaseException:
         if pulse is not None:
@@ -377,11 +381,15 @@ def _refuse_a_budget_already_spent(cfg, trials: dict[int, TrialRecord], out: Pat
                       field="search.trials")
 
 
-def _coordinate(cfg, plan, comm, run_dir, journal: _Journal, placement: str | None = None) -> int:
-    """The coordinator's part of a search, its lines also kept in the run's search.log."""
+def _coordinate(cfg, plan, comm, run_dir, journal: _Journal, placement: str | None = None,
+                opening: list[logging.LogRecord] | None = None) -> int:
+    """The coordinator's part of a search, its lines also kept in the run's search.log, with
+    those logged while the run directory opened (`opening`: a resume's notes)."""
     from .journal import LOG
 
     logfile = log_to_file(run_dir.path / LOG)
+    for record in opening or ():
+        logfile.handle(record)
     try:
         return _run_search(cfg, plan, comm, run_dir, journal, placement)
     finally:

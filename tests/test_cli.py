@@ -65,6 +65,8 @@ def test_search_resume_and_results(write_yaml, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "budget: 11 trials, as the search last ran (the file says 8" in p.stderr
     assert "changed since the search last ran: search.seed 0 -> 3; the trials so far are kept" in p.stderr
+    logged = (out / "search.log").read_text()  # the lines of the resume's start are in the run's log too
+    assert "changed since the search last ran: search.seed 0 -> 3" in logged and "budget: 11 trials" in logged
     assert "changed since" not in run_cli(["search", space, "--resume", "--trials", "12"], cwd=tmp_path).stderr
     assert len(mpiopt.load_results(out)) == 12 and "trials: 12" in (out / "config.yaml").read_text()
 
