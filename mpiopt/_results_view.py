@@ -26,7 +26,7 @@ def table(top, goals: list[str] | None = None) -> str:
     """The trials of `top` as a text table: parameters without their `params_` prefix, errors cut;
     with `goals` (a Pareto search's metrics), those instead of the status and objective."""
     lead = ["trial", *goals] if goals else ["trial", "status", "objective", "objective_std"]
-    cols = lead + [c for c in top.columns if c.startswith("params_")] + \
+    cols = lead + param_columns(top) + \
         ["epochs", "rung"] + (["duration_s"] if "duration_s" not in lead else []) + ["group"]
     view = blank_missing(short_param_names(top[[c for c in cols if c in top.columns]]))
     if "error" in top and top["error"].notna().any():
@@ -38,17 +38,17 @@ def table(top, goals: list[str] | None = None) -> str:
 def text_table(view) -> str:
     """`view` as aligned text: numbers to the right under a header to the right, text to the
     left under a header to the left (pandas' to_string mixes the two where a column has gaps)."""
-    columns = [_cells(view[c]) for c in view.columns]
-    lines = []
-    for row in zip(*[[str(c), *cells] for c, (cells, _) in zip(view.columns, columns, strict=True)], strict=True):
-        parts = [cell.rjust(width) if numeric else cell.ljust(width)
-                 for cell, (_, numeric), width in zip(row, columns, _widths(view, columns), strict=True)]
-        lines.append("  ".join(parts).rstrip())
-    return "\n".join(lines)
+    columns = [(str(c), *_cells(view[c])) for c in view.columns]  # (header, cells, numeric)
+    widths = [max(len(header), *map(len, cells)) for header, cells, _ in columns]
+    rows = zip(*[[header, *cells] for header, cells, _ in columns], strict=True)
+    return "\n".join("  ".join(cell.rjust(width) if numeric else cell.ljust(width)
+                               for cell, (_, _, numeric), width in zip(row, columns, widths, strict=True)).rstrip()
+                     for row in rows)
 
 
-def _widths(view, columns) -> list[int]:
-    return [max(len(str(c)), *(len(x) for x in cells)) for c, (cells, _) in zip(view.columns, columns, strict=True)]
+def param_columns(df) -> list[str]:
+    """The table's parameter columns (`params_<name>`), in its order."""
+    return [c for c in df.columns if c.startswith("params_")]
 
 
 def _cells(series) -> tuple[list[str], bool]:

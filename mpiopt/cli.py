@@ -324,8 +324,11 @@ def _open_run_dir(cfg, out: Path, resume: bool, ranks: int,
             log.warning(msg)
         journal = _Journal(events, replay(events))
         if resume:
-            _note_changed_settings(cfg, out)
-            cfg = cfg if budget_given else _keep_a_raised_budget(cfg, out)
+            from .analysis import _run_info
+
+            ran = _run_info(out)  # the configuration the search last ran with (its config.yaml)
+            _note_changed_settings(cfg, ran)
+            cfg = cfg if budget_given else _keep_a_raised_budget(cfg, ran)
             _refuse_a_budget_already_spent(cfg, journal.trials, out)
             run_dir.write_config(_config_text(cfg))
     except ConfigError as exc:
@@ -337,15 +340,13 @@ def _open_run_dir(cfg, out: Path, resume: bool, ranks: int,
     return run_dir, journal, cfg, None
 
 
-def _note_changed_settings(cfg, out: Path) -> None:
+def _note_changed_settings(cfg, ran: dict) -> None:
     """A --resume may change the search's and the training's settings (not the space, the
-    objective or the scheduler's rungs, refused before); it says which, so that a changed seed or
-    learning rate is never a surprise in the table. The budget has its own line."""
+    objective or the scheduler's rungs, refused before); it says which of those the search `ran`
+    with differ, so that a changed seed or learning rate is never a surprise in the table. The
+    budget has its own line."""
     import yaml
 
-    from .analysis import _run_info
-
-    ran = _run_info(out)
     now = yaml.safe_load(_config_text(cfg))
     changed = [f"{section}.{key} {old!r} -> {now[section].get(key)!r}"
                for section in ("search", "training") for key, old in (ran.get(section) or {}).items()
@@ -354,17 +355,15 @@ def _note_changed_settings(cfg, out: Path) -> None:
         log.info("changed since the search last ran: %s; the trials so far are kept", ", ".join(changed))
 
 
-def _keep_a_raised_budget(cfg, out: Path):
+def _keep_a_raised_budget(cfg, ran: dict):
     """A --resume without --trials runs to the larger of the file's budget and the one the search
-    last ran with: a budget raised with --trials outlives a kill."""
-    from .analysis import _run_info
-
-    ran = (_run_info(out).get("search") or {}).get("trials")
-    if not isinstance(ran, int) or isinstance(ran, bool) or ran <= cfg.search.trials:
+    `ran` with: a budget raised with --trials outlives a kill."""
+    trials = (ran.get("search") or {}).get("trials")
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials <= cfg.search.trials:
         return cfg
     log.info("budget: %d trials, as the search last ran (the file says %d; --trials sets another)",
-             ran, cfg.search.trials)
-    return cfg.with_search(trials=ran)
+             trials, cfg.search.trials)
+    return cfg.with_search(trials=trials)
 
 
 def _refuse_a_budget_already_spent(cfg, trials: dict[int, TrialRecord], out: Path) -> None:

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ._results_view import param_columns
+
 STATUS_COLOURS = {"completed": "tab:blue", "pruned": "tab:gray", "paused": "tab:orange", "failed": "tab:red",
                   "diverged": "tab:purple", "timeout": "tab:brown", "interrupted": "tab:pink",
                   "running": "tab:green"}
@@ -34,10 +36,6 @@ def _figure(width: float = 8.0, height: float = 4.5):
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
-
-
-def _params(df) -> list[str]:
-    return [c for c in df.columns if c.startswith("params_")]
 
 
 def _is_categorical(series) -> bool:
@@ -95,7 +93,7 @@ def _with_times(df):
 def _log_names(df, log_params: Iterable[str]) -> set[str]:
     """The parameters drawn in log scale; a name that is not one of the table's is a mistake."""
     names = {log_params} if isinstance(log_params, str) else set(log_params)
-    known = [c[len("params_"):] for c in _params(df)]
+    known = [c[len("params_"):] for c in param_columns(df)]
     unknown = sorted(names - set(known))
     if unknown:
         raise ValueError(f"log_params: {unknown[0]!r} is not a parameter of this table ({', '.join(known)})")
@@ -211,7 +209,7 @@ def parameter_importance(df, *, metric: str = "objective", log_params: Iterable[
     from sklearn.inspection import permutation_importance
 
     done = _completed(df, metric)
-    names = _params(df)
+    names = param_columns(df)
     if len(done) < MIN_FOR_IMPORTANCE:
         raise PlotUnavailable(f"needs at least {MIN_FOR_IMPORTANCE} completed trials, has {len(done)}")
     done = done.sample(n=MAX_FIT, random_state=0) if len(done) > MAX_FIT else done
@@ -262,7 +260,7 @@ def plot_parallel(df, *, direction: str | None = None, metric: str = "objective"
     logs = _log_names(df, log_params)
     done = _thinned(every, MAX_LINES, direction)
     done = done.sort_values("objective", ascending=direction != "minimize")  # best last
-    names = _params(df)
+    names = param_columns(df)
     axes_values, labels = [], []
     for c in names:
         unit, ticks = _unit_axis(done[c], c[len("params_"):] in logs)
@@ -322,7 +320,7 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
     direction = _direction(df, direction, metric)
     logs = _log_names(df, log_params)
     done = _thinned(every, MAX_POINTS, direction)
-    names = _params(df)
+    names = param_columns(df)
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
     fig = _figure(4.0 * cols, 3.2 * rows)

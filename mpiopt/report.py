@@ -143,25 +143,21 @@ def _top_table(df, direction: str, top: int = 10) -> str:
     (an empty objective column says nothing)."""
     completed = df["status"] == TrialStatus.COMPLETED.value
     if completed.any():
-        cols = ["trial", "status", "objective", *_param_columns(df), "epochs", "duration_s", "group"]
-        return _table(best_trials(df, direction, top), cols, "top")
+        cols = ["trial", "status", "objective", *view.param_columns(df), "epochs", "duration_s", "group"]
+        return _table(best_trials(df, direction, top), cols)
     ended = df[[TrialStatus.parse(s).is_finished() for s in df["status"]]]
     if ended.empty:
         return "<p>No trial has finished yet.</p>"
     errors_first = ended.sort_values("error", key=lambda e: e.isna(), kind="stable") if "error" in ended else ended
     return ("<p>No trial completed. The first that ended otherwise, errors first:</p>"
-            + _table(errors_first.head(top), ["trial", "status", *_param_columns(df), "epochs", "group", "error"],
-                     "top"))
+            + _table(errors_first.head(top), ["trial", "status", *view.param_columns(df), "epochs", "group", "error"]))
 
 
-def _param_columns(df) -> list[str]:
-    return [c for c in df.columns if c.startswith("params_")]
-
-
-def _table(df, cols: list[str], css: str) -> str:
+def _table(df, cols: list[str]) -> str:
+    """The rows of `df` in the columns `cols` it has, as the report's HTML table of trials."""
     shown = view.short_param_names(df[[c for c in cols if c in df.columns]])
     return view.blank_missing(shown).to_html(index=False, na_rep="", float_format=lambda v: f"{v:.6g}", border=0,
-                                             classes=css)
+                                             classes="top")
 
 
 def _html(run: Path, info: dict, df, usage: dict, direction: str, metric: str, sections: list[Section]) -> str:
