@@ -260,7 +260,8 @@ def load_config(path: str | os.PathLike, *, resolve: bool = True) -> Config:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"invalid YAML: {where}{problem}{_yaml_context(exc, mark)}", source=src) from None
+        raise ConfigError(f"invalid YAML: {where}{problem}{_yaml_hint(problem)}{_yaml_context(exc, mark)}",
+                          source=src) from None
     except (RecursionError, ValueError) as exc:
         raise ConfigError(f"invalid YAML: {exc}", source=src) from None
     cfg = parse_config(raw, path=p.resolve(), source=src, resolve=False)
@@ -268,6 +269,14 @@ def load_config(path: str | os.PathLike, *, resolve: bool = True) -> Config:
     _check_unread_training_keys(cfg.objective, cfg.search, raw.get("training"), src)
     _check_training_keys_also_searched(cfg.space, raw.get("training"), src)
     return resolve_objective(cfg, src) if resolve else cfg
+
+
+def _yaml_hint(problem: str) -> str:
+    """PyYAML's words for a second ': ' in a value, or a value ending in ':' (`obj.py:`), name
+    neither; the fix is the same for both."""
+    if problem == "mapping values are not allowed here":
+        return " (a value that holds ': ' or ends in ':' must be in quotes)"
+    return ""
 
 
 def _yaml_context(exc, mark) -> str:

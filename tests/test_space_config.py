@@ -81,6 +81,7 @@ parameters: {anything: {type: integer, low: 1, high: 4}}
 BAD = [
     ("objective: [unclosed", ["invalid YAML", "line 1"]),
     ("search:\n  trials: [12\n  seed: 0\n", ["invalid YAML: line 3, column 7", "flow sequence at line 2, column 11"]),
+    ("objective:\n  function: obj.py:\n", ["invalid YAML: line 2, column 19", "ends in ':' must be in quotes"]),
     ("- a\n- b\n", ["expected a mapping"]),
     ("", ["file is empty"]),
     ("objective: !!python/object/apply:os.system ['echo hacked']\n", ["YAML tag not allowed", "safe loader"]),
