@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from . import pareto
 from ._log import TRIALS
-from ._results_view import format_hours
+from ._results_view import format_hours, format_rate
 from ._send_ahead import SendAhead
 from .config import Config
 from .journal import HEARTBEAT_EVERY_S, RunDir
@@ -170,8 +170,8 @@ class Progress:
             else "time left unknown"
         trials = f"{finished}/{self.budget} trials ({finished / self.budget:.0%})"
         if self.per_trial is None:
-            return f"{trials}, {rate:.0f} trials/h, {eta}"
-        return f"{trials}, {epochs} epochs trained, about {left:.0f} to go, {rate:.0f} epochs/h, {eta}"
+            return f"{trials}, {format_rate(rate, 'trials')}, {eta}"
+        return f"{trials}, {epochs} epochs trained, about {left:.0f} to go, {format_rate(rate, 'epochs')}, {eta}"
 
 
 class Coordinator:

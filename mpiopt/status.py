@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ._errors import ConfigError
 from .analysis import _run_info, direction_of, run_directory
-from ._results_view import format_hours
+from ._results_view import format_hours, format_rate
 from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, LOCK, read_journal, replay
 from .scheduler import Scheduler, make_scheduler
 from .trial import TrialRecord, TrialStatus, reached_by_state
@@ -276,7 +276,7 @@ def _rate_lines(trials: list[TrialRecord], budget: int, now: float, alive: Liven
     if rate <= 0:
         return []
     left = budget - sum(1 for t in trials if t.status.is_finished())
-    line = f"rate: {rate:.0f} trials/h"
+    line = f"rate: {format_rate(rate, 'trials')}"
     if left > 0 and alive.state == "running" and eta:
         line += f"; about {format_hours(left / rate)} left"
     return [line]
@@ -298,7 +298,7 @@ def _epoch_lines(events: list[dict], trials: dict[int, TrialRecord], budget: int
         reached[n] = max(epoch, reached.get(n, 0))
     paused = {n for n, t in trials.items() if t.status == TrialStatus.PAUSED or t.pause_decided}
     left = ladder.epochs_left(max(0, budget - len(trials)), **reached_by_state(trials, reached, paused))
-    line = f"epochs: {len(reports)} trained, about {left:.0f} to go, {rate:.0f} epochs/h"
+    line = f"epochs: {len(reports)} trained, about {left:.0f} to go, {format_rate(rate, 'epochs')}"
     if alive.state == "running" and left >= 0.5:
         line += f"; about {format_hours(left / rate)} left"
     return [line]

@@ -481,6 +481,14 @@ def test_the_progress_line_comes_at_a_tenth_of_the_budget_but_not_often():
     assert progress.line(25) == "25/100 trials (25%), 123 trials/h, about 36 min left"
 
 
+def test_a_rate_is_told_in_the_unit_of_time_that_keeps_its_number_short():
+    from mpiopt._results_view import format_rate
+
+    assert format_rate(123.4, "trials") == "123 trials/h"
+    assert format_rate(2700.0, "epochs") == "45 epochs/min"
+    assert format_rate(58840.0, "trials") == "16 trials/s"
+
+
 def test_under_asha_the_progress_line_counts_the_budget_in_epochs():
     from mpiopt.coordinator import Progress
 

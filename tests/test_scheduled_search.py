@@ -423,11 +423,11 @@ def test_status_tells_the_time_left_of_an_asha_search_from_its_epochs(cfg, tmp_p
     (path / "heartbeat.json").write_text(json.dumps(beat))
     first = min(e["time"] for e in journal(path) if e["event"] == "start")
     lines = status_text(str(path), now=first + 60).splitlines()
-    # one trial of 24 finished: no time left is told from that, but from the epochs, 1,800 an
-    # hour (30 in the minute since the first start)
+    # one trial of 24 finished: no time left is told from that, but from the epochs, 30 in the
+    # minute since the first start
     told = [line for line in lines if "left" in line]
     assert len(told) == 1, lines
-    to_go, seconds = re.fullmatch(r"epochs: 30 trained, about (\d+) to go, 1800 epochs/h; about (\d+) s left",
+    to_go, seconds = re.fullmatch(r"epochs: 30 trained, about (\d+) to go, 30 epochs/min; about (\d+) s left",
                                   told[0]).groups()
     assert abs(int(seconds) - int(to_go) * 2) <= 1
     # the same search run to its end trained as many as that, within a quarter
