@@ -475,7 +475,10 @@ class MedianStopping(Scheduler):
         return loss is None or loss > statistics.median(others)
 
     def rung(self, trial: int) -> int | None:
-        return self._last.get(trial)
+        """The last epoch the rule judged the trial at (none before `min_epochs`, and the last
+        epoch is never judged: the trial is complete there)."""
+        last = self._last.get(trial)
+        return None if last is None or last < self.min_epochs else min(last, self.epochs - 1)
 
     def rung_results(self, epochs: int) -> dict[int, float | None]:
         return dict(self._values.get(epochs, {}))

@@ -260,7 +260,8 @@ def test_median_rule():
     assert s.report(8, 1, None) is S
     assert s.report(9, 10, 100.0) is C  # the last epoch decides nothing
     assert s.rung_results(1) == {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0, 4: 5.0, 5: 3.5, 6: 3.0, 7: 3.0, 8: None}
-    assert s.rung(0) == 1 and s.rung(9) == 10 and s.rung(42) is None
+    # the rung is the last epoch judged: the last epoch is not
+    assert s.rung(0) == 1 and s.rung(9) == 9 and s.rung(42) is None
     assert s.paused() == [] and s.promotable() == [] and s.rung_epochs() == []
 
 
@@ -273,6 +274,8 @@ def test_median_before_min_epochs_and_against_none():
     assert s.report(6, 3, None) is S
     assert s.report(0, 3, 99.0) is C  # a re-run: the first value stands and decides
     assert s.rung_results(3)[0] == 1.0
+    s.report(7, 2, 1.0)
+    assert s.rung(7) is None and s.rung(0) == 3  # not judged before min_epochs
 
 
 def test_none_scheduler_never_stops():
