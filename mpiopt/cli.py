@@ -255,7 +255,7 @@ def _search_as(args, job: _Job, comm, placement: str | None, plan) -> int:
         set_rank_tag("[coordinator]" if size > 1 else "")
         held = HeldLines()
         try:
-            run_dir, journal, cfg, error = _open_run_dir(cfg, job.out, args.resume, size, args.trials is not None)
+            run_dir, journal, cfg, error = _open_run_dir(cfg, job.out, args.resume, plan, args.trials is not None)
         finally:
             opening = held.stop()
     else:
@@ -304,7 +304,7 @@ class _Journal:
     trials: dict[int, TrialRecord] = field(default_factory=dict)
 
 
-def _open_run_dir(cfg, out: Path, resume: bool, ranks: int,
+def _open_run_dir(cfg, out: Path, resume: bool, plan,
                   budget_given: bool) -> tuple[Any, _Journal, Any, ConfigError | None]:
     """The coordinator's start: (run directory, its journal, the configuration it runs, the
     refusal if any); `budget_given`: --trials was given.
@@ -317,7 +317,8 @@ def _open_run_dir(cfg, out: Path, resume: bool, ranks: int,
     run_dir, journal = None, _Journal()
     try:
         run_dir = RunDir(out)
-        run_dir.open(resume=resume, config_text=_config_text(cfg), space=cfg.path, ranks=ranks)
+        run_dir.open(resume=resume, config_text=_config_text(cfg), space=cfg.path, ranks=plan.world_size,
+                     nodes=plan.n_nodes)
         preflight(cfg)
         events, problems = run_dir.events()
         for msg in problems:
@@ -470,15 +471,18 @@ def _idle_ranks_note(cfg, plan) -> str | None:
 def _uneven_groups_note(cfg, plan) -> str | None:
     """Under a scheduler, groups of several sizes judge at one rung trials trained differently
     (a model's distributed training depends on its ranks), and a paused trial goes on only on
-    a group of its own size."""
+    a group of its own size. The fix: ranks in multiples of the group size, on each node where
+    groups follow nodes."""
     sizes = sorted({len(ranks) for ranks in plan.groups}, reverse=True) if not plan.shared else []
     if cfg.search.scheduler == "none" or len(sizes) < 2 or cfg.objective.kind != "model":
         return None
     size = plan.requested_size
-    even = (plan.world_size - 1) // size * size + 1
+    if plan.n_nodes > 1:
+        fix = f"a multiple of {size} ranks on each node, one more on the coordinator's, make groups of {size}"
+    else:
+        fix = f"{(plan.world_size - 1) // size * size + 1} ranks make groups of {size}"
     return (f"groups of {' and '.join(map(str, sizes))} ranks: the {cfg.search.scheduler} rungs compare trials trained "
-            f"on groups of different sizes, and a paused trial goes on only on a group of its own size "
-            f"({even} ranks make groups of {size})")
+            f"on groups of different sizes, and a paused trial goes on only on a group of its own size ({fix})")
 
 
 def _direction_note(cfg) -> str | None:

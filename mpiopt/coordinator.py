@@ -325,17 +325,18 @@ class Coordinator:
         for n in sorted(self._finished_trials):
             t = self.trials[n]
             self.searcher.tell(n, t.params, self.search_loss(t))
-        kept = f"{len(self._finished_trials)} finished trial{'s' * (len(self._finished_trials) != 1)} kept"
+        kept = f"{_count(len(self._finished_trials), 'finished trial')} kept"
         if self._failed_before and self.cfg.search.max_failures is not None:
             kept += (f" ({len(self._failed_before)} of them failed; search.max_failures counts the failures "
                      "from now on)")
         if self._paused:
-            kept += f", {len(self._paused)} paused trials waiting for a promotion"
+            kept += f", {_count(len(self._paused), 'paused trial')} waiting for a promotion"
         if self._rerun:
-            log.info("resuming: %s, %d interrupted trials to run again (%s)",
-                     kept, len(self._rerun), ", ".join(map(str, self._rerun)))
+            log.info("resuming: %s, %s to run again (%s)",
+                     kept, _count(len(self._rerun), "interrupted trial"), ", ".join(map(str, self._rerun)))
         elif self._finished_trials or self._paused:
             log.info("resuming: %s", kept)
+        self._note_paused_sizes_missing()
         self._next_trial = max(self.trials) + 1 if self.trials else 0
         self._idle = deque(range(self.transport.n_groups))  # free groups, in the order they became free
         self._stopping = self.reached_target()
@@ -353,8 +354,17 @@ class Coordinator:
         for n in self.scheduler.paused():
             rec = self.trials.get(n)
             if rec is not None and rec.status == TrialStatus.RUNNING:
-                self._pause(n, TrialResult(status=TrialStatus.PAUSED, metrics=rec.metrics,
-                                           epochs=self.scheduler.rung(n), start=rec.start, end=time.time()))
+                self._pause_cut_off(n)
+
+    def _pause_cut_off(self, n: int) -> None:
+        rec = self.trials[n]
+        self._pause(n, TrialResult(status=TrialStatus.PAUSED, metrics=rec.metrics, epochs=self.scheduler.rung(n),
+                                   start=rec.start, end=time.time()))
+
+    def _paused_at_its_rung(self, n: int) -> bool:
+        """Whether the scheduler paused this running trial at a rung (its checkpoint there is
+        written before the report): a group cut off after that leaves it paused, not to run again."""
+        return n in self.scheduler.paused()
 
     def _room(self) -> bool:
         """Whether the budget allows another trial beside the finished, running and sent-ahead ones."""
@@ -552,6 +562,9 @@ class Coordinator:
             self.summary.retired.append(group)
             if state.ghost == n:
                 log.warning("group %d did not come back from trial %d (run by another group too): retired", group, n)
+            elif self._paused_at_its_rung(n):
+                log.warning("group %d did not come back from trial %d after its pause: retired", group, n)
+                self._pause_cut_off(n)
             else:
                 self._record(n, TrialResult(
                     trial=n, status=TrialStatus.TIMEOUT, start=self.trials[n].start or 0.0, end=time.time(),
@@ -583,6 +596,10 @@ class Coordinator:
             self.summary.retired.append(group)
             self.summary.lost.append(group)
             again = [self._stop_running(state)] if state.running is not None else []
+            kept = [n for n in again if self._paused_at_its_rung(n)]
+            for n in kept:
+                again.remove(n)
+                self._pause_cut_off(n)
             if state.ahead is not None:
                 again.append(self._take_ahead(state)[0])
             for n in reversed(again):
@@ -590,7 +607,8 @@ class Coordinator:
                 self._orphans.add(n)
             if group in self._idle:
                 self._idle.remove(group)
-            what = f"trial {', '.join(map(str, again))} runs again on another group" if again else "it held no trial"
+            what = f"trial {', '.join(map(str, again))} runs again on another group" if again else \
+                f"trial {kept[0]} stays paused at its rung" if kept else "it held no trial"
             log.warning("group %d lost: %s; %s; %d group(s) left", group, why, what,
                         sum(not s.retired for s in self.groups))
 
@@ -771,16 +789,38 @@ class Coordinator:
         return decision
 
     def _promotion_for(self, group: int) -> int | None:
-        """A paused trial the scheduler promotes now that this group can continue (one of the
-        same size: the checkpoint holds the master's state, the shards follow the group's size)."""
+        """A paused trial the scheduler promotes now that this group can continue: one of the
+        group's size (trials at a rung compare best trained alike), or of a size no live group has
+        (a resume on another layout, a lost node), which would otherwise never go on. The
+        checkpoint holds the master's state; the shards follow the group's size."""
         if not self._paused:
             return None
         ranks = self.transport.group_ranks(group)
+        sizes = None
         for n in self.scheduler.promotable(closing=not self._room()):
-            rec = self.trials[n]
-            if n in self._paused and (rec.ranks is None or rec.ranks == ranks):
+            if n not in self._paused:
+                continue
+            size = self.trials[n].ranks
+            if size is None or size == ranks:
+                return n
+            sizes = self._live_sizes() if sizes is None else sizes
+            if size not in sizes:
                 return n
         return None
+
+    def _live_sizes(self) -> set[int]:
+        return {self.transport.group_ranks(g) for g, state in enumerate(self.groups) if not state.retired}
+
+    def _note_paused_sizes_missing(self) -> None:
+        """A resume on another layout: paused trials of a size no group has go on on other sizes."""
+        sizes = self._live_sizes()
+        missing = sorted({self.trials[n].ranks for n in self._paused} - sizes - {None})
+        if missing:
+            count = sum(1 for n in self._paused if self.trials[n].ranks in missing)
+            log.warning("%d paused trial%s trained on groups of %s ranks, which this job does not have: a promotion "
+                        "continues %s on groups of %s (run with the same groups to keep them alike)", count,
+                        "s" * (count != 1), " and ".join(map(str, missing)), "them" if count != 1 else "it",
+                        " and ".join(map(str, sorted(sizes))))
 
     def _pause(self, n: int, result: TrialResult) -> None:
         """A trial stopped at a rung with its checkpoint: it waits for a promotion."""
@@ -994,3 +1034,8 @@ def dispatch_stats(seconds: list[float], first_wave: list[float] = ()) -> str:
     p99 = statistics.quantiles(ms, n=100, method="inclusive")[98] if len(ms) > 1 else ms[0]
     return f"{line}: {statistics.mean(ms):.2f} ms mean, {statistics.median(ms):.2f} ms p50, " \
            f"{p99:.2f} ms p99 coordinator time per dispatch after a result"
+
+
+def _count(n: int, thing: str) -> str:
+    """'1 paused trial', '3 paused trials'."""
+    return f"{n} {thing}{'s' * (n != 1)}"

@@ -296,6 +296,7 @@ class RunDir:
         self._made: list[Path] = []  # the folders `open` created, deepest first
         self._space: Path | None = None
         self._ranks: int | None = None
+        self._nodes: int | None = None
         self._since: float | None = None  # when this search opened the directory
 
     def holds_search(self) -> bool:
@@ -324,11 +325,12 @@ class RunDir:
                 check_version(self.journal_path, first)
             self._check_same_search(config_text)
 
-    def open(self, *, resume: bool, config_text: str, space: Path | None = None, ranks: int | None = None) -> None:
+    def open(self, *, resume: bool, config_text: str, space: Path | None = None, ranks: int | None = None,
+             nodes: int | None = None) -> None:
         """Create or reopen the directory for a search, refusing what would lose or mix data;
-        `space` (the search-space file it runs from) and `ranks` (the job's size): what the
-        heartbeat names for a --resume."""
-        self._space, self._ranks = space, ranks
+        `space` (the search-space file it runs from), `ranks` (the job's size) and `nodes` (how
+        many it ran on): what the heartbeat names for a --resume."""
+        self._space, self._ranks, self._nodes = space, ranks, nodes
         self._since = time.time()
         where = str(self.path)
         self.check(resume=resume, config_text=config_text)
@@ -488,7 +490,7 @@ class RunDir:
         file system, where the lock may not be visible."""
         body = {"state": state, "time": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
                 "space": str(self._space) if self._space is not None else None, "ranks": self._ranks,
-                "since": self._since, "stopped": stopped}
+                "nodes": self._nodes, "since": self._since, "stopped": stopped}
         atomic_write(self.path / HEARTBEAT, _line(body), durable=False)
 
     def trial_dir(self, trial: int) -> Path:

@@ -37,6 +37,7 @@ class Liveness:
     gone: bool = False  # stopped, seen at once: the coordinator's process on this machine is no more
     space: str | None = None  # the search-space file the search ran from
     ranks: int | None = None  # the ranks of its MPI job
+    nodes: int | None = None  # the nodes they ran on
     since: float | None = None  # when it opened the run directory (a --resume: trials started before it were cut off)
     stopped: str | None = None  # why an ended search stopped before its budget, or failed
 
@@ -57,14 +58,15 @@ def liveness(run: Path, now: float) -> Liveness:
     where = f"pid {beat.get('pid')} on {beat.get('host')}"
     space = beat.get("space") if isinstance(beat.get("space"), str) else None
     ranks = beat.get("ranks") if isinstance(beat.get("ranks"), int) else None
+    nodes = beat.get("nodes") if isinstance(beat.get("nodes"), int) else None
     since = float(beat["since"]) if isinstance(beat.get("since"), (int, float)) else None
     if beat.get("state") in ("ended", "interrupted"):
         stopped = beat.get("stopped") if isinstance(beat.get("stopped"), str) else None
-        return Liveness(beat["state"], age, where, space=space, ranks=ranks, since=since, stopped=stopped)
+        return Liveness(beat["state"], age, where, space=space, ranks=ranks, nodes=nodes, since=since, stopped=stopped)
     if _gone_from_this_machine(beat):
-        return Liveness("stopped", age, where, gone=True, space=space, ranks=ranks, since=since)
+        return Liveness("stopped", age, where, gone=True, space=space, ranks=ranks, nodes=nodes, since=since)
     state = "running" if age <= STALE_BEATS * HEARTBEAT_EVERY_S else "stopped"
-    return Liveness(state, age, where, space=space, ranks=ranks, since=since)
+    return Liveness(state, age, where, space=space, ranks=ranks, nodes=nodes, since=since)
 
 
 def runs_now(trial: TrialRecord, alive: Liveness) -> bool:
@@ -225,7 +227,10 @@ def _state_line(run: Path, alive: Liveness) -> str:
         return f"{run}: ended {format_hours(alive.age_s / 3600)} ago{why}"
     command = f"mpiopt search {_shown_path(alive.space) if alive.space else 'SPACE'} --out {run} --resume"
     go_on = f"`{command}` continues it"
-    if alive.ranks and alive.ranks > 1:  # the job's size, whatever launched it: --np, mpirun -n or srun
+    if alive.nodes and alive.nodes > 1:  # groups follow nodes: --np, all on this machine, would make others
+        go_on = (f"`mpiexec -n {alive.ranks} {command}` continues it on {alive.ranks} ranks on the {alive.nodes} "
+                 "nodes it ran on, as it ran (or your batch system's launcher; --np starts every rank here)")
+    elif alive.ranks and alive.ranks > 1:  # the job's size, whatever launched it: --np, mpirun -n or srun
         go_on = (f"`{command} --np {alive.ranks}` continues it on {alive.ranks} ranks, as it ran (or "
                  f"`mpiexec -n {alive.ranks} {command}`, or your batch system's launcher)")
     if alive.state == "interrupted":

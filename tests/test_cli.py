@@ -102,6 +102,11 @@ def test_groups_of_several_sizes_under_a_scheduler_are_noted(write_yaml):
         "groups of 3 and 2 ranks: the asha rungs compare trials trained on groups of different sizes, and a paused "
         "trial goes on only on a group of its own size (5 ranks make groups of 2)"]
     assert _plan_notes(cfg, plan_groups(5, 2)) == []
+    # across nodes (-hosts a:2,b:3) the rank count alone is no fix: the ranks on each node are
+    across = _plan_notes(cfg, plan_groups(5, 2, nodes=[0, 0, 2, 2, 2]))
+    assert across == ["groups of 3 and 1 ranks: the asha rungs compare trials trained on groups of different sizes, "
+                      "and a paused trial goes on only on a group of its own size (a multiple of 2 ranks on each "
+                      "node, one more on the coordinator's, make groups of 2)"]
     assert _plan_notes(load_config(write_yaml(text % "none"), resolve=False), plan_groups(6, 2)) == []
 
 

@@ -339,6 +339,13 @@ def test_status_of_a_killed_search_says_so_and_how_to_go_on(tmp_path):
     text = status_text(str(run))
     assert "not running: no heartbeat for 5 min" in text and "--resume" in text
     assert "interrupted (run again on --resume)" in text
+    # a job across nodes goes on across the same nodes: --np, every rank here, makes other groups
+    beat(run, "running", 300, ranks=5, nodes=2)
+    first = status_text(str(run)).splitlines()[0]
+    assert "`mpiexec -n 5 mpiopt search" in first and "continues it on 5 ranks on the 2 nodes it ran on" in first
+    assert "--np 5" not in first
+    beat(run, "running", 300, ranks=5, nodes=1)
+    assert "--resume --np 5` continues it on 5 ranks, as it ran" in status_text(str(run)).splitlines()[0]
 
 
 def test_results_of_a_killed_search_rewrite_the_table_it_left_running(tmp_path, capsys):

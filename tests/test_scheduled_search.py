@@ -39,14 +39,15 @@ class CurveGroups:
     """Groups in this process whose trials report a learning curve epoch by epoch."""
 
     queues_tasks = False
-    watch_s = None  # simulated groups are never lost
-
-    def lost_groups(self):
-        return {}
 
     def __init__(self, n_groups: int, kill_after: int | None = None, done_epochs: dict[int, int] | None = None,
-                 fail_from: int | None = None, kill_at_pause: int | None = None, saved_before_kill: bool = False):
+                 fail_from: int | None = None, kill_at_pause: int | None = None, saved_before_kill: bool = False,
+                 ranks: list[int] | None = None, lose_at_pause: int | None = None):
         self.n = n_groups
+        self.ranks = ranks or [1] * n_groups
+        self.lose_at_pause = lose_at_pause  # the pause decision whose group's node dies before it reports back
+        self.lost = {}
+        self.watch_s = None if lose_at_pause is None else 0.0
         self.fail_from = fail_from  # trials numbered from here on fail in their second epoch
         self.queue = []
         self.on_report = None
@@ -62,7 +63,10 @@ class CurveGroups:
         return self.n
 
     def group_ranks(self, group):
-        return 1
+        return self.ranks[group]
+
+    def lost_groups(self):
+        return dict(self.lost)
 
     def send_task(self, group, task):
         self.queue.append((group, task))
@@ -103,6 +107,9 @@ class CurveGroups:
                 self.pauses += 1
                 if self.pauses == self.kill_at_pause:
                     raise Killed
+                if self.pauses == self.lose_at_pause:  # the other groups' results come in meanwhile
+                    self.lost[group] = "its node died"
+                    return self.recv_message(timeout)
                 return group, TrialResult(trial=task.trial, status=TrialStatus.PAUSED, epochs=epoch,
                                           metrics={"objective": value}, **carried)
             if decision == "stop":
@@ -291,6 +298,36 @@ def test_a_trial_paused_as_the_search_is_killed_shows_as_paused_as_resume_keeps_
     said = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("resuming:"))
     assert f"{len(live.paused())} paused trials waiting for a promotion" in said
     assert f"{len(interrupted)} interrupted trials to run again" in said
+
+
+def test_a_trial_paused_as_its_group_is_lost_stays_paused_and_is_not_run_again(cfg, tmp_path, caplog):
+    path = tmp_path / "run"
+    live = scheduler()
+    with caplog.at_level("WARNING", logger="mpiopt"):
+        _, summary = run(cfg, path, CurveGroups(3, lose_at_pause=4), sched=live)
+    assert len(summary.lost) == 1
+    said = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
+    cut = int(re.search(r"trial (\d+) stays paused at its rung", said[0]).group(1))
+    events = [e for e in journal(path) if e.get("trial") == cut]
+    paused_at = next(i for i, e in enumerate(events) if e.get("status") == "paused")
+    # it ran on only when the rungs promoted it, from its rung's checkpoint
+    assert all(e.get("promoted") for e in events[paused_at:] if e["event"] == "start")
+    assert all(e["epoch"] > events[paused_at]["epochs"] for e in events[paused_at:] if e["event"] == "report")
+
+
+def test_a_resume_on_other_group_sizes_continues_the_paused_trials_of_sizes_gone(cfg, tmp_path, caplog):
+    path = tmp_path / "run"
+    groups = CurveGroups(2, kill_after=40, ranks=[3, 1])  # -hosts a:2,b:3 in groups of 2
+    with pytest.raises(Killed):
+        run(cfg, path, groups)
+    paused = {e["trial"] for e in journal(path) if e.get("status") == "paused"}
+    assert paused
+    with caplog.at_level("INFO", logger="mpiopt"):
+        run(cfg, path, CurveGroups(2, done_epochs=groups.done, ranks=[2, 2]), resume=True)  # --np 5
+    assert any(re.search(r"paused trials? trained on groups of 1 and 3 ranks, which this job does not have: a "
+                         r"promotion continues (it|them) on groups of 2", r.getMessage()) for r in caplog.records)
+    promoted = {e["trial"] for e in journal(path) if e.get("promoted") and e["ranks"] == 2} & paused
+    assert promoted, "the rungs' best paused trials go on (they were pruned at the end, all of them)"
 
 
 def test_reaching_the_target_ends_a_scheduled_search_with_nothing_left_paused(cfg, tmp_path):
