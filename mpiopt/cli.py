@@ -845,7 +845,9 @@ def _write_train_info(out: Path, cfg, params: dict[str, Any]) -> None:
 def cmd_check(args) -> int:
     """Validate and print the plan; under mpiexec (without --np) the plan of the real layout,
     each group's nodes included, printed once by world rank 0."""
-    if args.np is None and env_size() > 1:
+    if env_size() > 1:
+        if args.np is not None:  # as search and train: one rank count, mpiexec's
+            raise ConfigError("--np: already running under mpiexec; give the rank count to mpiexec only")
         return _check_under_mpi(args)
     from .transport import library_or_why
 

@@ -218,6 +218,21 @@ def test_the_launcher_rank_and_size_are_read_before_mpi_starts(monkeypatch):
     assert _env.launcher_rank() == 2
 
 
+@pytest.mark.parametrize("command", ["search", "train", "check"])
+def test_np_under_mpiexec_is_refused_by_every_command(monkeypatch, capsys, write_yaml, command):
+    from mpiopt import _env
+    from mpiopt.cli import main
+
+    for name in _env.RANK_VARIABLES + _env.SIZE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PMI_RANK", "0")
+    monkeypatch.setenv("PMI_SIZE", "3")  # as mpiexec -n 3 sets it: MPI itself is never started here
+    space = write_yaml("objective: {function: objectives.py:branin}\nparameters: {x: {type: real, low: 0, high: 1}}\n")
+    assert main([command, str(space), "--np", "9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["mpiopt: error: --np: already running under mpiexec; give the rank count to mpiexec only"]
+
+
 def test_every_command_declares_the_options_main_reads():
     from mpiopt.cli import build_parser
     from mpiopt.launch import _without_np
