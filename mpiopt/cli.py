@@ -328,9 +328,9 @@ def _open_run_dir(cfg, out: Path, resume: bool, plan,
             from .analysis import _run_info
 
             ran = _run_info(out)  # the configuration the search last ran with (its config.yaml)
-            _note_changed_settings(cfg, ran)
             cfg = cfg if budget_given else _keep_a_raised_budget(cfg, ran)
-            _refuse_a_budget_already_spent(cfg, journal.trials, out)
+            _refuse_a_budget_already_spent(cfg, journal.trials, out, budget_given)
+            _note_changed_settings(cfg, ran)
             run_dir.write_config(_config_text(cfg))
     except ConfigError as exc:
         if run_dir is not None and resume:
@@ -367,18 +367,19 @@ def _keep_a_raised_budget(cfg, ran: dict):
     return cfg.with_search(trials=trials)
 
 
-def _refuse_a_budget_already_spent(cfg, trials: dict[int, TrialRecord], out: Path) -> None:
-    """A --resume whose `--trials` (or search.trials) is below the trials the journal finished
-    and the interrupted ones it runs again would stop past its budget at once."""
+def _refuse_a_budget_already_spent(cfg, trials: dict[int, TrialRecord], out: Path, budget_given: bool) -> None:
+    """A --resume whose `--trials` (`budget_given`) or search.trials is below the trials the
+    journal finished and the interrupted ones it runs again would stop past its budget at once."""
     finished = sum(1 for t in trials.values() if t.status.is_finished())
     rerun = sum(1 for t in trials.values() if t.shown_status(live=False) == TrialStatus.INTERRUPTED)
     if cfg.search.trials >= finished + rerun:
         return
     spent = (f"the {finished + rerun} trials already started in {out} ({finished} finished, {rerun} interrupted, "
              "which --resume runs again)" if rerun else f"the {finished} trials already finished in {out}")
-    raise ConfigError(f"{cfg.search.trials} is fewer than {spent}; resume with a budget of at least "
-                      f"{finished + rerun} (--trials {finished + rerun})", source=cfg.source or str(cfg.path),
-                      field="search.trials")
+    text = f"{cfg.search.trials} is fewer than {spent}; resume with a budget of at least {finished + rerun}"
+    if budget_given:
+        raise ConfigError(f"--trials: {text}")
+    raise ConfigError(f"{text} (--trials {finished + rerun})", source=cfg.source or str(cfg.path), field="search.trials")
 
 
 def _coordinate(cfg, plan, comm, run_dir, journal: _Journal, placement: str | None = None,

@@ -55,7 +55,7 @@ def test_search_resume_and_results(write_yaml, tmp_path):
     # budget `mpiopt status` reads) left as they were
     kept = [(out / name).read_bytes() for name in ("trials.jsonl", "config.yaml")]
     one_error_line(run_cli(["search", space, "--resume", "--trials", "5"], cwd=tmp_path),
-                   "search.trials: 5 is fewer than the 11 trials already finished", "(--trials 11)")
+                   "--trials: 5 is fewer than the 11 trials already finished", "a budget of at least 11")
     assert [(out / name).read_bytes() for name in ("trials.jsonl", "config.yaml")] == kept
     assert "trials: 11" in kept[1].decode()
     # a plain --resume keeps the budget raised by --trials (the file says 8), and names what the
@@ -69,6 +69,8 @@ def test_search_resume_and_results(write_yaml, tmp_path):
     assert "changed since the search last ran: search.seed 0 -> 3" in logged and "budget: 11 trials" in logged
     assert "changed since" not in run_cli(["search", space, "--resume", "--trials", "12"], cwd=tmp_path).stderr
     assert len(mpiopt.load_results(out)) == 12 and "trials: 12" in (out / "config.yaml").read_text()
+    write_yaml(SPACE.replace("seed: 0", "seed: 5"))  # a refused resume says nothing of what it would change
+    one_error_line(run_cli(["search", space, "--resume", "--trials", "5"], cwd=tmp_path), "--trials: 5 is fewer")
 
     p = run_cli(["results", out, "--top", "3"], cwd=tmp_path)
     assert p.returncode == 0 and "12 trials (12 completed)" in p.stdout
@@ -136,8 +138,10 @@ def test_a_resume_budget_counts_the_interrupted_trials_it_runs_again(write_yaml,
     with pytest.raises(ConfigError, match=r"search\.trials: 4 is fewer than the 5 trials already started in out "
                                           r"\(4 finished, 1 interrupted, which --resume runs again\); resume with "
                                           r"a budget of at least 5 \(--trials 5\)$"):
-        _refuse_a_budget_already_spent(cfg, trials, Path("out"))
-    _refuse_a_budget_already_spent(cfg.with_search(trials=5), trials, Path("out"))
+        _refuse_a_budget_already_spent(cfg, trials, Path("out"), budget_given=False)
+    with pytest.raises(ConfigError, match=r"^--trials: 4 is fewer than the 5 trials .* of at least 5$"):
+        _refuse_a_budget_already_spent(cfg, trials, Path("out"), budget_given=True)  # the flag's value, not the file's
+    _refuse_a_budget_already_spent(cfg.with_search(trials=5), trials, Path("out"), budget_given=False)
 
 
 def test_bad_inputs_exit_2_with_one_line(write_yaml, tmp_path):
