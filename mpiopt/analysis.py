@@ -84,9 +84,10 @@ def load_results(path: str | os.PathLike):
 
 def refresh_results_csv(path: str | os.PathLike) -> bool:
     """Rewrite the results.csv of a search that stopped without writing its last table (kill -9,
-    a lost node), from its journal: rows left `running` then say `interrupted` or `paused`, as
-    `load_results` does. Only while no search may be running there (its lock held on this host,
-    or its heartbeat fresh), and only where the folder can be written. Whether it was rewritten."""
+    a lost node), or write it where it is missing, from its journal: rows left `running` then say
+    `interrupted` or `paused`, as `load_results` does. Only while no search may be running there
+    (its lock held on this host, or its heartbeat fresh), and only where the folder can be
+    written. Whether it was rewritten."""
     import time
 
     from ._files import atomic_write
@@ -94,7 +95,7 @@ def refresh_results_csv(path: str | os.PathLike) -> bool:
     from .status import liveness
 
     p = Path(path)
-    if not (p / JOURNAL).exists() or not (p / RESULTS).exists() or is_live(p):
+    if not (p / JOURNAL).exists() or is_live(p):
         return False
     if liveness(p, time.time()).state in ("running", "starting"):
         return False
@@ -102,7 +103,7 @@ def refresh_results_csv(path: str | os.PathLike) -> bool:
     params = list((_run_info(p).get("parameters") or {}).keys())
     table = results_csv(replay(events).values(), params, live=False, goals=goals_of(p))
     try:
-        if (p / RESULTS).read_bytes() == table:
+        if (p / RESULTS).exists() and (p / RESULTS).read_bytes() == table:
             return False
         atomic_write(p / RESULTS, table)
     except OSError as exc:  # a read-only share: the table stays as the search left it

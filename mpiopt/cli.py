@@ -55,12 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="validate a search space and print the plan; run nothing")
     c.add_argument("space", metavar="SPACE.yaml")
     c.add_argument("--np", type=int, metavar="N", help="plan for N ranks (default: this job's size)")
-    c.add_argument("--out", metavar="DIR")
+    c.add_argument("--out", metavar="DIR", help="the run directory to report on: new, or holding a search (default "
+                   "runs/<name>)")
     c.set_defaults(trials=None, seed=None, top=None, trace=False)
     t = sub.add_parser("train", help="train one model with given values on all ranks")
     t.add_argument("space", metavar="SPACE.yaml")
-    t.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="sets")
-    t.add_argument("--trial", metavar="N", help="start from trial N's values (or 'best') of the search --from DIR")
+    t.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="sets",
+                   help="a parameter's or training key's value (repeatable; others: the middle of their range, or "
+                        "--trial's)")
+    t.add_argument("--trial", metavar="N", help="train with trial N's values and seed (N, or 'best') from the search "
+                                                "in --from")
     t.add_argument("--from", metavar="DIR", dest="from_dir", help="the run directory of --trial (default runs/<name>)")
     t.add_argument("--out", metavar="DIR",
                    help="where history.csv goes (default runs/<name>/train, or DIR/train-trial-N with --trial)")
@@ -70,12 +74,15 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("results", help="print the best trials of a run directory")
     r.add_argument("dir", metavar="DIR")
     r.add_argument("--top", type=int, metavar="K",
-                   help=f"show K trials, the completed best first, then the others (default {TOP_DEFAULT})")
+                   help=f"show K trials, the completed best first, then the others (default: {TOP_DEFAULT} in the "
+                        "table, every trial in csv, json and yaml)")
     r.add_argument("--format", choices=("table", "csv", "json", "yaml"), default="table")
     r.add_argument("--best", action="store_true",
-                   help="the best trial only; with --format yaml, its parameters and training settings")
+                   help="the best trial only (not with --top); with --format yaml, its parameters and training "
+                        "settings")
     r.add_argument("--timeline", action="store_true",
-                   help="group utilization and dispatch latency; with --format csv or json, every stretch of training")
+                   help="group utilization and dispatch latency; with --format csv or json, every stretch of "
+                        "training (not with --top, --best or --format yaml)")
     r.set_defaults(trials=None, seed=None, np=None, trace=False)
     st = sub.add_parser("status", help="a running or stopped search at a glance (reads only)")
     st.add_argument("dir", metavar="DIR")
@@ -379,7 +386,8 @@ def _refuse_a_budget_already_spent(cfg, trials: dict[int, TrialRecord], out: Pat
     text = f"{cfg.search.trials} is fewer than {spent}; resume with a budget of at least {finished + rerun}"
     if budget_given:
         raise ConfigError(f"--trials: {text}")
-    raise ConfigError(f"{text} (--trials {finished + rerun})", source=cfg.source or str(cfg.path), field="search.trials")
+    raise ConfigError(f"{text} (--trials {finished + rerun})", source=cfg.source or str(cfg.path),
+                      field="search.trials")
 
 
 def _coordinate(cfg, plan, comm, run_dir, journal: _Journal, placement: str | None = None,
@@ -1008,7 +1016,7 @@ def cmd_results(args) -> int:
         return _print_front(args, df, goals)
     if goals:
         print(f"note: {_pareto_best_note(args.dir, goals, '--best')}", file=sys.stderr)
-    top = best_trials(df, direction, 1 if args.best else args.top or TOP_DEFAULT)
+    top = best_trials(df, direction, 1 if args.best else _top_count(args, len(df)))
     if args.best:
         top = top[top.status == "completed"]
         if top.empty:
@@ -1029,6 +1037,11 @@ def cmd_results(args) -> int:
     return 0
 
 
+def _top_count(args, rows: int) -> int:
+    """--top K, else the first TOP_DEFAULT in the table for people and every row for programs."""
+    return args.top or (TOP_DEFAULT if args.format == "table" else rows)
+
+
 def _pareto_best_note(run_dir, goals, what: str) -> str:
     return (f"a Pareto search has no single best: {what} is the best by its first goal, {goals[0][0]} "
             f"(`mpiopt results {run_dir}` lists the front)")
@@ -1041,7 +1054,7 @@ def _print_front(args, df, goals) -> int:
     first, direction = goals[0]
     on = df[df["pareto"].astype(bool)].sort_values(first if first in df else "objective",
                                                    ascending=direction == "minimize", kind="stable")
-    top = on.head(args.top or TOP_DEFAULT)
+    top = on.head(_top_count(args, len(on)))
     if args.format == "csv":
         sys.stdout.write(view.as_csv(top))
     elif args.format == "json":

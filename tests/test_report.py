@@ -369,6 +369,9 @@ def test_results_of_a_killed_search_rewrite_the_table_it_left_running(tmp_path, 
     table = pd.read_csv(run / "results.csv")
     assert "running" not in set(table.status) and "interrupted" in set(table.status)
     assert list(table.status) == list(mpiopt.load_results(run).status)
+    (run / "results.csv").unlink()  # deleted: written again from the journal
+    assert main(["results", str(run)]) == 0
+    assert pd.read_csv(run / "results.csv").equals(table)
     capsys.readouterr()
 
 
