@@ -183,6 +183,7 @@ class _Job:
     out: Path
     params: dict[str, Any] = field(default_factory=dict)  # train: the values to train with
     trial: int | None = None  # train: the trial of --trial, whose seed it trains with (None: trial 0's)
+    sets: tuple[str, ...] = ()  # train: the names --set gave
 
 
 def _prepare_job(args) -> _Job:
@@ -202,7 +203,7 @@ def _prepare_job(args) -> _Job:
         cfg = replace(cfg, training=training)
         out = Path(args.out) if args.out else out
         _refuse_a_finished_training(out)
-        return _Job(cfg, out, params, number)
+        return _Job(cfg, out, params, number, tuple(item.partition("=")[0].strip() for item in args.sets))
     from .journal import RunDir
 
     out = Path(args.out) if args.out else Path("runs") / cfg.name
@@ -694,6 +695,9 @@ def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tupl
             raise ConfigError(f"--set {name}: given twice; give each name once")
         given.add(name)
         value = load_value(text)
+        if name == "group_size":
+            warn_once("--set group_size: not read by mpiopt train, which trains as one group of all its ranks "
+                      "(mpiexec -n N, or --np N)")
         if name in cfg.space.names:
             p = cfg.space[name]
             value = _as_parameter_value(name, value, p)
@@ -752,6 +756,15 @@ def _as_parameter_value(name: str, value: Any, p) -> Any:
     return float(value)
 
 
+def _origin_of_values(job: _Job) -> str:
+    """Where `train --trial N` took its values: the trial's, but for those --set gave."""
+    if job.trial is None:
+        return ""
+    if not job.sets:
+        return f" (trial {job.trial}: its values and seed)"
+    return f" (trial {job.trial}: its values and seed, {', '.join(job.sets)} as --set)"
+
+
 def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     """Every rank of `mpiopt train`: one group of all ranks trains the job's values once."""
     from .group import Reporter, merge
@@ -773,8 +786,7 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     if rank == 0:
         mode = f", {cfg.training['mode']}" if cfg.objective.kind == "model" else ""
         how = f"{size} ranks{mode}" if size > 1 else "1 rank"
-        seed = f" (trial {job.trial}: its values and seed)" if job.trial is not None else ""
-        log.info("training %r on %s with %s%s", cfg.name, how, params, seed)
+        log.info("training %r on %s with %s%s", cfg.name, how, params, _origin_of_values(job))
         log.info("devices: %s", placement)
     runner = TrialRunner(cfg, resume_checkpoints=False, cross_validate=False)  # one model, on all the training data
     t0 = time.time()

@@ -480,6 +480,18 @@ def test_set_takes_numbers_as_the_parameter_holds_them(write_yaml, tmp_path):
         parse_sets(cfg, ["xx=1"])
 
 
+def test_set_warns_of_what_train_does_not_read_or_the_space_does_not_hold(write_yaml, caplog):
+    from mpiopt.cli import parse_sets
+    from mpiopt.config import load_config
+
+    cfg = load_config(write_yaml(SPACE))
+    with caplog.at_level("WARNING", logger="mpiopt"):
+        parse_sets(cfg, ["group_size=3", "x=100"])
+    said = [r.getMessage() for r in caplog.records]
+    assert any("--set group_size: not read by mpiopt train" in m for m in said), said
+    assert any("--set x=100.0 is outside the search space" in m for m in said), said
+
+
 def test_set_checks_a_searched_training_key_as_the_file_would(write_yaml):
     from mpiopt.cli import parse_sets
     from mpiopt.config import load_config
@@ -517,3 +529,12 @@ time.sleep(30)
 """
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=20)
     assert p.returncode == 130, p.stderr
+
+
+def test_train_names_where_its_values_come_from():
+    from mpiopt.cli import _Job, _origin_of_values
+
+    assert _origin_of_values(_Job(None, Path("o"), {}, None, ("units",))) == ""
+    assert _origin_of_values(_Job(None, Path("o"), {}, 6)) == " (trial 6: its values and seed)"
+    assert _origin_of_values(_Job(None, Path("o"), {}, 6, ("units", "epochs"))) == \
+        " (trial 6: its values and seed, units, epochs as --set)"

@@ -159,7 +159,7 @@ def test_mnist1d_search_under_mpiexec(tmp_path):
     # trial 1 again, with its own seed (not trial 0's), on one rank as in its group of one: its first
     # epoch again, to float rounding (TensorFlow's threads here are not the search's one a rank)
     p = run_cli(["train", space, "--trial", "1", "--set", "epochs=1"], cwd=tmp_path, timeout=300)
-    assert p.returncode == 0 and "(trial 1: its values and seed)" in p.stderr, p.stderr
+    assert p.returncode == 0 and "(trial 1: its values and seed, epochs as --set)" in p.stderr, p.stderr
     again, searched = (list(csv.DictReader(open(d / "history.csv"))) for d in (run / "train-trial-1",
                                                                                  run / "trials" / "1"))
     assert float(again[0]["val_loss"]) == pytest.approx(float(searched[0]["val_loss"]), rel=1e-5)
