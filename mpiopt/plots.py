@@ -80,6 +80,11 @@ def _direction(df, direction: str | None, metric: str) -> str:
     return run
 
 
+def _label(df, metric: str) -> str:
+    """What a plot calls `metric`: the figure of merit by its run's name for it (val_accuracy)."""
+    return (df.attrs.get("metric") or metric) if metric == "objective" else metric
+
+
 def _with_times(df):
     """`df` with `start` and `end` as datetimes: a results.csv read with pandas holds them as text."""
     import pandas as pd
@@ -151,7 +156,7 @@ def plot_history(df, *, direction: str | None = None, metric: str = "objective")
                   where="post", color="tab:red", label="best so far")
     by_trial.set_xlabel("trial")
     by_trial.xaxis.set_major_locator(MaxNLocator(integer=True))
-    by_trial.set_ylabel(metric)
+    by_trial.set_ylabel(_label(df, metric))
     t0 = df["start"].dropna().min()
 
     def minutes(rows):
@@ -163,7 +168,7 @@ def plot_history(df, *, direction: str | None = None, metric: str = "objective")
     by_time.set_xlabel("minutes since the search started")
     others = int((df["status"] != "completed").sum())
     by_trial.legend(title=f"{len(done)} completed, {others} not", fontsize="small")
-    fig.suptitle(f"Optimization history ({direction} {metric}{_drawn(shown, done)})")
+    fig.suptitle(f"Optimization history ({direction} {_label(df, metric)}{_drawn(shown, done)})")
     return fig
 
 
@@ -241,7 +246,7 @@ def plot_importance(df, *, metric: str = "objective", log_params: Iterable[str] 
     fig = _figure(7.0, 1.2 + 0.45 * len(names))
     ax = fig.subplots()
     ax.barh(names, [share[n] for n in names], color="tab:blue")
-    ax.set_xlabel(f"share of {metric}'s variation (random-forest permutation importance)")
+    ax.set_xlabel(f"share of {_label(df, metric)}'s variation (random-forest permutation importance)")
     ax.set_xlim(0, 1)
     ax.set_title("Parameter importance")
     return fig
@@ -284,7 +289,7 @@ def plot_parallel(df, *, direction: str | None = None, metric: str = "objective"
     ax.set_yticks([])
     inactive_shown = any(pos == INACTIVE_AT for _, ticks in labels for pos, _ in ticks)
     ax.set_ylim((INACTIVE_AT if inactive_shown else 0.0) - 0.05, 1.05)
-    fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=metric)
+    fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=_label(df, metric))
     ax.set_title(f"Parallel coordinates ({len(every):,} completed trials{_drawn(done, every)})")
     return fig
 
@@ -343,9 +348,9 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
     for ax in panels[len(names):]:
         ax.set_visible(False)
     for ax in panels[::cols]:
-        ax.set_ylabel(metric)
+        ax.set_ylabel(_label(df, metric))
     fig.colorbar(points, ax=list(panels[:len(names)]), label="trial", ticks=MaxNLocator(integer=True))
-    fig.suptitle(f"Slices: {metric} against each parameter ({direction}{_drawn(done, every)})")
+    fig.suptitle(f"Slices: {_label(df, metric)} against each parameter ({direction}{_drawn(done, every)})")
     return fig
 
 

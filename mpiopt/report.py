@@ -143,14 +143,15 @@ def _top_table(df, direction: str, top: int = 10) -> str:
     (an empty objective column says nothing)."""
     completed = df["status"] == TrialStatus.COMPLETED.value
     if completed.any():
-        cols = ["trial", "status", "objective", *view.param_columns(df), "epochs", "duration_s", "group"]
+        cols = ["trial", "status", "objective", *view.param_columns(df), "epochs", "rung", "duration_s", "group"]
         return _table(best_trials(df, direction, top), cols)
     ended = df[[TrialStatus.parse(s).is_finished() for s in df["status"]]]
     if ended.empty:
         return "<p>No trial has finished yet.</p>"
     errors_first = ended.sort_values("error", key=lambda e: e.isna(), kind="stable") if "error" in ended else ended
     return ("<p>No trial completed. The first that ended otherwise, errors first:</p>"
-            + _table(errors_first.head(top), ["trial", "status", *view.param_columns(df), "epochs", "group", "error"]))
+            + _table(errors_first.head(top),
+                     ["trial", "status", *view.param_columns(df), "epochs", "rung", "group", "error"]))
 
 
 def _table(df, cols: list[str]) -> str:

@@ -52,6 +52,12 @@ def test_plots_take_the_direction_of_the_run_the_table_came_from(tmp_path):
     best_line = fig.axes[0].lines[0].get_ydata()
     assert best_line[-1] == pytest.approx(completed(table).objective.max()) and np.all(np.diff(best_line) >= 0)
     assert "maximize" in fig._suptitle.get_text()
+    # the figure of merit by its run's name for it, not the table's column `objective`
+    config.write_text(config.read_text().replace("maximize: objective", "maximize: val_accuracy"))
+    table = mpiopt.load_results(run)
+    fig = plots.plot_history(table)
+    assert "(maximize val_accuracy)" in fig._suptitle.get_text() and fig.axes[0].get_ylabel() == "val_accuracy"
+    assert plots.plot_slices(table)._suptitle.get_text().startswith("Slices: val_accuracy against")
 
 
 def test_a_direction_the_table_cannot_tell_must_be_said_and_be_one_of_two(df, tmp_path):
@@ -290,6 +296,8 @@ def test_a_parameter_named_like_a_column_of_the_table_keeps_its_prefix():
     assert "params_epochs" in header and header.count("epochs") == 1 and "x" in header
     page = _top_table(df, "minimize")
     assert "<th>params_epochs</th>" in page and page.count("<th>epochs</th>") == 1
+    assert "<th>rung</th>" in page  # as mpiopt results shows it, where a scheduler judged trials
+    assert "<th>rung</th>" not in _top_table(df.drop(columns="rung"), "minimize")
 
 
 def test_report_out_may_name_the_page(tmp_path):
