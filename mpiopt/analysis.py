@@ -137,6 +137,9 @@ def _typed(df):
     for col in ("epochs", "rung", "group", "ranks"):
         if col in df:
             df[col] = df[col].astype("Int64")
+    count = pd.to_numeric(df["params"], errors="coerce") if "params" in df else None
+    if count is not None and (count.dropna() % 1 == 0).all():  # a model's parameter count (a function's may be any)
+        df["params"] = count.astype("Int64")
     return df
 
 

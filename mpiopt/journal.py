@@ -39,6 +39,7 @@ HEARTBEAT_EVERY_S = 10.0
 LOG = "search.log"  # the coordinator's log lines, appended across resumes
 ERROR_TEXT = "error.txt"  # in trials/<id>/: a failed trial's whole error text
 CHECKPOINT = ("checkpoint.npz", "checkpoint.json")  # in trials/<id>/: a trial's last checkpoint (mpiopt.learn)
+PARAM_COUNT = "params"  # a model trial's parameter count: a metric in the journal, an integer column in the table
 TRAIN_INFO = "train.yaml"  # beside `mpiopt train`'s weights: the configuration and values it trained
 FORMAT_VERSION = 2  # the journal's first record says so; journals without one (version 1) read the same
 MIN_FREE_BYTES = 16 * 2**20  # room for a journal, a table and a few checkpoints, checked at start
@@ -128,7 +129,7 @@ def _columns(trials: list[TrialRecord], param_names: list[str],
         for k in t.metrics:
             if k not in metric_names and k not in ("epochs", "objective"):
                 metric_names.append(k)
-    metric_names.sort(key=lambda k: (k.startswith("val_"), k))
+    metric_names.sort(key=lambda k: (k == PARAM_COUNT, k.startswith("val_"), k))  # the count after the metrics
     extra = sorted({k for t in trials for k in t.params if k not in param_names})
     names = list(param_names) + extra
     rung = ["rung"] if any(t.rung is not None for t in trials) else []  # only where a scheduler judged trials
@@ -152,6 +153,8 @@ def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool,
         row[f"params_{n}"] = t.params.get(n)
     for m in metric_names:
         row[m] = t.metrics.get(m)
+    if isinstance(row.get(PARAM_COUNT), float) and row[PARAM_COUNT].is_integer():  # journaled as a metric, a float
+        row[PARAM_COUNT] = int(row[PARAM_COUNT])
     row["epochs"] = t.epochs
     row["rung"] = t.rung
     row["start"] = iso(t.first_start if t.first_start is not None else t.start)

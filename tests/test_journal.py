@@ -246,6 +246,24 @@ def test_result_columns_follow_spec():
         assert c in cols
 
 
+def test_a_models_parameter_count_is_a_whole_number_after_its_metrics(tmp_path):
+    import mpiopt
+    from mpiopt.journal import RunDir
+
+    done = {**finish(0), "metrics": {"val_loss": 0.5, "params": 23050.0, "loss": 0.4}}  # journaled as a metric
+    cols, rows = result_rows(replay([start(0, 0.1), done]).values(), ["x"])
+    assert cols[cols.index("params_x") + 1:cols.index("epochs")] == ["loss", "val_loss", "params"]  # as README lists
+    assert rows[0]["params"] == 23050 and isinstance(rows[0]["params"], int)
+    rd = RunDir(tmp_path / "run")
+    rd.open(resume=False, config_text="name: t\n")
+    for e in (start(0, 0.1), done):
+        rd.append(e)
+    rd.write_results(list(replay(rd.events()[0]).values()), ["x"])
+    rd.close()
+    assert ",23050," in (tmp_path / "run" / "results.csv").read_text()  # not 23050.0
+    assert str(mpiopt.load_results(tmp_path / "run")["params"].dtype) == "Int64"
+
+
 def test_full_file_system_is_refused_at_start(tmp_path, monkeypatch):
     import shutil as sh
     from collections import namedtuple
