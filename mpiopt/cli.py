@@ -420,10 +420,21 @@ def _run_search(cfg, plan, comm, run_dir, journal: _Journal, placement: str | No
     if summary.retired:
         # their ranks are stuck in user code and would keep the job from ending: the journal and
         # table are complete, so end the MPI job here
-        log.warning("group%s %s did not come back (lost or stuck); ending the MPI job (MPI_Abort) to free their ranks",
-                    "s" if len(summary.retired) > 1 else "", ", ".join(map(str, summary.retired)))
+        log.warning("%s; ending the MPI job (MPI_Abort) to free their ranks", _retired_text(summary))
         abort_job(comm, code, END_GRACE_S)
     return code
+
+
+def _retired_text(summary) -> str:
+    """'group 1 lost (a node died), group 3 did not come back (stuck)': which groups the search
+    gave up on, and why."""
+    def groups(numbers: list[int]) -> str:
+        return f"group{'s' * (len(numbers) > 1)} {', '.join(map(str, numbers))}"
+
+    stuck = [g for g in summary.retired if g not in summary.lost]
+    parts = [f"{groups(summary.lost)} lost (a node died)"] if summary.lost else []
+    parts += [f"{groups(stuck)} did not come back (stuck)"] if stuck else []
+    return ", ".join(parts)
 
 
 def _announce(cfg, plan, run_dir, placement: str | None) -> None:

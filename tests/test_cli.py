@@ -538,3 +538,13 @@ def test_train_names_where_its_values_come_from():
     assert _origin_of_values(_Job(None, Path("o"), {}, 6)) == " (trial 6: its values and seed)"
     assert _origin_of_values(_Job(None, Path("o"), {}, 6, ("units", "epochs"))) == \
         " (trial 6: its values and seed, units, epochs as --set)"
+
+
+def test_the_end_of_a_search_says_which_groups_it_gave_up_on_and_why():
+    from mpiopt.cli import _retired_text
+    from mpiopt.coordinator import Summary
+
+    assert _retired_text(Summary({}, None, retired=[1], lost=[1])) == "group 1 lost (a node died)"
+    assert _retired_text(Summary({}, None, retired=[2, 0, 1], lost=[0, 1])) == \
+        "groups 0, 1 lost (a node died), group 2 did not come back (stuck)"
+    assert _retired_text(Summary({}, None, retired=[3])) == "group 3 did not come back (stuck)"
