@@ -377,18 +377,22 @@ def _keep_a_raised_budget(cfg, ran: dict):
 
 def _refuse_a_budget_already_spent(cfg, trials: dict[int, TrialRecord], out: Path, budget_given: bool) -> None:
     """A --resume whose `--trials` (`budget_given`) or search.trials is below the trials the
-    journal finished and the interrupted ones it runs again would stop past its budget at once."""
+    journal started (finished, interrupted ones it runs again, paused ones a promotion may
+    continue) would stop past its budget at once."""
+    shown = [t.shown_status(live=False) for t in trials.values()]
     finished = sum(1 for t in trials.values() if t.status.is_finished())
-    rerun = sum(1 for t in trials.values() if t.shown_status(live=False) == TrialStatus.INTERRUPTED)
-    if cfg.search.trials >= finished + rerun:
+    rerun, paused = shown.count(TrialStatus.INTERRUPTED), shown.count(TrialStatus.PAUSED)
+    started = finished + rerun + paused
+    if cfg.search.trials >= started:
         return
-    spent = (f"the {finished + rerun} trials already started in {out} ({finished} finished, {rerun} interrupted, "
-             "which --resume runs again)" if rerun else f"the {finished} trials already finished in {out}")
-    text = f"{cfg.search.trials} is fewer than {spent}; resume with a budget of at least {finished + rerun}"
+    kinds = [f"{finished} finished"] + [f"{rerun} interrupted, which --resume runs again"] * bool(rerun) \
+        + [f"{paused} paused"] * bool(paused)
+    spent = (f"the {started} trials already started in {out} ({', '.join(kinds)})" if rerun or paused
+             else f"the {finished} trials already finished in {out}")
+    text = f"{cfg.search.trials} is fewer than {spent}; resume with a budget of at least {started}"
     if budget_given:
         raise ConfigError(f"--trials: {text}")
-    raise ConfigError(f"{text} (--trials {finished + rerun})", source=cfg.source or str(cfg.path),
-                      field="search.trials")
+    raise ConfigError(f"{text} (--trials {started})", source=cfg.source or str(cfg.path), field="search.trials")
 
 
 def _coordinate(cfg, plan, comm, run_dir, journal: _Journal, placement: str | None = None,

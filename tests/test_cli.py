@@ -143,6 +143,12 @@ def test_a_resume_budget_counts_the_interrupted_trials_it_runs_again(write_yaml,
     with pytest.raises(ConfigError, match=r"^--trials: 4 is fewer than the 5 trials .* of at least 5$"):
         _refuse_a_budget_already_spent(cfg, trials, Path("out"), budget_given=True)  # the flag's value, not the file's
     _refuse_a_budget_already_spent(cfg.with_search(trials=5), trials, Path("out"), budget_given=False)
+    # a paused trial is started too: a promotion may continue it within the budget
+    trials[5] = TrialRecord(trial=5, params={}, status=TrialStatus.PAUSED)
+    with pytest.raises(ConfigError, match=r"^--trials: 5 is fewer than the 6 trials already started in out \(4 "
+                                          r"finished, 1 interrupted, which --resume runs again, 1 paused\); resume "
+                                          r"with a budget of at least 6$"):
+        _refuse_a_budget_already_spent(cfg.with_search(trials=5), trials, Path("out"), budget_given=True)
 
 
 def test_bad_inputs_exit_2_with_one_line(write_yaml, tmp_path):
