@@ -335,9 +335,11 @@ def _check_pareto(objective: Objective, search: SearchSettings, source: str) -> 
 
 def _check_scheduler(search: SearchSettings, training: dict[str, Any], space: Space, source: str) -> None:
     """A scheduler judges trials before their last epoch: it needs a first rung below it. ASHA's
-    and Hyperband's rungs climb to training.epochs, which every trial must be able to reach."""
-    if search.scheduler in ("asha", "hyperband") and "epochs" in space.names:
-        raise ConfigError(f"the {search.scheduler} scheduler's rungs climb to training.epochs "
+    and Hyperband's rungs climb to training.epochs, which every trial must be able to reach, and
+    the median rule judges every epoch up to it (a function's trial.should_stop ends there)."""
+    if search.scheduler != "none" and "epochs" in space.names:
+        what = "rungs climb" if search.scheduler in ("asha", "hyperband") else "rule judges each epoch up"
+        raise ConfigError(f"the {search.scheduler} scheduler's {what} to training.epochs "
                           f"({training['epochs']}), so epochs cannot be searched as well: set training.epochs to "
                           "the most a trial may train and let the scheduler stop the others early (or search "
                           "epochs with scheduler: none)", source=source, field="parameters.epochs")

@@ -433,8 +433,9 @@ def test_bad_scheduler_settings_are_one_line_errors(write_yaml, search, training
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("scheduler", ["asha", "hyperband"])
-def test_epochs_searched_under_rungs_to_training_epochs_is_refused(write_yaml, scheduler):
+@pytest.mark.parametrize("scheduler, what", [("asha", "rungs climb"), ("hyperband", "rungs climb"),
+                                              ("median", "rule judges each epoch up")])
+def test_epochs_searched_under_a_scheduler_is_refused(write_yaml, scheduler, what):
     from mpiopt._errors import ConfigError
 
     text = """
@@ -442,11 +443,11 @@ def test_epochs_searched_under_rungs_to_training_epochs_is_refused(write_yaml, s
         parameters: {epochs: {type: integer, low: 3, high: 9}, units: {type: integer, low: 2, high: 8}}
         search: {scheduler: %s}
     """
-    with pytest.raises(ConfigError, match=rf"parameters\.epochs: the {scheduler} scheduler's rungs climb to "
+    with pytest.raises(ConfigError, match=rf"parameters\.epochs: the {scheduler} scheduler's {what} to "
                        r"training\.epochs \(10\), so epochs cannot be searched as well") as info:
         load_config(write_yaml(text % scheduler), resolve=False)
     assert "\n" not in str(info.value)
-    assert load_config(write_yaml(text % "median"), resolve=False).space.names == ["epochs", "units"]
+    assert load_config(write_yaml(text % "none"), resolve=False).space.names == ["epochs", "units"]
 
 
 def test_status_tells_the_time_left_of_an_asha_search_from_its_epochs(cfg, tmp_path):
