@@ -37,3 +37,15 @@ class TrialTimeout(MpioptError):
 
 class GroupPeerFailed(MpioptError):
     """Raised on the ranks of a group when another rank of the group failed the trial."""
+
+
+class GroupPeerReturned(GroupPeerFailed):
+    """Raised on a rank of a `function(params, comm)` group that waits in an operation of the
+    group which a peer, whose function has returned, will never join: the objective's misuse."""
+
+    def __init__(self, peer: int, rank: int) -> None:
+        super().__init__(f"rank {peer} returned from the function while rank {rank} waited for it in a call of comm "
+                         "(or trial.should_stop): every rank of the group must make the same calls")
+
+    def line(self) -> str:
+        return str(self.args[0])

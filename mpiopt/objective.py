@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ._errors import TrialFailed, TrialTimeout
+from ._errors import GroupPeerReturned, TrialFailed, TrialTimeout
 from .config import Config, import_callable
 from .trial import TrialResult, TrialStatus
 
@@ -290,7 +290,7 @@ class TrialRunner:
                 return self._train(params, training, comm, trial, trial_dir, reporter, began)
         except TrialTimeout as exc:
             return TrialResult(status=TrialStatus.TIMEOUT, error=str(exc))
-        except (UnknownParameter, ReportMisuse) as exc:
+        except (UnknownParameter, ReportMisuse, GroupPeerReturned) as exc:
             return TrialResult(status=TrialStatus.FAILED, error=exc.line(), detail=error_detail(exc), misuse=True)
         except Exception as exc:  # user code: any exception fails the trial, never the search
             return TrialResult(status=TrialStatus.FAILED, error=error_text(exc), detail=error_detail(exc))
@@ -316,6 +316,8 @@ class TrialRunner:
             context = kwargs["trial"] = TrialContext(trial, reporter, comm if o.takes_comm else None,
                                                      None if o.pareto else o.metric, top)
         value = self.fn(Params(params), comm, **kwargs) if o.takes_comm else self.fn(Params(params), **kwargs)
+        if o.takes_comm and comm.Get_size() > 1:  # a peer still waiting for this rank in a collective gives up
+            comm.notify_return()
         if context is not None and context.misuse:
             raise ReportMisuse(context.misuse)
         if rank != 0:

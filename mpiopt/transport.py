@@ -22,7 +22,7 @@ from typing import Any
 from collections.abc import Callable, Sequence
 
 from . import _env
-from ._errors import GroupPeerFailed
+from ._errors import GroupPeerFailed, GroupPeerReturned
 from .trial import Report, Task, TrialResult
 
 TAG_TASK, TAG_RESULT, TAG_STOP, TAG_OUTCOME, TAG_FAIL, TAG_USER = 11, 12, 13, 14, 15, 16
@@ -35,6 +35,7 @@ TAG_PULSE = 19  # "this rank lives": a group's ranks to the coordinator, every P
 # trial never looks dead.
 PULSE_S = 2.0
 LOST_AFTER_S = 8.0
+RETURNED_GRACE_S = 5.0  # a rank's wait on an operation its returned peer joined ends well within this
 # A rank's last pulse to a peer is this one byte (the others are empty). MPI_Finalize must find no
 # pulse unreceived (MPICH kills the sender of one), so at the end each side takes in its peers'
 # pulses up to their last one.
@@ -773,26 +774,49 @@ class GroupComm:
         self._notice_buf = np.zeros(1, dtype=np.int32)
         self._notice = self._ctrl.Irecv([self._notice_buf, MPI.INT32_T], source=MPI.ANY_SOURCE, tag=TAG_FAIL)
         self._sent: list = []
-        self._notified: list[int] = []  # the ranks this rank sent a failure notice
+        self._notified: list[int] = []  # the ranks this rank sent a notice
         self.failed_peer: int | None = None
+        self.returned_peer: int | None = None  # a rank whose function returned (its notice: rank + size)
+        self._returned_at: float | None = None
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
 
     # -- failure notices ---------------------------------------------------------------------
     def _check(self) -> None:
-        if self.failed_peer is None and self._notice.Test():
-            self._note_failure()
+        """Before an operation: give up if a peer failed, or returned (it will never join)."""
+        self._look()
+        if self.returned_peer is not None:
+            raise GroupPeerReturned(self.returned_peer, self.rank)
+
+    def _interrupt(self) -> None:
+        """While an operation waits: give up if a peer failed, or returned RETURNED_GRACE_S ago
+        (an operation it joined before it returned completes meanwhile; one it never joined does not)."""
+        self._look()
+        if self.returned_peer is not None and time.monotonic() - self._returned_at > RETURNED_GRACE_S:
+            raise GroupPeerReturned(self.returned_peer, self.rank)
+
+    def _look(self) -> None:
+        if self.failed_peer is None and self.returned_peer is None and self._notice.Test():
+            self._note_notice()
         if self.failed_peer is not None:
             raise GroupPeerFailed(f"rank {self.failed_peer} of the group failed this trial")
 
     def notify_failure(self) -> None:
         """Tell the other ranks of the group that this rank failed the trial."""
+        self._notify(self.rank)
+
+    def notify_return(self) -> None:
+        """Tell the other ranks that this rank's function returned: one still waiting in an
+        operation of the group then gives up instead of hanging."""
+        self._notify(self.rank + self.size)
+
+    def _notify(self, value: int) -> None:
         import numpy as np
 
-        me = np.array([self.rank], dtype=np.int32)
+        notice = np.array([value], dtype=np.int32)
         for r in range(self.size):
             if r != self.rank:
-                self._sent.append(self._ctrl.Isend([me, self._MPI.INT32_T], dest=r, tag=TAG_FAIL))
+                self._sent.append(self._ctrl.Isend([notice, self._MPI.INT32_T], dest=r, tag=TAG_FAIL))
                 self._notified.append(r)
 
     def close(self) -> None:
@@ -827,16 +851,20 @@ class GroupComm:
                 self._notice.Wait()
             return
         wait(self._notice)
-        self._note_failure()
+        self._note_notice()
         for _ in range(due - 1):
             wait(self._ctrl.Irecv([self._notice_buf, self._MPI.INT32_T], source=self._MPI.ANY_SOURCE, tag=TAG_FAIL))
 
-    def _note_failure(self) -> None:
-        if self.failed_peer is None:
-            self.failed_peer = int(self._notice_buf[0])
+    def _note_notice(self) -> None:
+        value = int(self._notice_buf[0])
+        if value >= self.size:
+            if self.returned_peer is None:
+                self.returned_peer, self._returned_at = value - self.size, time.monotonic()
+        elif self.failed_peer is None:
+            self.failed_peer = value
 
     def _wait(self, req, spin: float | None = None) -> None:
-        wait(req, interrupt=self._check, spin=spin)
+        wait(req, interrupt=self._interrupt, spin=spin)
 
     def _wait_recv(self, req) -> None:
         """Wait for a receive; one given up on a peer's failure is cancelled, not left posted."""
@@ -910,7 +938,8 @@ class GroupComm:
     # ranks of one job, never state read back from disk.
     def bcast(self, obj: Any = None, root: int = 0) -> Any:
         self._check()
-        data = bcast_bytes(self._comm, pickle.dumps(obj) if self.rank == root else None, root, interrupt=self._check)
+        data = bcast_bytes(self._comm, pickle.dumps(obj) if self.rank == root else None, root,
+                           interrupt=self._interrupt)
         return pickle.loads(data)
 
     def allgather(self, obj: Any) -> list[Any]:
@@ -948,7 +977,7 @@ class GroupComm:
 
     def recv(self, source: int = 0, tag: int = 0) -> Any:
         self._check()
-        data, _ = recv_bytes(self._comm, source, TAG_USER + tag, interrupt=self._check)
+        data, _ = recv_bytes(self._comm, source, TAG_USER + tag, interrupt=self._interrupt)
         return pickle.loads(bytes(data))
 
     # -- non-blocking pieces for mpiopt.learn's master loop -----------------------------------

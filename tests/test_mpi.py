@@ -1,6 +1,7 @@
 """Real `mpiexec` runs: groups, group communicators, a failing rank, kill -9 and resume, bad input."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -131,6 +132,60 @@ every = world.gather(seen)
 if world.Get_rank() == 0:
     print(every, flush=True)
 """
+
+
+
+def test_a_rank_that_returns_while_its_peer_waits_for_it_stops_the_search(write_yaml, tmp_path):
+    p = run_cli(["search", space(write_yaml, "ret", fn="returning_rank", trials=4, group_size=2)], cwd=tmp_path,
+                np=3, timeout=120)
+    assert p.returncode == 2, p.stderr
+    errors = [line for line in p.stderr.splitlines() if line.startswith("mpiopt: error:")]
+    assert len(errors) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "returning_rank: group rank 0: rank 1 returned from the function while rank 0 waited for it" in errors[0]
+
+
+RETURNED_PEER = """
+import time
+from mpi4py import MPI
+from mpiopt._errors import GroupPeerReturned
+from mpiopt.transport import GroupComm
+world = MPI.COMM_WORLD
+rank = world.Get_rank()
+seen = []
+for trial in range(3):  # every rank makes the same calls: a peer that returned first is no misuse
+    comm = GroupComm(world)
+    if rank == trial:
+        time.sleep(0.3)
+    seen.append(comm.allreduce(1))
+    comm.notify_return()
+    comm.close()
+comm = GroupComm(world)  # rank 1 returns without the call its peers wait in: they give up
+began = time.monotonic()
+try:
+    if rank != 1:
+        comm.allreduce(1)
+    seen.append("returned")
+except GroupPeerReturned as exc:
+    seen.append(f"{exc.line()} after {time.monotonic() - began:.0f} s")
+comm.notify_return()
+comm.close()
+every = world.gather(seen)
+if rank == 0:
+    print(every, flush=True)
+"""
+
+
+def test_a_rank_waiting_for_a_peer_whose_function_returned_gives_up():
+    p = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, "-c", RETURNED_PEER], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    every = ast.literal_eval(p.stdout.strip())
+    assert [seen[:3] for seen in every] == [[3, 3, 3]] * 3
+    assert every[1][3] == "returned"
+    for rank in (0, 2):
+        assert re.fullmatch(rf"rank 1 returned from the function while rank {rank} waited for it in a call of comm "
+                            r"\(or trial.should_stop\): every rank of the group must make the same calls after [5-9] s",
+                            every[rank][3]), every[rank][3]
 
 
 def test_failure_notices_never_leak_into_the_next_trial():
