@@ -161,7 +161,8 @@ def load_timeline(path: str | os.PathLike):
 def load_history(path: str | os.PathLike):
     """Every trial's per-epoch reports (SPEC §5): a DataFrame, one row a trial and epoch, with
     `trial`, `epoch` and one column a metric. An epoch reported twice (a trial re-run from its
-    checkpoint after a crash) keeps its last report."""
+    checkpoint after a crash) keeps its last report, the one later epochs went on from (a
+    scheduler judged the first)."""
     import pandas as pd
 
     rows: dict[tuple[int, int], dict] = {}
