@@ -754,7 +754,8 @@ class Coordinator:
         journaled (with a pause, if any) before the decision (`continue`, `pause`, `stop`) goes
         back to a group that waits for one."""
         decision = self._take_report(report.trial, report.epoch, report.metrics)
-        event = report_event(report, time.time(), paused=decision is Decision.PAUSE)
+        event = report_event(report, time.time(), paused=decision is Decision.PAUSE,
+                             rung=self.scheduler.rung(report.trial))
         self._journal(event)
         apply_event(self.trials, event)
         return decision.value if report.decide else None

@@ -167,14 +167,17 @@ def start_event(task: Task, group: int, ranks: int, now: float, promoted: bool =
     return clean(event)
 
 
-def report_event(report: Report, now: float, paused: bool = False) -> dict[str, Any]:
+def report_event(report: Report, now: float, paused: bool = False, rung: int | None = None) -> dict[str, Any]:
     """The journal's record of one epoch's metrics of a running trial; `paused`: the scheduler
     paused the trial at this report (a replay of the scheduler decides the same; the mark lets a
-    reader of the journal alone tell such a trial from an interrupted one)."""
+    reader of the journal alone tell such a trial from an interrupted one); `rung`: the highest
+    rung it has been judged at so far, which the table of a killed search shows."""
     event = {"event": "report", "trial": report.trial, "epoch": report.epoch, "metrics": report.metrics,
              "time": now}
     if paused:
         event["decision"] = "pause"
+    if rung is not None:
+        event["rung"] = rung
     return clean(event)
 
 
@@ -233,8 +236,7 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
         if isinstance(epoch, int) and not isinstance(epoch, bool):
             rec.epochs = max(rec.epochs or 0, epoch)
         rec.pause_decided = event.get("decision") == "pause"
-        if rec.pause_decided:
-            rec.rung = epoch
+        rec.rung = event.get("rung", epoch if rec.pause_decided else rec.rung)
         return rec
     if kind != "finish":
         return None

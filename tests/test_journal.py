@@ -64,6 +64,10 @@ def test_a_running_trial_the_scheduler_had_paused_shows_as_paused_once_the_searc
     # how far each got, and the rung the cut-off one was paused at, though no result says so
     rows = {r["trial"]: r for r in result_rows(trials.values(), ["x"], live=False)[1]}
     assert [(rows[n]["epochs"], rows[n]["rung"]) for n in (0, 1, 2)] == [(1, 1), (1, None), (2, 1)]
+    # one that passed rung 1 and was cut off training on: its reports carry the rung it passed
+    passed = replay([start(3, 0.4), {**report(3, 1), "rung": 1}, {**report(3, 2), "rung": 1}])
+    assert [(r["status"], r["epochs"], r["rung"]) for r in result_rows(passed.values(), ["x"], live=False)[1]] == \
+        [("interrupted", 2, 1)]
 
 
 def test_a_trial_resumed_from_its_checkpoint_counts_its_earlier_training(tmp_path):

@@ -21,7 +21,7 @@ from test_coordinator import branin
 
 from mpiopt.config import load_config
 from mpiopt.coordinator import Coordinator
-from mpiopt.journal import RunDir
+from mpiopt.journal import RunDir, replay
 from mpiopt.scheduler import make_scheduler
 from mpiopt.search import RungModel, make_searcher
 from mpiopt.status import status_text
@@ -216,6 +216,11 @@ def test_a_killed_scheduled_search_replays_and_resumes_without_losing_or_repeati
     shown = {n: t.shown_status(live=False) for n, t in trials.items()}
     assert {n for n, s in shown.items() if s == TrialStatus.PAUSED} == set(live.paused())
     assert all(s != TrialStatus.RUNNING for s in shown.values())
+    # and the journal alone (what the table of a killed search shows) says the rung each was
+    # judged at, paused or cut off training on past it
+    table = replay(before)
+    assert all(table[n].rung == live.rung(n) for n in trials)
+    assert any(s == TrialStatus.INTERRUPTED and table[n].rung for n, s in shown.items())
 
     with caplog.at_level("INFO", logger="mpiopt"):
         _, summary = run(cfg, path, CurveGroups(3, done_epochs=groups.done), resume=True)
