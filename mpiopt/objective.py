@@ -221,7 +221,8 @@ class TrialContext:
             stopped, diverged, top = zip(*self._comm.allgather((self._stopped, self.diverged, self.at_top)),
                                          strict=True)
             self._stopped = any(stopped)
-            self.diverged = self.diverged or next((d for d in diverged if d is not None), None)
+            self.diverged = self.diverged or next((f"{d} (reported by group rank {r})" for r, d in enumerate(diverged)
+                                                   if d is not None), None)
             self._top_reached = any(top)
         return self.stopped or self.at_top
 

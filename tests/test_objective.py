@@ -219,3 +219,17 @@ training: {epochs: 3, batch_size: 50}
     promoted = runner.run({"units": 6}, None, trial=0, trial_dir=tmp_path / "t0")
     # the first stretch loaded the data (2 s) before it trained: its time counts in the trial's
     assert promoted.status == TrialStatus.COMPLETED and promoted.epochs == 3 and promoted.resumed_s >= 2.0
+
+
+def test_a_peer_rank_that_diverged_is_named():
+    from mpiopt.objective import TrialContext
+
+    class TwoRanks:  # rank 0 of a group whose rank 1 reported NaN: what allgather brings in
+        def Get_rank(self):
+            return 0
+
+        def allgather(self, mine):
+            return [mine, (False, "objective is nan at step 2", False)]
+
+    context = TrialContext(0, None, TwoRanks(), "objective", None)
+    assert context.should_stop() and context.diverged == "objective is nan at step 2 (reported by group rank 1)"
