@@ -753,6 +753,7 @@ class Coordinator:
         """A running trial's epoch: judged by the scheduler, told to the searcher at a rung, and
         journaled (with a pause, if any) before the decision (`continue`, `pause`, `stop`) goes
         back to a group that waits for one."""
+        self._warn_of_rungs_skipped(report.trial, self._reached.get(report.trial, 0), report.epoch)
         decision = self._take_report(report.trial, report.epoch, report.metrics)
         event = report_event(report, time.time(), paused=decision is Decision.PAUSE,
                              rung=self.scheduler.rung(report.trial))
@@ -949,6 +950,22 @@ class Coordinator:
         where = self.cfg.objective.function or self.cfg.objective.model
         log.warning("trial %d completed without reporting a step, so search.scheduler %s could not judge it: "
                     "%s must call trial.report(step, ...) as it goes", n, self.scheduler.name, where)
+
+    def _warn_of_rungs_skipped(self, n: int, last: int, step: int) -> None:
+        """Once a search: a function whose steps jump over a decision epoch (steps 2, 4, ... past
+        rungs 1, 3 and 9), where the scheduler never judges it: it judges the steps reported."""
+        if "skipped" in self._warned_steps or self.cfg.objective.kind != "function":
+            return
+        decisions = self.scheduler.decision_epochs(n)
+        skipped = [d for d in decisions if last < d < step]
+        if not skipped:
+            return
+        self._warned_steps.add("skipped")
+        log.warning("trial %d reported step %d %s, past step %s where search.scheduler %s judges a trial: it "
+                    "judges only the steps reported, so %s must report every step (or at least steps %s)",
+                    n, step, f"after step {last}" if last else "first", ", ".join(map(str, skipped)),
+                    self.scheduler.name, self.cfg.objective.function,
+                    ", ".join(map(str, decisions)) if len(decisions) <= 8 else f"{decisions[0]} to {decisions[-1]}")
 
     def _warn_of_steps_not_judged(self, n: int, result: TrialResult) -> None:
         """Once a search each: a function that reported steps after the scheduler stopped it (it

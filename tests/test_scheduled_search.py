@@ -385,6 +385,24 @@ def test_a_function_that_never_reports_gets_one_warning(cfg, tmp_path, caplog):
     assert len(warnings) == 1 and "objectives.py:branin must call trial.report(step, ...)" in warnings[0]
 
 
+def test_a_function_whose_steps_skip_the_rungs_gets_one_warning(cfg, tmp_path, caplog):
+    class EvenSteps(CurveGroups):
+        def recv_message(self, timeout=None):
+            group, task = self.queue.pop(0)
+            value = branin(task.params)
+            for step in (2, 4, 6, 8):
+                self.on_report(group, Report(task.trial, step, {"objective": value}, decide=step in task.decide_at))
+            return group, TrialResult(trial=task.trial, objective=value, metrics={"objective": value}, epochs=8,
+                                      start=1.0, end=2.0)
+
+    with caplog.at_level("WARNING", logger="mpiopt"):
+        run(cfg.with_search(trials=4), tmp_path / "run", EvenSteps(2))
+    warnings = [r.getMessage() for r in caplog.records if "judges only the steps reported" in r.getMessage()]
+    assert warnings == ["trial 0 reported step 2 first, past step 1 where search.scheduler asha judges a trial: it "
+                        "judges only the steps reported, so objectives.py:branin must report every step (or at "
+                        "least steps 1, 3)"]
+
+
 def test_the_median_rule_prunes_trials_worse_than_the_median(cfg, tmp_path):
     _, summary = run(cfg, tmp_path / "run", CurveGroups(2), name="median")
     pruned = [t for t in summary.trials.values() if t.status == TrialStatus.PRUNED]
