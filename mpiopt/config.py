@@ -551,8 +551,9 @@ def _choice(value: Any, allowed: tuple, source: str, field: str, *, fold: bool =
         for a in allowed:
             if value == a or (fold and value.lower() == a.lower()):
                 return a
-    raise ConfigError(f"expected one of {', '.join(allowed)}, got {value!r}{did_you_mean(str(value), allowed)}",
-                      source=source, field=field)
+    hint = " (YAML reads a bare on, off, yes, no, true or false as a boolean)" if isinstance(value, bool) else \
+        did_you_mean(str(value), allowed)
+    raise ConfigError(f"expected one of {', '.join(allowed)}, got {value!r}{hint}", source=source, field=field)
 
 
 def _parse_search(raw: Any, source: str) -> SearchSettings:

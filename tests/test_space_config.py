@@ -82,6 +82,8 @@ BAD = [
     ("objective: [unclosed", ["invalid YAML", "line 1"]),
     ("search:\n  trials: [12\n  seed: 0\n", ["invalid YAML: line 3, column 7", "flow sequence at line 2, column 11"]),
     ("objective:\n  function: obj.py:\n", ["invalid YAML: line 2, column 19", "ends in ':' must be in quotes"]),
+    (GOOD + "search: {scheduler: off}\n", ["search.scheduler: expected one of none, asha, hyperband, median, got False "
+                                           "(YAML reads a bare on, off, yes, no, true or false as a boolean)"]),
     ("- a\n- b\n", ["expected a mapping"]),
     ("", ["file is empty"]),
     ("objective: !!python/object/apply:os.system ['echo hacked']\n", ["YAML tag not allowed", "safe loader"]),
