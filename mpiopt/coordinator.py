@@ -108,8 +108,9 @@ class Summary:
     stopped: str | None = None  # why the search stopped before its budget (max_failures, no groups left)
     exit_code: int = 0  # 1 when stopped, 2 when the objective broke its contract
     sent_ahead: int = 0  # trials sent to a group before it finished the one it was running
-    # a new search that stopped on its objective's misuse with nothing else finished: its run
-    # directory holds nothing worth keeping, and would refuse the fixed objective's search
+    # a new search that stopped on its objective's misuse with no trial completed (or paused with
+    # its checkpoint): its run directory holds nothing worth keeping, and would refuse the fixed
+    # objective's search whatever else ended (failed, pruned) before the misuse came to light
     discard: bool = False
 
     def counts(self) -> dict[str, int]:
@@ -880,8 +881,9 @@ class Coordinator:
     def _verdict(self, summary: Summary) -> None:
         """A search that finished its budget still fails (exit 1) where it lost a group or where
         no trial completed: the user must not take either for a good run."""
-        summary.discard = summary.exit_code == 2 and self._new_search and all(
-            n in self._misused or not t.status.is_finished() for n, t in self.trials.items())
+        summary.discard = summary.exit_code == 2 and self._new_search and not any(
+            n not in self._misused and t.status in (TrialStatus.COMPLETED, TrialStatus.PAUSED)
+            for n, t in self.trials.items())
         if self._failures_stopped:  # the trials that were running when it stopped have finished since
             summary.stopped = self._failure_limit()
         if summary.stopped:

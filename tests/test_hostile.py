@@ -63,6 +63,14 @@ def test_a_contract_error_after_finished_trials_keeps_the_run_directory(write_ya
     assert journal.count('"status":"completed"') == 2 and journal.count('"status":"failed"') == 1
 
 
+def test_a_contract_error_after_failed_trials_only_leaves_no_run_directory(write_yaml, tmp_path):
+    # a failed (or pruned) trial of a broken objective is nothing worth keeping: the fixed
+    # objective's search must start afresh, not be refused for the directory
+    p = run_cli(["search", write_yaml(FUNCTION.format(fn="fails_then_returns_string"))], cwd=tmp_path)
+    assert p.returncode == 2 and "returned str" in error_line(p)
+    assert not (tmp_path / "runs" / "hostile").exists()
+
+
 def test_a_function_that_never_asks_whether_to_stop_is_warned_once_and_judged_at_its_stop(write_yaml, tmp_path):
     import mpiopt
 

@@ -79,6 +79,14 @@ def returns_string_from_its_third_call(params):
     return "0.5" if _CALLS[0] >= 3 else branin(params)
 
 
+def fails_then_returns_string(params):
+    """Raises once (in this process), then a string: a contract broken after a failed trial only."""
+    _CALLS[0] += 1
+    if _CALLS[0] == 1:
+        raise RuntimeError("the first call fails")
+    return "0.5"
+
+
 def returns_list(params):
     return [params["x"], params["y"]]
 
