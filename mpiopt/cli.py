@@ -225,8 +225,8 @@ def _search(args, job: _Job, comm, placement: str | None = None) -> int:
     from . import transport
 
     cfg, size = job.cfg, comm.Get_size()
-    nodes = transport.node_layout(comm) if size > 1 else None
-    plan = transport.plan_groups(size, cfg.training["group_size"], nodes)
+    nodes, hosts = (transport.node_layout(comm), transport.host_names(comm)) if size > 1 else (None, None)
+    plan = transport.plan_groups(size, cfg.training["group_size"], nodes, hosts)
     return _search_as(args, job, comm, placement, plan)
 
 
@@ -895,11 +895,11 @@ def _check_under_mpi(args) -> int:
     from . import transport
 
     comm = transport.world()
-    nodes = transport.node_layout(comm)
+    nodes, hosts = transport.node_layout(comm), transport.host_names(comm)
     lines, error = None, None
     if comm.Get_rank() == 0:  # the preflight trains a model: once, not on every rank
         try:
-            lines = _check_lines(args, comm.Get_size(), nodes, transport.library())
+            lines = _check_lines(args, comm.Get_size(), nodes, transport.library(), hosts)
         except ConfigError as exc:
             error = exc
     agree_or_raise(comm, error)
@@ -908,8 +908,10 @@ def _check_under_mpi(args) -> int:
     return 0
 
 
-def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: str | None = None) -> list[str]:
-    """What `mpiopt check` prints for `n` ranks on `nodes` (None: one node, MPI not started)."""
+def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: str | None = None,
+                 hosts: tuple[str, ...] | None = None) -> list[str]:
+    """What `mpiopt check` prints for `n` ranks on `nodes` (None: one node, MPI not started),
+    their `hosts` named."""
     from . import devices, transport
     from .journal import RunDir
     from .objective import preflight
@@ -921,7 +923,7 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
                              node=f"this machine ({n} rank{'s' if n > 1 else ''})", source=cfg.source or str(cfg.path))
     devices.narrow(None, shared=False, devices=found)  # the preflight runs on the CPU, as the coordinator's does
     preflight(cfg)
-    plan = transport.plan_groups(n, cfg.training["group_size"], nodes)
+    plan = transport.plan_groups(n, cfg.training["group_size"], nodes, hosts)
     out = Path(args.out) if args.out else Path("runs") / cfg.name
     o = cfg.objective
     what = f"function {o.function}{_function_call(o)}" if o.kind == "function" else \
@@ -972,8 +974,8 @@ def _layout_lines(plan, library: str | None) -> list[str]:
     by_node: dict[int, list[int]] = {}
     for rank, node in enumerate(plan.nodes):
         by_node.setdefault(node, []).append(rank)
-    lines.append(f"  nodes       {len(by_node)}: " + "; ".join(f"node {i}: {_world_ranks(r)}"
-                                                            for i, r in enumerate(by_node.values())))
+    lines.append(f"  nodes       {len(by_node)}: " + "; ".join(f"{plan.node_name(r[0])}: {_world_ranks(r)}"
+                                                            for r in by_node.values()))
     lines.append(f"  MPI         {library}")
     return lines
 

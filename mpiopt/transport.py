@@ -17,7 +17,7 @@ import os
 import pickle
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from collections.abc import Callable, Sequence
 
@@ -260,6 +260,11 @@ def node_layout(comm) -> tuple[int, ...]:
     return tuple(comm.allgather(lowest))
 
 
+def host_names(comm) -> tuple[str, ...]:
+    """Each rank's host (MPI's processor name): what a message about a node names for people."""
+    return tuple(comm.allgather(_mpi().Get_processor_name()))
+
+
 NO_MPI_HINT = 'pip install "mpiopt[mpich]" for an MPI of its own, or load your site\'s MPI (e.g. module load openmpi)'
 
 
@@ -327,6 +332,7 @@ class GroupPlan:
     groups: tuple[tuple[int, ...], ...]  # world ranks of each group; the first is its leader
     requested_size: int
     nodes: tuple[int, ...] | None = None  # each world rank's node (the lowest world rank on it); None: not known
+    hosts: tuple[str, ...] | None = None  # each world rank's host name; None: not known
 
     @property
     def shared(self) -> bool:
@@ -347,8 +353,17 @@ class GroupPlan:
         """The nodes (by their index in order of appearance) that group `group` runs on."""
         if self.nodes is None:
             return [0]
-        index = {n: i for i, n in enumerate(dict.fromkeys(self.nodes))}
+        index = self._node_index()
         return sorted({index[self.nodes[r]] for r in self.groups[group]})
+
+    def node_name(self, rank: int) -> str:
+        """How messages name a world rank's node: its index, as `mpiopt check` numbers the
+        nodes, and its host, e.g. 'node 3 (gpu017)'."""
+        index = self._node_index()[self.nodes[rank]] if self.nodes is not None else 0
+        return f"node {index}" + (f" ({self.hosts[rank]})" if self.hosts is not None else "")
+
+    def _node_index(self) -> dict[int, int]:
+        return {n: i for i, n in enumerate(dict.fromkeys(self.nodes or (0,)))}
 
     def describe(self) -> str:
         if self.shared:
@@ -468,9 +483,10 @@ class Pulse:
         return listening
 
 
-def plan_groups(world_size: int, group_size: int, nodes: Sequence[int] | None = None) -> GroupPlan:
+def plan_groups(world_size: int, group_size: int, nodes: Sequence[int] | None = None,
+                hosts: Sequence[str] | None = None) -> GroupPlan:
     """Split ranks 1..world_size-1 into groups of about `group_size`; `nodes[r]` says which node
-    world rank r runs on (None: all on one).
+    world rank r runs on (None: all on one), `hosts[r]` its host's name (for messages).
 
     A group never straddles nodes when its node holds enough ranks: each node's ranks are cut
     into groups of their own, leftover ranks joining them (6 ranks in groups of 4 make one group
@@ -478,6 +494,11 @@ def plan_groups(world_size: int, group_size: int, nodes: Sequence[int] | None = 
     one smaller group. A group larger than every node spans whole nodes, the fullest first, so
     the coordinator's node (one rank short) is the one left with a smaller group.
     """
+    plan = _plan_groups(world_size, group_size, nodes)
+    return plan if hosts is None or plan.shared else replace(plan, hosts=tuple(hosts))
+
+
+def _plan_groups(world_size: int, group_size: int, nodes: Sequence[int] | None) -> GroupPlan:
     if world_size <= 1:
         return GroupPlan(1, ((0,),), group_size)
     owner = list(nodes) if nodes is not None else [0] * world_size
@@ -595,8 +616,7 @@ class MPITransport:
         for rank, g in self._watched.items():
             silent = now - self._heard[rank]
             if silent > LOST_AFTER_S and g not in lost:
-                lost[g] = (f"no word from world rank {rank} (node of world rank "
-                           f"{self.plan.nodes[rank] if self.plan.nodes is not None else 0}) for {silent:.0f} s")
+                lost[g] = f"no word from world rank {rank} on {self.plan.node_name(rank)} for {silent:.0f} s"
         return lost
 
     def listen(self, on_report) -> None:

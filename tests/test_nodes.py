@@ -75,6 +75,15 @@ def test_the_usual_gpu_layout_and_one_node_as_before():
     assert pulsing_ranks(plan_groups(12, 8, layout([4, 4, 4]))) == {1: 0, 4: 1, 8: 1}
 
 
+def test_messages_name_a_node_by_its_number_and_its_host():
+    hosts = ["gpu001"] * 4 + ["gpu007"] * 4
+    plan = plan_groups(8, 4, layout([4, 4]), hosts)
+    assert plan.groups == ((1, 2, 3), (4, 5, 6, 7)) and plan.nodes_of(1) == [1]
+    assert plan.node_name(5) == "node 1 (gpu007)" and plan.node_name(0) == "node 0 (gpu001)"
+    assert plan_groups(8, 4, layout([4, 4])).node_name(5) == "node 1"  # no host names: the number alone
+    assert plan_groups(1, 4, None, ["gpu001"]).hosts is None  # one process: no MPI, no layout
+
+
 class NodeLoss(SimTransport):
     """Group `dead` stops answering at simulated time `at`, as a group on a node that died."""
 
@@ -172,7 +181,7 @@ def test_check_under_mpiexec_shows_groups_that_keep_to_their_nodes(write_yaml, t
     assert job.returncode == 0, err
     assert "12 ranks on 3 nodes: 1 coordinator (rank 0) + 2 groups of 4 ranks, 1 group of 3 ranks" in out
     assert "group 0: world ranks 1-3 on node 0" in out and "group 2: world ranks 8-11 on node 2" in out
-    assert "node 1: world ranks 4-7" in out and "MPI         MPICH" in out
+    assert re.search(r"node 1 \(\S+\): world ranks 4-7", out) and "MPI         MPICH" in out  # the host named
     assert out.count("space.yaml: OK") == 1  # printed once, by world rank 0
 
 
@@ -186,6 +195,7 @@ def test_a_lost_node_costs_only_its_groups(write_yaml, tmp_path):
     assert job.returncode == 1, err
     lost = [line for line in err.splitlines() if "lost: no word from world rank" in line]
     assert len(lost) == 2 and "group 2 lost" in lost[0] and "group 3 lost" in lost[1]
+    assert all(re.search(r"no word from world rank \d+ on node 1 \(\S+\) for \d+ s", line) for line in lost), lost
     assert "error: groups 2, 3 lost their ranks (a node died?) and their trials ran again on other groups" in err
     df = mpiopt.load_results(run)
     assert sorted(df.trial) == list(range(80)) and set(df.status) == {"completed"}  # every trial, once
