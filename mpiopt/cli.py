@@ -203,7 +203,8 @@ def _prepare_job(args) -> _Job:
         cfg = replace(cfg, training=training)
         out = Path(args.out) if args.out else out
         _refuse_a_finished_training(out)
-        return _Job(cfg, out, params, number, tuple(item.partition("=")[0].strip() for item in args.sets))
+        changed = [item.partition("=")[0].strip() for item in args.sets]
+        return _Job(cfg, out, params, number, tuple(name for name in changed if name != "group_size"))  # not read
     from .journal import RunDir
 
     out = Path(args.out) if args.out else Path("runs") / cfg.name

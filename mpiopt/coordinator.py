@@ -819,11 +819,11 @@ class Coordinator:
         sizes = self._live_sizes()
         missing = sorted({self.trials[n].ranks for n in self._paused} - sizes - {None})
         if missing:
-            count = sum(1 for n in self._paused if self.trials[n].ranks in missing)
-            log.warning("%d paused trial%s trained on groups of %s ranks, which this job does not have: a promotion "
-                        "continues %s on groups of %s (run with the same groups to keep them alike)", count,
-                        "s" * (count != 1), " and ".join(map(str, missing)), "them" if count != 1 else "it",
-                        " and ".join(map(str, sorted(sizes))))
+            which = sorted(n for n in self._paused if self.trials[n].ranks in missing)
+            log.warning("%s (%s) trained on groups of %s ranks, which this job does not have: a promotion continues "
+                        "%s on groups of %s (run with the same groups to keep them alike)",
+                        _count(len(which), "paused trial"), _listed(which), " and ".join(map(str, missing)),
+                        "them" if len(which) != 1 else "it", " and ".join(map(str, sorted(sizes))))
 
     def _pause(self, n: int, result: TrialResult) -> None:
         """A trial stopped at a rung with its checkpoint: it waits for a promotion."""
@@ -917,10 +917,10 @@ class Coordinator:
         best = self.best()
         if self.loss(rec) is not None and (best is None or (self.loss(rec), n) < (self.loss(best), best.trial)):
             self._best = best = rec
-        what = (f"objective={rec.objective:.6g}" if rec.objective is not None
-                else f"at epoch {rec.epochs}" if rec.status == TrialStatus.PRUNED else _first_line(rec.error))
+        what = (f" objective={rec.objective:.6g}" if rec.objective is not None
+                else f" at epoch {rec.epochs}" if rec.status == TrialStatus.PRUNED else f": {_first_line(rec.error)}")
         best_txt = _best_text(best)
-        trial_log.info("trial %d %s %s [group %s, %.2f s] %d/%d, %s", n, rec.status.value, what, rec.group,
+        trial_log.info("trial %d %s%s [group %s, %.2f s] %d/%d, %s", n, rec.status.value, what, rec.group,
                        rec.duration_s or 0.0, self._finished, self.cfg.search.trials, best_txt)
         self._log_progress()
 
@@ -1059,3 +1059,9 @@ def dispatch_stats(seconds: list[float], first_wave: list[float] = ()) -> str:
 def _count(n: int, thing: str) -> str:
     """'1 paused trial', '3 paused trials'."""
     return f"{n} {thing}{'s' * (n != 1)}"
+
+
+def _listed(numbers: list[int], most: int = 10) -> str:
+    """'trial 3', 'trials 3, 5, 8', or the first `most` and how many more."""
+    shown = ", ".join(map(str, numbers[:most])) + (f" and {len(numbers) - most} more" if len(numbers) > most else "")
+    return f"trial{'s' * (len(numbers) != 1)} {shown}"

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ._errors import GroupPeerReturned, TrialFailed, TrialTimeout
+from ._errors import GroupPeerFailed, GroupPeerReturned, TrialFailed, TrialTimeout
 from .config import Config, import_callable
 from .trial import TrialResult, TrialStatus
 
@@ -74,6 +74,19 @@ class UnknownParameter(KeyError):
     def line(self) -> str:
         key, names = self.args
         return f"it reads params[{key!r}], which the search space does not define (its parameters: {', '.join(names)})"
+
+
+def _diverged(context: TrialContext, rank: int) -> TrialResult:
+    """A function trial whose reports went NaN or infinite: diverged on the rank that reported
+    it (its error heads the group's); another rank's result is an echo the group's merge passes
+    over, or nothing at all (only rank 0's counts)."""
+    if context.diverged_on == rank:
+        return TrialResult(status=TrialStatus.DIVERGED, epochs=context.steps, metrics=context.last,
+                           error=context.diverged)
+    if rank != 0:
+        return TrialResult()
+    return TrialResult(status=TrialStatus.DIVERGED, epochs=context.steps, metrics=context.last,
+                       error=f"{GroupPeerFailed.__name__}: rank {context.diverged_on} of the group diverged")
 
 
 class ReportMisuse(ValueError):
@@ -193,6 +206,7 @@ class TrialContext:
         self.misuse: str | None = None  # the first report against the contract (raised, and kept:
         # a function that catches every exception still stops the search)
         self.diverged: str | None = None  # the first metric reported not finite
+        self.diverged_on: int | None = None  # the group rank that reported it
 
     def report(self, step: int, **metrics: float) -> None:
         """The metrics after `step` (1, 2, ...), with the figure of merit among them. A metric
@@ -201,7 +215,7 @@ class TrialContext:
         self.steps, self.last = int(step), {k: float(v) for k, v in metrics.items()}
         bad = next((k for k, v in self.last.items() if not math.isfinite(v)), None)
         if bad is not None and self.diverged is None:
-            self.diverged = f"{bad} is {self.last[bad]} at step {step}"
+            self.diverged, self.diverged_on = f"{bad} is {self.last[bad]} at step {step}", self._rank
         if self._reporter is None or self._rank != 0:
             return
         if self.stopped_at is not None:  # the scheduler's word is given: later steps are not judged
@@ -221,8 +235,9 @@ class TrialContext:
             stopped, diverged, top = zip(*self._comm.allgather((self._stopped, self.diverged, self.at_top)),
                                          strict=True)
             self._stopped = any(stopped)
-            self.diverged = self.diverged or next((f"{d} (reported by group rank {r})" for r, d in enumerate(diverged)
-                                                   if d is not None), None)
+            if self.diverged is None:
+                self.diverged_on = next((r for r, d in enumerate(diverged) if d is not None), None)
+                self.diverged = diverged[self.diverged_on] if self.diverged_on is not None else None
             self._top_reached = any(top)
         return self.stopped or self.at_top
 
@@ -321,11 +336,10 @@ class TrialRunner:
             comm.notify_return()
         if context is not None and context.misuse:
             raise ReportMisuse(context.misuse)
+        if context is not None and context.diverged:
+            return _diverged(context, rank)
         if rank != 0:
             return TrialResult()
-        if context is not None and context.diverged:
-            return TrialResult(status=TrialStatus.DIVERGED, epochs=context.steps, metrics=context.last,
-                               error=context.diverged)
         if context is not None and context.stopped:  # judged at the step the scheduler stopped it, whatever ran on
             return TrialResult(status=TrialStatus.PRUNED, epochs=context.stopped_at or context.steps,
                                metrics=context.last, reported_after_stop=context.after_stop,

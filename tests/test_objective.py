@@ -222,7 +222,9 @@ training: {epochs: 3, batch_size: 50}
 
 
 def test_a_peer_rank_that_diverged_is_named():
-    from mpiopt.objective import TrialContext
+    from mpiopt.group import merge
+    from mpiopt.objective import TrialContext, _diverged
+    from mpiopt.trial import TrialResult, TrialStatus
 
     class TwoRanks:  # rank 0 of a group whose rank 1 reported NaN: what allgather brings in
         def Get_rank(self):
@@ -232,4 +234,9 @@ def test_a_peer_rank_that_diverged_is_named():
             return [mine, (False, "objective is nan at step 2", False)]
 
     context = TrialContext(0, None, TwoRanks(), "objective", None)
-    assert context.should_stop() and context.diverged == "objective is nan at step 2 (reported by group rank 1)"
+    assert context.should_stop() and (context.diverged, context.diverged_on) == ("objective is nan at step 2", 1)
+    # rank 1's result says so, rank 0's is an echo: the group's error is headed by rank 1
+    mine = _diverged(context, 0)
+    theirs = TrialResult(status=TrialStatus.DIVERGED, epochs=2, error="objective is nan at step 2")
+    merged = merge([mine, theirs])
+    assert (merged.status, merged.error) == (TrialStatus.DIVERGED, "group rank 1: objective is nan at step 2")

@@ -329,8 +329,12 @@ def test_a_resume_on_other_group_sizes_continues_the_paused_trials_of_sizes_gone
     assert paused
     with caplog.at_level("INFO", logger="mpiopt"):
         run(cfg, path, CurveGroups(2, done_epochs=groups.done, ranks=[2, 2]), resume=True)  # --np 5
-    assert any(re.search(r"paused trials? trained on groups of 1 and 3 ranks, which this job does not have: a "
-                         r"promotion continues (it|them) on groups of 2", r.getMessage()) for r in caplog.records)
+    said = [m for m in (re.fullmatch(r"\d+ paused trials? \(trials? ([\d, ]+)(?: and \d+ more)?\) trained on groups "
+                                     r"of 1 and 3 ranks, "
+                                     r"which this job does not have: a promotion continues (it|them) on groups of 2 "
+                                     r"\(run with the same groups to keep them alike\)", r.getMessage())
+                        for r in caplog.records) if m]
+    assert len(said) == 1 and {int(n) for n in said[0].group(1).split(", ")} <= paused
     promoted = {e["trial"] for e in journal(path) if e.get("promoted") and e["ranks"] == 2} & paused
     assert promoted, "the rungs' best paused trials go on (they were pruned at the end, all of them)"
 
