@@ -184,6 +184,9 @@ def timeline_line(run_dir: str, summary: dict[str, Any]) -> str:
         line += (f" in {summary['stretches']} stretches (a trial promoted from a pause, or run again after a kill, "
                  "trains in several, on any group)")
     line += f", active {summary['active_s']:.1f} s; group utilization {summary['utilization']:.3f}"
+    if summary.get("lost"):
+        lost = summary["lost"]
+        line += f" (group{'s' * (len(lost) > 1)} {', '.join(map(str, lost))} lost with a node: counted while alive)"
     if "dispatch_p50_ms" in summary:
         line += f"; dispatch latency p50 {summary['dispatch_p50_ms']:.2f} ms, p99 {summary['dispatch_p99_ms']:.2f} ms"
     if summary.get("sent_ahead"):

@@ -154,8 +154,25 @@ def load_timeline(path: str | os.PathLike):
     if not (p / JOURNAL).exists():  # a folder with only results.csv (or none: the error says so)
         df = load_results(p)
         return df[[c for c in STRETCH_COLUMNS if c in df]]
-    rows = stretch_rows(_events(p), live=is_live(p))
-    return _typed(pd.DataFrame(rows, columns=STRETCH_COLUMNS))
+    events = _events(p)
+    df = _typed(pd.DataFrame(stretch_rows(events, live=is_live(p)), columns=STRETCH_COLUMNS))
+    df.attrs["lost"] = lost_intervals(events)
+    return df
+
+
+def lost_intervals(events) -> dict[int, list[tuple[float, float | None]]]:
+    """Per group, the (from, until) times it was lost (its node died; until None: for good), from
+    the journal's `lost` and `back` events: `timeline` leaves that time out of the group's."""
+    out: dict[int, list[tuple[float, float | None]]] = {}
+    for e in events:
+        group, at = e.get("group"), e.get("time")
+        if not isinstance(group, int) or not isinstance(at, (int, float)):
+            continue
+        if e.get("event") == "lost":
+            out.setdefault(group, []).append((float(at), None))
+        elif e.get("event") == "back" and out.get(group) and out[group][-1][1] is None:
+            out[group][-1] = (out[group][-1][0], float(at))
+    return out
 
 
 def load_history(path: str | os.PathLike):
@@ -205,7 +222,9 @@ def timeline(df):
     several groups: the groups' `trials` can add up to more than the search's.
 
     Utilization is busy time over (groups x active time), where active time is the union of the
-    trials' intervals, so the pause between a kill and its --resume is not counted as idle.
+    trials' intervals, so the pause between a kill and its --resume is not counted as idle; a
+    group lost with its node (`df.attrs["lost"]`, from `load_timeline`) counts only its time
+    alive, and the summary's `lost` names it.
     `dispatch_ms` is the coordinator's part of a hand-out (result received -> next trial sent);
     negative for a trial sent ahead, that long before the group's previous result came in (the
     latency is then reported over the hand-outs that did follow a result, and the ones sent ahead
@@ -220,23 +239,18 @@ def timeline(df):
     done = df.dropna(subset=["start", "end", "group"])
     if done.empty:
         return pd.DataFrame(columns=["group", "trials", "stretches", "busy_s", "utilization"]), {}
-    spans = sorted((s.timestamp(), e.timestamp()) for s, e in zip(done.start, done.end, strict=True))
-    active, cur_s, cur_e = 0.0, spans[0][0], spans[0][1]
-    for s, e in spans[1:]:
-        if s > cur_e:
-            active += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    active += cur_e - cur_s
+    merged = _union(sorted((s.timestamp(), e.timestamp()) for s, e in zip(done.start, done.end, strict=True)))
+    active = sum(e - s for s, e in merged)
+    lost = df.attrs.get("lost") or {}
     busy = (done.end - done.start).dt.total_seconds()
     per = done.assign(busy_s=busy).groupby("group").agg(trials=("trial", "nunique"), stretches=("trial", "size"),
                                                         busy_s=("busy_s", "sum"))
     per = per.reset_index()
-    per["utilization"] = per.busy_s / active if active > 0 else float("nan")
+    alive = per.group.map(lambda g: active - sum(_overlap(merged, a, b) for a, b in lost.get(int(g), ())))
+    per["utilization"] = (per.busy_s / alive).where(alive > 0)
     summary = {"groups": int(len(per)), "trials": int(done.trial.nunique()), "stretches": int(len(done)),
-               "active_s": active,
-               "utilization": float(per.busy_s.sum() / (len(per) * active)) if active > 0 else float("nan")}
+               "active_s": active, "lost": sorted(g for g in lost if g in set(per.group)),
+               "utilization": float(per.busy_s.sum() / alive.sum()) if alive.sum() > 0 else float("nan")}
     if "dispatch_ms" in df and df["dispatch_ms"].notna().any():
         first_wave, early, after = _hand_outs(df)
         summary["sent_ahead"] = int(len(early))
@@ -253,6 +267,23 @@ def timeline(df):
         summary["wait_p50_ms"] = float(w.quantile(0.5))
         summary["wait_p99_ms"] = float(w.quantile(0.99))
     return per, summary
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted intervals merged where they overlap."""
+    merged: list[tuple[float, float]] = []
+    for s, e in spans:
+        if merged and s <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((s, e))
+    return merged
+
+
+def _overlap(merged: list[tuple[float, float]], start: float, until: float | None) -> float:
+    """How much of the merged intervals falls from `start` to `until` (None: to the end)."""
+    end = float("inf") if until is None else until
+    return sum(max(0.0, min(e, end) - max(s, start)) for s, e in merged)
 
 
 def _events(path: Path) -> list[dict]:

@@ -596,6 +596,7 @@ class Coordinator:
             state.retired = True
             self.summary.retired.append(group)
             self.summary.lost.append(group)
+            self._journal({"event": "lost", "group": group, "time": time.time()})  # the timeline leaves its time out
             again = [self._stop_running(state)] if state.running is not None else []
             kept = [n for n in again if self._paused_at_its_rung(n)]
             for n in kept:
@@ -657,6 +658,7 @@ class Coordinator:
         self.summary.retired.remove(group)
         if group in self.summary.lost:
             self.summary.lost.remove(group)
+            self._journal({"event": "back", "group": group, "time": time.time()})
         log.warning("group %d came back after it was retired (its late result for trial %s is ignored)",
                     group, result.trial)
         if state.ghost is not None:  # it goes on with the trial it held, which another group runs too

@@ -393,6 +393,31 @@ def test_timeline_counts_a_trial_continued_on_another_group_on_each_and_once_in_
     assert "trials," in view.timeline_line("runs/x", timeline(stretches.head(2))[1])  # no stretches said
 
 
+def test_timeline_counts_a_group_lost_with_its_node_only_while_it_lived():
+    import pandas as pd
+
+    from mpiopt import _results_view as view
+    from mpiopt.analysis import lost_intervals, timeline
+
+    t = pd.Timestamp("2026-11-27T10:00:00", tz="UTC")
+    s = pd.Timedelta(seconds=1)
+    stretches = pd.DataFrame({"trial": [0, 1, 2], "status": ["completed"] * 3, "epochs": [3, 3, 3],
+                              "start": [t, t, t + 10 * s], "end": [t + 10 * s, t + 5 * s, t + 20 * s],
+                              "group": [0, 1, 0], "ranks": [1, 1, 1]})
+    per, summary = timeline(stretches)  # group 1 idle from 5 s on, as far as the table tells
+    assert per.utilization.tolist() == [1.0, 0.25] and summary["utilization"] == 25 / 40
+    stretches.attrs["lost"] = lost_intervals([{"event": "lost", "group": 1, "time": (t + 5 * s).timestamp()}])
+    per, summary = timeline(stretches)  # its node died at 5 s: it was busy all its life
+    assert per.utilization.tolist() == [1.0, 1.0] and summary["utilization"] == 1.0 and summary["lost"] == [1]
+    assert "group utilization 1.000 (group 1 lost with a node: counted while alive)" in \
+        view.timeline_line("runs/x", summary)
+    back = [{"event": "lost", "group": 1, "time": (t + 5 * s).timestamp()},
+            {"event": "back", "group": 1, "time": (t + 15 * s).timestamp()}]
+    assert lost_intervals(back) == {1: [((t + 5 * s).timestamp(), (t + 15 * s).timestamp())]}
+    stretches.attrs["lost"] = lost_intervals(back)  # it came back at 15 s: idle from then on
+    assert timeline(stretches)[0].utilization.tolist() == [1.0, 0.5]
+
+
 def test_yaml_numbers_without_a_dot(write_yaml, tmp_path):
     # PyYAML reads 1e-4 as text (YAML 1.1); a user writes it as a number
     from mpiopt.config import load_config

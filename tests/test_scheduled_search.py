@@ -17,8 +17,11 @@ import time
 import pytest
 import yaml
 
+import mpiopt
+
 from test_coordinator import branin
 
+from mpiopt.analysis import timeline
 from mpiopt.config import load_config
 from mpiopt.coordinator import Coordinator
 from mpiopt.journal import RunDir, replay
@@ -318,6 +321,9 @@ def test_a_trial_paused_as_its_group_is_lost_stays_paused_and_is_not_run_again(c
     # it ran on only when the rungs promoted it, from its rung's checkpoint
     assert all(e.get("promoted") for e in events[paused_at:] if e["event"] == "start")
     assert all(e["epoch"] > events[paused_at]["epochs"] for e in events[paused_at:] if e["event"] == "report")
+    # the journal says when the group was lost: the timeline counts it only while it lived
+    stretches = mpiopt.load_timeline(path)
+    assert list(stretches.attrs["lost"]) == summary.lost and timeline(stretches)[1]["lost"] == summary.lost
 
 
 def test_a_resume_on_other_group_sizes_continues_the_paused_trials_of_sizes_gone(cfg, tmp_path, caplog):
