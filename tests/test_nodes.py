@@ -14,6 +14,7 @@ import time
 import pytest
 
 import mpiopt
+from mpiopt.analysis import timeline
 from conftest import MPIEXEC, SPACES
 from mpiopt.coordinator import Coordinator
 from mpiopt.search import make_searcher
@@ -197,6 +198,7 @@ def test_a_lost_node_costs_only_its_groups(write_yaml, tmp_path):
     assert len(lost) == 2 and "group 2 lost" in lost[0] and "group 3 lost" in lost[1]
     assert all(re.search(r"no word from world rank \d+ on node 1 \(\S+\) for \d+ s", line) for line in lost), lost
     assert "error: groups 2, 3 lost their ranks (a node died?) and their trials ran again on other groups" in err
+    assert timeline(mpiopt.load_timeline(run))[1]["lost"] == [2, 3]  # their time counted while they lived
     df = mpiopt.load_results(run)
     assert sorted(df.trial) == list(range(80)) and set(df.status) == {"completed"}  # every trial, once
     assert set(df[df.end > df.end.min()].group) >= {0, 1}
