@@ -14,8 +14,8 @@ import time
 import pytest
 
 import mpiopt
-from mpiopt.analysis import timeline
 from conftest import MPIEXEC, SPACES
+from mpiopt.analysis import timeline
 from mpiopt.coordinator import Coordinator
 from mpiopt.search import make_searcher
 from mpiopt.transport import plan_groups, pulsing_ranks
