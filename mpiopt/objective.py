@@ -392,7 +392,7 @@ class TrialRunner:
                         training=training, loss=o.loss, metrics=o.metrics,
                         seed=self.cfg.search.seed * 100003 + trial, out_dir=out_dir, on_epoch=on_epoch,
                         decide_at=decide_at, reported=reported, resume=self.resume_checkpoints,
-                        hparams=dict(params),
+                        hparams=dict(params), merit=(o.metric, o.direction),
                         name=f"trial {trial}", began=began if began is not None else time.perf_counter())
         outcome = learn.train(comm, job)
         if outcome is None:

@@ -254,3 +254,22 @@ def test_a_flat_model_traces_its_steps_once_and_validates_as_keras_does():
     assert flat._test_step.experimental_get_tracing_count() == 1
     theirs = model.evaluate(x, y, batch_size=4, verbose=0, return_dict=True)
     assert set(ours) == {"loss", "accuracy"} and ours == pytest.approx(theirs, rel=1e-6)
+
+
+@pytest.mark.parametrize("merit, early_stopping, kept", [
+    (("val_accuracy", "maximize"), None, 2),  # the epoch the search judges the run by (it was the last, 3)
+    (("val_accuracy", "maximize"), {"monitor": "val_loss", "patience": 5}, 2),  # not early stopping's (1)
+    (("val_loss", "minimize"), None, 1),
+    (None, None, 3),  # learn used alone, no figure of merit nor early stopping: the last
+    (None, {"monitor": "val_loss", "patience": 5}, 1),
+])
+def test_the_weights_kept_are_the_best_epochs_by_the_figure_of_merit(merit, early_stopping, kept):
+    from mpiopt.learn._engine import Job, _Epochs
+
+    job = Job(build=None, model_kwargs={}, source=None, training={"early_stopping": early_stopping}, merit=merit)
+    epochs = _Epochs(job, writer=False)
+    rows = [{"epoch": 1, "val_loss": 0.5, "val_accuracy": 0.80}, {"epoch": 2, "val_loss": 0.6, "val_accuracy": 0.90},
+            {"epoch": 3, "val_loss": 0.7, "val_accuracy": 0.90}]  # a tie at 0.90: the first stands
+    for row in rows:
+        epochs.add(row, np.full(3, float(row["epoch"])), np.zeros(1))
+    assert epochs.best_weights.tolist() == [float(kept)] * 3

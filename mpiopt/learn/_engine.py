@@ -75,6 +75,9 @@ class Job:
     reported: int | None = None
     resume: bool = True  # continue from a checkpoint in out_dir if there is one
     hparams: dict[str, Any] | None = None  # the trial's parameters, for TensorBoard's HParams (training.tensorboard)
+    # (metric, "minimize" | "maximize"): the figure of merit, whose best epoch's weights are kept, as
+    # the search judges the run by that epoch (None: early stopping's best epoch, else the last)
+    merit: tuple[str, str] | None = None
     name: str = "train"  # the trial's name in TensorBoard
     # perf_counter when the job was made: the training time a checkpoint carries counts from here,
     # the model's build included, as the search counts a trial's last stretch from its hand-out
@@ -173,6 +176,8 @@ class _Epochs:
         if not _finite(row) and not self.stopped:
             self.stopped = "diverged"
         improved, stop = (self.es.update(epoch, row) if self.es else (True, False))
+        if self.job.merit is not None:
+            improved = self._best_by_merit(row)
         if improved or self.best_weights is None:
             self.best_weights = weights.copy()
             self.best_state = state.copy()
@@ -183,6 +188,14 @@ class _Epochs:
         if self.writer:
             self._write(row)
             self._to_board(row)
+
+    def _best_by_merit(self, row: dict[str, float]) -> bool:
+        """Whether `row` is the best epoch so far by the figure of merit: the first of the best, as
+        `objective.judge_history` picks the epoch whose metrics the search records."""
+        metric, direction = self.job.merit
+        rows = [r for r in self.history if isinstance(r.get(metric), (int, float)) and math.isfinite(r[metric])]
+        pick = min if direction == "minimize" else max
+        return bool(rows) and pick(rows, key=lambda r: r[metric]) is row
 
     def _to_board(self, row: dict[str, float]) -> None:
         if not self.job.training.get("tensorboard") or self.job.out_dir is None:
