@@ -504,21 +504,41 @@ def _check_loss_name(o) -> None:
                               "objective.loss") from None
 
 
+def _refuse_optimizer_keys_a_compiled_model_ignores(cfg: Config, kwargs: dict, optimizer: str) -> None:
+    """A model build_model compiled with its own optimizer trains with it: a searched `optimizer`
+    or `learning_rate` that build_model does not take (to compile with), or one given in the
+    file's training section, would silently change nothing."""
+    raw = cfg.raw.get("training") if isinstance(cfg.raw.get("training"), dict) else {}
+    searched = [(f"parameters.{k}", f"the searched {k}", k) for k in ("learning_rate", "optimizer")
+                if k in cfg.space.names and k not in kwargs]
+    given = [(f"training.{k}", f"training.{k}", k) for k in ("learning_rate", "optimizer") if k in raw]
+    if searched or given:
+        where, what, key = (searched + given)[0]
+        raise _PreflightError(f"{cfg.objective.model} compiles the model with its own optimizer ({optimizer}), which "
+                              f"its trials train with, so {what} would change nothing: take {key} as an argument of "
+                              "build_model and compile with it, or return the model uncompiled (objective.loss set)",
+                              where)
+
+
 def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, params, training) -> None:
     """Build, compile and train the model for one step, as a trial does; `_PreflightError` if it fails."""
     from .learn._data import n_samples
-    from .learn._engine import Job, _build, _evaluate
+    from .learn._engine import Job, _build, _evaluate, compiled_with_an_optimizer
     from .learn.optimizers import make_master_optimizer
 
     o = cfg.objective
     kwargs = cfg.model_kwargs(params)
     call = f"{o.model.rsplit(':', 1)[-1]}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
 
+    own_optimizer = []  # whether build_model compiled the model with its own optimizer
+
     def build(**kw):
         try:
-            return runner.build(**kw)
+            model = runner.build(**kw)
         except Exception as exc:
             raise _BuildFailed(exc) from exc
+        own_optimizer.append(compiled_with_an_optimizer(model))
+        return model
 
     _check_loss_name(o)
     job = Job(build=build, model_kwargs=kwargs, source=source, training=training, loss=o.loss,
@@ -533,6 +553,8 @@ def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, param
     except Exception as exc:
         raise _PreflightError(f"compiling the model from {call} failed: {type(exc).__name__}: {headline(exc)}",
                               "objective.model") from None
+    if own_optimizer and own_optimizer[-1]:
+        _refuse_optimizer_keys_a_compiled_model_ignores(cfg, kwargs, spec["name"])
 
     def misfit(stage: str, exc: Exception) -> _PreflightError:
         return _PreflightError(f"the model from {o.model} does not fit the data ({stage}): "

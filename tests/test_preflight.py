@@ -74,6 +74,15 @@ def build_compiled(units=8):
     return model
 
 
+def build_compiled_at_its_rate(units=8, learning_rate=0.01):
+    import keras
+
+    model = build_model(units)
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    return model
+
+
 def build_ignoring_minus_one(units=8):
     import keras
 
@@ -223,6 +232,25 @@ def test_a_figure_of_merit_a_compiled_model_never_reports(space):
     msg = preflight_error(space(model="build_compiled", data="objs.py:two_classes", extra="maximize: val_acc"))
     assert "objective.maximize: 'val_acc' is not a metric this model reports" in msg
     assert "did you mean 'val_accuracy'" in msg
+
+
+@pytest.mark.parametrize("params, training, where", [
+    ("{units: {type: integer, low: 2, high: 16}, learning_rate: {type: real, low: 1.0e-4, high: 0.1}}", "",
+     "parameters.learning_rate: objs.py:build_compiled compiles the model with its own optimizer (adam), which its "
+     "trials train with, so the searched learning_rate would change nothing"),
+    ("{units: {type: integer, low: 2, high: 16}, optimizer: {choices: [sgd, adam]}}", "",
+     "parameters.optimizer: "),
+    ("{units: {type: integer, low: 2, high: 16}}", ", optimizer: sgd", "training.optimizer: "),
+])
+def test_optimizer_settings_a_model_compiled_with_its_own_optimizer_ignores_are_refused(space, params, training,
+                                                                                         where):
+    msg = preflight_error(space(model="build_compiled", data="objs.py:two_classes", extra="maximize: val_accuracy",
+                                params=params, training="batch_size: 16" + training))
+    assert where in msg and "take" in msg and "or return the model uncompiled (objective.loss set)" in msg
+    # taken by build_model, which compiles with it: the search does set it
+    passes(space(model="build_compiled_at_its_rate", data="objs.py:two_classes", extra="maximize: val_accuracy",
+                 params="{units: {type: integer, low: 2, high: 16}, learning_rate: {type: real, low: 1.0e-4, "
+                        "high: 0.1}}"))
 
 
 @pytest.mark.parametrize("key", ["early_stopping", "target"])

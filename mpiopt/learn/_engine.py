@@ -107,6 +107,12 @@ def _optimizer_spec(model, training: dict[str, Any], compiled_by_us: bool) -> di
     return out
 
 
+def compiled_with_an_optimizer(model) -> bool:
+    """Whether build_model compiled the model with an optimizer of its own, which then trains it
+    (training.optimizer and learning_rate are not read); else mpiopt compiles it."""
+    return bool(getattr(model, "compiled", False)) and getattr(model, "optimizer", None) is not None
+
+
 def _build(job: Job):
     """The model on this rank, compiled, with a flat view; the master optimizer's spec."""
     import keras
@@ -120,7 +126,7 @@ def _build(job: Job):
     if not model.weights:  # built on first call (a Sequential without keras.Input): build it on one sample
         model(job.source.first(1), training=False)
     jit = bool(job.training.get("jit_compile"))
-    compiled_by_us = not getattr(model, "compiled", False) or getattr(model, "optimizer", None) is None
+    compiled_by_us = not compiled_with_an_optimizer(model)
     if compiled_by_us:
         if job.loss is None:
             raise TrialFailed("build_model returned an uncompiled model and objective.loss is not set")
