@@ -745,7 +745,11 @@ def _check_labels(loss, y_pred, source, y_batch) -> None:
     extremes = _label_range(source, ignore)
     if extremes is None:
         return
-    (lo, lo_at), (hi, hi_at) = extremes
+    (lo, lo_at), (hi, hi_at), odd = extremes
+    if odd is not None:
+        value, at = odd
+        raise _PreflightError(f"labels hold {value:g} (in {at}), not a class number: {name} needs whole numbers in "
+                              f"[0, {units}) (the model's output has {unit_s})")
     if lo >= 0 and hi < units:
         return
     span = f"{_num(lo)}..{_num(hi)}"
@@ -760,11 +764,12 @@ def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
-def _label_range(source, ignore) -> tuple[tuple[float, str], tuple[float, str]] | None:
-    """(lowest, where), (highest, where) over every label, training and validation; None if not numbers."""
+def _label_range(source, ignore):
+    """(lowest, where), (highest, where) over every label, training and validation, and the first
+    label that is not a whole number (NaN included) with where, or None; None if not numbers."""
     import numpy as np
 
-    lo = hi = None
+    lo = hi = odd = None
     if source.train is not None:
         arrays = [(source.train[1], "the training labels"), (source.val[1], "the validation labels")]
         for a, where in arrays:
@@ -773,8 +778,8 @@ def _label_range(source, ignore) -> tuple[tuple[float, str], tuple[float, str]] 
             ext = _extremes(np.asarray(a), ignore)
             if ext is False:
                 return None
-            lo, hi = _widen(lo, hi, ext, where)
-        return (lo, hi) if lo is not None else None
+            lo, hi, odd = _widen(lo, hi, odd, ext, where)
+        return (lo, hi, odd) if lo is not None or odd is not None else None
     import h5py
 
     for f in [*source.train_files, *source.val_files]:
@@ -785,22 +790,27 @@ def _label_range(source, ignore) -> tuple[tuple[float, str], tuple[float, str]] 
             ext = _extremes(ds, ignore)
             if ext is False:
                 return None
-            lo, hi = _widen(lo, hi, ext, str(f))
-    return (lo, hi) if lo is not None else None
+            lo, hi, odd = _widen(lo, hi, odd, ext, str(f))
+    return (lo, hi, odd) if lo is not None or odd is not None else None
 
 
-def _widen(lo, hi, ext, where: str):
+def _widen(lo, hi, odd, ext, where: str):
     if ext is None:
-        return lo, hi
+        return lo, hi, odd
+    if odd is None and ext[2] is not None:
+        odd = (ext[2], where)
+    if ext[0] is None:
+        return lo, hi, odd
     if lo is None or ext[0] < lo[0]:
         lo = (ext[0], where)
     if hi is None or ext[1] > hi[0]:
         hi = (ext[1], where)
-    return lo, hi
+    return lo, hi, odd
 
 
 def _extremes(a, ignore, block: int = 1 << 22):
-    """Min and max of an array or HDF5 dataset, read a block of rows at a time (NaN and `ignore` left out).
+    """Min and max of an array or HDF5 dataset, read a block of rows at a time (NaN and `ignore` left
+    out), and the first value that is not a whole number (NaN included), or None.
 
     None where it holds no value; False where its values are not numbers.
     """
@@ -813,15 +823,18 @@ def _extremes(a, ignore, block: int = 1 << 22):
         return None
     row = int(np.prod(a.shape[1:])) if len(a.shape) > 1 else 1
     step = max(1, block // max(row, 1))
-    lo = hi = None
+    lo = hi = odd = None
     for i in range(0, int(a.shape[0]), step):
         b = np.asarray(a[i:i + step]).ravel()
         if ignore is not None:
             b = b[b != ignore]
         if np.issubdtype(b.dtype, np.floating):
+            whole = np.isfinite(b) & (b == np.round(b))
+            if odd is None and not whole.all():
+                odd = b[~whole][0].item()
             b = b[~np.isnan(b)]
         if b.size:
             bl, bh = b.min().item(), b.max().item()
             lo = bl if lo is None else min(lo, bl)
             hi = bh if hi is None else max(hi, bh)
-    return None if lo is None else (lo, hi)
+    return None if lo is None and odd is None else (lo, hi, odd)

@@ -196,6 +196,20 @@ def test_a_validation_label_beyond_the_output_in_hdf5(space, tmp_path):
     assert "labels range over 0..3 (4 classes) but the model's output has 2 units" in msg and "val.h5" in msg
 
 
+@pytest.mark.parametrize("odd", [0.7, float("nan")])
+def test_labels_that_are_not_class_numbers_in_hdf5(space, tmp_path, odd):
+    # float labels: whole ones are class numbers, a fraction (y * 0.7) or NaN is not (Keras would truncate it)
+    (tmp_path / "d").mkdir()
+    write_h5(tmp_path / "d" / "train_0.h5", np.array([0.0, 1.0] * 20))
+    write_h5(tmp_path / "d" / "train_1.h5", np.array([0.0, 1.0] * 19 + [odd, 1.0]))
+    write_h5(tmp_path / "d" / "val.h5", np.array([1.0, 0.0] * 10))
+    msg = preflight_error(space(data="{train: d/train_*.h5, val: d/val.h5}"))
+    assert f"labels hold {odd:g} (in " in msg and "train_1.h5), not a class number: sparse_categorical_crossentropy " \
+        "needs whole numbers in [0, 2)" in msg, msg
+    write_h5(tmp_path / "d" / "train_1.h5", np.array([0.0, 1.0] * 20))  # whole numbers as floats pass
+    passes(space(data="{train: d/train_*.h5, val: d/val.h5}"))
+
+
 def test_negative_labels(space, tmp_path):
     (tmp_path / "d").mkdir()
     write_h5(tmp_path / "d" / "train_0.h5", [0, 1] * 20 + [-1])
