@@ -140,7 +140,8 @@ def judge_history(history: list[dict[str, float]], direction: str, metric: str, 
         last = history[-1] if history else {}
         return TrialResult(status=TrialStatus.DIVERGED, epochs=epochs,
                            metrics={k: v for k, v in last.items() if k != "epoch"},
-                           error="training diverged: a NaN or infinite loss or metric")
+                           error="training diverged: a NaN or infinite loss, metric or weight (a NaN in the "
+                                 "data?)")
     if not history:
         status = TrialStatus.TIMEOUT if stopped == "timeout" else TrialStatus.FAILED
         return TrialResult(status=status, epochs=0, error="no epoch finished")

@@ -273,3 +273,12 @@ def test_the_weights_kept_are_the_best_epochs_by_the_figure_of_merit(merit, earl
     for row in rows:
         epochs.add(row, np.full(3, float(row["epoch"])), np.zeros(1))
     assert epochs.best_weights.tolist() == [float(kept)] * 3
+
+
+def test_weights_gone_nan_with_a_finite_loss_end_the_run_diverged():
+    from mpiopt.learn._engine import Job, _Epochs
+
+    # a NaN feature through a relu leaves the loss finite while the weights fill with NaN
+    epochs = _Epochs(Job(build=None, model_kwargs={}, source=None, training={}), writer=False)
+    epochs.add({"epoch": 1, "loss": 1.09, "val_loss": 1.1}, np.array([0.5, np.nan]), np.zeros(1))
+    assert epochs.stopped == "diverged"

@@ -179,7 +179,8 @@ class _Epochs:
         A reason to stop already given (a timeout, a worker's) stands: it is what ended training."""
         self.history.append(row)
         epoch = int(row["epoch"])
-        if not _finite(row) and not self.stopped:
+        # a NaN in the data can leave the loss finite (relu) while the weights fill with NaN
+        if not self.stopped and (not _finite(row) or not np.isfinite(weights).all()):
             self.stopped = "diverged"
         improved, stop = (self.es.update(epoch, row) if self.es else (True, False))
         if self.job.merit is not None:
