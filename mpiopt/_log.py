@@ -134,7 +134,8 @@ def set_rank_tag(tag: str) -> None:
     _filter.tag = f" {tag}" if tag else ""
 
 
-_TF_NOISE = (b"I0000 ", b"WARNING: All log messages before absl::InitializeLog()")
+_TF_NOISE = (b"I0000 ", b"WARNING: All log messages before absl::InitializeLog()",
+             b"To enable the following instructions:")  # the second line of cpu_feature_guard's notice
 _CPU_NOISE = (b"cuInit", b"cuda drivers", b"Unable to register cu", b"computation placer already registered")
 
 

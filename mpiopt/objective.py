@@ -365,10 +365,8 @@ class TrialRunner:
     def source(self):
         """The objective's data (`learn.DataSource`), loaded once per process."""
         from . import learn
-        from ._log import quiet_tensorflow
 
-        with quiet_tensorflow():
-            import keras  # noqa: F401  (first import here, before the user's loader imports it)
+        _import_keras_quietly()  # first here, before the user's loader imports it
         source = learn.load_source(self.cfg.objective.data, self.cfg.base_dir, self.loader)
         if not self.heap_frozen:
             # each trial's build clears Keras' session, which collects garbage in full: what is
@@ -405,6 +403,18 @@ class TrialRunner:
                                    metrics={**judged.metrics, "params": float(outcome.params)})
 
 
+def _import_keras_quietly() -> None:
+    """Import Keras and let TensorFlow probe for GPUs inside `quiet_tensorflow`: both write start-up
+    lines straight to stderr (on a CPU node, a failed cuInit at the probe) that no log level hides."""
+    from ._log import quiet_tensorflow
+
+    with quiet_tensorflow():
+        import keras  # noqa: F401
+        import tensorflow as tf
+
+        tf.config.list_physical_devices("GPU")
+
+
 def preflight(cfg: Config) -> None:
     """Check before a search that a `model` objective builds, fits its data and trains.
 
@@ -423,10 +433,10 @@ def preflight(cfg: Config) -> None:
     if o.kind != "model":
         return
     from . import learn
-    from ._log import quiet_tensorflow
 
-    with quiet_tensorflow():
-        import keras  # first import here, before the user's loader imports it
+    _import_keras_quietly()  # first here, before the user's loader imports it
+    import keras
+
     src = cfg.source or str(cfg.path)
     runner = TrialRunner(cfg)
     params = cfg.space.middle()

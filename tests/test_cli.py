@@ -579,3 +579,18 @@ def test_the_end_of_a_search_says_which_groups_it_gave_up_on_and_why():
     assert _retired_text(Summary({}, None, retired=[2, 0, 1], lost=[0, 1])) == \
         "groups 0, 1 lost (a node died), group 2 did not come back (stuck)"
     assert _retired_text(Summary({}, None, retired=[3])) == "group 3 did not come back (stuck)"
+
+
+def test_tensorflows_start_up_lines_are_dropped_and_others_kept(capfd, monkeypatch):
+    import os
+
+    from mpiopt._log import quiet_tensorflow
+
+    monkeypatch.delenv("MPIOPT_TF_LOGS", raising=False)
+    noise = [b"I0000 00:00:1.0 7187 cpu_feature_guard.cc:227] This TensorFlow binary is optimized ...\n",
+             b"To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow ...\n",
+             b"E0000 00:00:1.0 7187 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error\n"]
+    with quiet_tensorflow():  # written to file descriptor 2, as TensorFlow's C++ does
+        for line in [*noise, b"a user's own line\n"]:
+            os.write(2, line)
+    assert capfd.readouterr().err == "a user's own line\n"
