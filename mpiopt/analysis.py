@@ -400,6 +400,19 @@ def _rebuild(cfg, params: dict[str, Any], weights: Path):
     build = import_callable(cfg.objective.model, cfg.base_dir, source=str(cfg.path), field="objective.model")
     model = build(**cfg.model_kwargs(params))
     if not getattr(model, "compiled", False) and cfg.objective.loss is not None:
-        model.compile(loss=cfg.objective.loss, metrics=list(cfg.objective.metrics))
+        model.compile(optimizer=_keras_optimizer(cfg.trial_training(params)), loss=cfg.objective.loss,
+                      metrics=list(cfg.objective.metrics))
     model.load_weights(str(weights))
     return model
+
+
+def _keras_optimizer(training: dict[str, Any]):
+    """The Keras optimizer the trial trained with (training.optimizer at its learning_rate), so
+    that a loaded model fine-tunes as the search trained it (Keras' own default is RMSprop)."""
+    import keras
+
+    spec = training.get("optimizer") or "adam"
+    spec = {"name": spec} if isinstance(spec, str) else dict(spec)
+    name = spec.pop("name")
+    spec.setdefault("learning_rate", float(training.get("learning_rate") or 0.001))
+    return keras.optimizers.get({"class_name": name, "config": spec})

@@ -147,6 +147,7 @@ def test_mnist1d_search_under_mpiexec(tmp_path):
     best = df.sort_values("objective", ascending=False).iloc[0]
     assert mpiopt.best_params(run)["units"] == best.params_units
     model = mpiopt.load_model(run)
+    assert type(model.optimizer).__name__ == "Adam"  # as trained (training.optimizer), not Keras' default RMSprop
     (xv, yv) = runpy.run_path(str(root / "examples" / "mnist1d.py"))["load_data"]()[1]
     accuracy = float((model.predict(xv, verbose=0).argmax(axis=1) == yv).mean())
     assert accuracy == pytest.approx(best.val_accuracy, abs=1e-6)
@@ -185,3 +186,11 @@ def test_the_mnist1d_example_makes_its_data_once_and_remakes_a_broken_cache(tmp_
         remade = example["load_data"](num_samples=200, seed=3)
         assert all((a == b).all() for a, b in zip(arrays(made), arrays(remade), strict=True))
         assert len(cache.read_bytes()) > 100
+
+
+def test_a_loaded_model_is_compiled_with_the_optimizer_it_trained_with():
+    from mpiopt.analysis import _keras_optimizer
+
+    opt = _keras_optimizer({"optimizer": {"name": "sgd", "momentum": 0.9}, "learning_rate": 0.01})
+    assert (type(opt).__name__, opt.momentum) == ("SGD", 0.9) and float(opt.learning_rate) == pytest.approx(0.01)
+    assert type(_keras_optimizer({"optimizer": "adam", "learning_rate": 0.003})).__name__ == "Adam"
