@@ -31,6 +31,14 @@ class TrialFailed(MpioptError):
     """A trial could not produce a figure of merit (recorded as `failed`; the search goes on)."""
 
 
+class DataError(TrialFailed):
+    """The objective's data cannot be read as the space says (a file corrupt past the part the
+    check read, one without its dataset): every trial would fail alike, so the search stops."""
+
+    def line(self) -> str:
+        return str(self.args[0]).splitlines()[0]
+
+
 class TrialTimeout(MpioptError):
     """A trial ran past `training.time_limit` (recorded as `timeout`)."""
 

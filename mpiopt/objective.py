@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ._errors import GroupPeerFailed, GroupPeerReturned, TrialFailed, TrialTimeout
+from ._errors import DataError, GroupPeerFailed, GroupPeerReturned, TrialFailed, TrialTimeout
 from .config import Config, import_callable
 from .trial import TrialResult, TrialStatus
 
@@ -307,7 +307,7 @@ class TrialRunner:
                 return self._train(params, training, comm, trial, trial_dir, reporter, began)
         except TrialTimeout as exc:
             return TrialResult(status=TrialStatus.TIMEOUT, error=str(exc))
-        except (UnknownParameter, ReportMisuse, GroupPeerReturned) as exc:
+        except (UnknownParameter, ReportMisuse, GroupPeerReturned, DataError) as exc:
             return TrialResult(status=TrialStatus.FAILED, error=exc.line(), detail=error_detail(exc), misuse=True)
         except Exception as exc:  # user code: any exception fails the trial, never the search
             return TrialResult(status=TrialStatus.FAILED, error=error_text(exc), detail=error_detail(exc))

@@ -119,7 +119,22 @@ def test_hdf5_data(model_space, tmp_path):
     missing = model_space("{model: tiny_model.py:build_model, data: {train: data/train_*.h5, val: data/val_*.h5, "
                           "features: x}, loss: sparse_categorical_crossentropy}")
     out = TrialRunner(missing).run({"units": 8}, None)
-    assert out.status == "failed" and "no dataset 'x'" in out.error
+    # data the space cannot read fail every trial alike: the search stops (exit 2) at the first
+    assert out.status == "failed" and out.misuse and "no dataset 'x'" in out.error
+    # a compressed chunk corrupt past what the check reads: the same
+    (tmp_path / "bad").mkdir()
+    shutil.copy(tmp_path / "data" / "train_0.h5", tmp_path / "bad" / "train_0.h5")
+    with h5py.File(tmp_path / "bad" / "train_1.h5", "w") as h:
+        h.create_dataset("features", data=x[250:500], chunks=(50, x.shape[1]), compression="gzip")
+        h["labels"] = y[250:500]
+        last = h["features"].id.get_chunk_info(4)
+    with open(tmp_path / "bad" / "train_1.h5", "r+b") as f:
+        f.seek(last.byte_offset)
+        f.write(b"\0" * last.size)
+    corrupt = model_space("{model: tiny_model.py:build_model, data: {train: bad/train_*.h5, val: data/val_*.h5}, "
+                          "loss: sparse_categorical_crossentropy, metrics: [accuracy], maximize: val_accuracy}")
+    out = TrialRunner(corrupt).run({"units": 8}, None)
+    assert out.status == "failed" and out.misuse and "train_1.h5: cannot read as HDF5" in out.error, out.error
 
 
 @pytest.mark.mpi

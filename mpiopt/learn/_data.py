@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import TrialFailed
+from .._errors import DataError
 
 _cache: dict[Any, Any] = {}
 
@@ -64,7 +64,7 @@ def concat(parts: list[Any]) -> Any:
 def _check_lengths(struct: Any, where: str) -> int:
     lengths = [(where + path, len(leaf)) for path, leaf in leaves(struct)]
     if len({n for _, n in lengths}) > 1:
-        raise TrialFailed("; ".join(f"{name} has {n} samples" for name, n in lengths) + ": lengths differ")
+        raise DataError("; ".join(f"{name} has {n} samples" for name, n in lengths) + ": lengths differ")
     return lengths[0][1] if lengths else 0
 
 
@@ -77,22 +77,22 @@ def file_list(spec: str | list[str], base_dir: Path, field: str) -> list[Path]:
         try:
             lines = txt.read_text("utf-8").splitlines()
         except OSError as exc:
-            raise TrialFailed(f"objective.data.{field}: cannot read {txt}: {exc.strerror or exc}") from None
+            raise DataError(f"objective.data.{field}: cannot read {txt}: {exc.strerror or exc}") from None
         files = [(txt.parent / s.strip()) for s in lines if s.strip() and not s.startswith("#")]
     else:
         files = [Path(p) for p in sorted(glob.glob(str(base_dir / spec)))]
     if not files:
-        raise TrialFailed(f"objective.data.{field}: no files match {spec!r}")
+        raise DataError(f"objective.data.{field}: no files match {spec!r}")
     for f in files:
         if not f.is_file():
-            raise TrialFailed(f"objective.data.{field}: no such file {f}")
+            raise DataError(f"objective.data.{field}: no such file {f}")
     return files
 
 
 def _h5_item(h, name: str, f: Path):
     """The dataset or group `name` of the open file `h`."""
     if name not in h:
-        raise TrialFailed(f"{f}: no dataset {name!r} (it has: {', '.join(h.keys())})")
+        raise DataError(f"{f}: no dataset {name!r} (it has: {', '.join(h.keys())})")
     return h[name]
 
 
@@ -113,10 +113,10 @@ def read_h5(f: Path, features, labels) -> tuple[Any, Any]:
         with h5py.File(f, "r") as h:
             x, y = take(h5_datasets(h, features, f), ()), take(h5_datasets(h, labels, f), ())
     except OSError as exc:
-        raise TrialFailed(f"{f}: cannot read as HDF5: {exc}") from None
+        raise DataError(f"{f}: cannot read as HDF5: {exc}") from None
     nx, ny = _check_lengths(x, f"{f}: features"), _check_lengths(y, f"{f}: labels")
     if nx != ny:
-        raise TrialFailed(f"{f}: features have {nx} samples but labels have {ny}")
+        raise DataError(f"{f}: features have {nx} samples but labels have {ny}")
     return x, y
 
 
@@ -135,7 +135,7 @@ def _count_h5(f: Path, features, labels) -> int:
                 obj = obj[next(iter(obj.keys()))]
             return int(obj.shape[0])
     except OSError as exc:
-        raise TrialFailed(f"{f}: cannot read as HDF5: {exc}") from None
+        raise DataError(f"{f}: cannot read as HDF5: {exc}") from None
 
 
 # -- the data of a training job ---------------------------------------------------------------
@@ -226,12 +226,12 @@ def load_source(data: Any, base_dir: Path, loader=None) -> DataSource:
         try:
             (xt, yt), (xv, yv) = out
         except (TypeError, ValueError):
-            raise TrialFailed(f"{data} must return ((x_train, y_train), (x_val, y_val)), "
+            raise DataError(f"{data} must return ((x_train, y_train), (x_val, y_val)), "
                               f"got {type(out).__name__}") from None
         for x, y, which in ((xt, yt, "train"), (xv, yv, "val")):
             nx, ny = _check_lengths(x, f"{which} features"), _check_lengths(y, f"{which} labels")
             if nx != ny:
-                raise TrialFailed(f"{data}: {which} features have {nx} samples but labels have {ny}")
+                raise DataError(f"{data}: {which} features have {nx} samples but labels have {ny}")
         src = DataSource(train=(xt, yt), val=(xv, yv))
     _cache[key] = src
     return src
