@@ -753,6 +753,9 @@ def _check_labels(loss, y_pred, source, y_batch) -> None:
             raise _PreflightError(f"one-hot labels are {int(y_batch.shape[-1])} wide but the model's output "
                                   f"has {unit_s} ({name})")
         return
+    if y_batch.ndim == len(y_pred.shape) and int(y_batch.shape[-1]) == units > 1:
+        raise _PreflightError(f"labels have {units} values per sample (one-hot?) but {name} needs one class number "
+                              f"per sample; use categorical_crossentropy for one-hot labels")
     extremes = _label_range(source, ignore)
     if extremes is None:
         return

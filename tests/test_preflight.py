@@ -36,6 +36,11 @@ def two_classes():
     return (x[:200], y[:200]), (x[200:], y[200:])
 
 
+def two_classes_one_hot():
+    (x, y), (xv, yv) = two_classes()
+    return (x, np.eye(2)[y]), (xv, np.eye(2)[yv])
+
+
 def two_classes_some_ignored():
     (x, y), v = two_classes()
     y = y.copy()
@@ -194,6 +199,12 @@ def test_a_validation_label_beyond_the_output_in_hdf5(space, tmp_path):
     write_h5(tmp_path / "d" / "val.h5", [1, 0] * 20 + [3])
     msg = preflight_error(space(data="{train: d/train_*.h5, val: d/val.h5}"))
     assert "labels range over 0..3 (4 classes) but the model's output has 2 units" in msg and "val.h5" in msg
+
+
+def test_one_hot_labels_under_a_sparse_loss(space):
+    msg = preflight_error(space(data="objs.py:two_classes_one_hot"))
+    assert "labels have 2 values per sample (one-hot?) but sparse_categorical_crossentropy needs one class number " \
+           "per sample; use categorical_crossentropy for one-hot labels" in msg
 
 
 @pytest.mark.parametrize("odd", [0.7, float("nan")])
