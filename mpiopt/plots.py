@@ -320,6 +320,7 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
     """`metric` (default: the figure of merit) against each parameter (one panel a parameter),
     coloured by trial number."""
     from matplotlib.ticker import MaxNLocator
+    from pandas.api.types import is_integer_dtype
 
     every = _completed(df, metric)
     direction = _direction(df, direction, metric)
@@ -342,6 +343,8 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
             x = done[c].to_numpy(float)
             if name in logs and _spans_decades(x, 10):  # a log axis within a decade labels its ticks unreadably
                 ax.set_xscale("log")
+            elif is_integer_dtype(done[c]):  # an integer parameter (Int64 in load_results) has whole ticks
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         points = ax.scatter(x, done["objective"], c=done["trial"], cmap="viridis", edgecolors="black",
                             linewidths=0.3, s=18)
         ax.set_xlabel(name)

@@ -173,6 +173,17 @@ def test_slices_draw_one_panel_a_parameter_categorical_ones_too(df):
     assert [t.get_text() for t in panels[2].get_xticklabels()] == kinds
 
 
+def test_an_integer_parameters_slice_has_whole_ticks(df):
+    import pandas as pd
+
+    with_n = df.assign(params_n=pd.array([2 + i % 2 for i in range(len(df))], dtype="Int64"))  # 2 and 3 only
+    fig = plots.plot_slices(with_n, direction="minimize")
+    ax = next(ax for ax in fig.axes if ax.get_xlabel() == "n")
+    fig.canvas.draw()
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
 def test_learning_curves_draw_every_reporting_trial_and_mark_the_pruned(df, history):
     fig = plots.plot_curves(history, df)
     ax = fig.axes[0]
