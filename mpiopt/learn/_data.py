@@ -81,6 +81,7 @@ def file_list(spec: str | list[str], base_dir: Path, field: str) -> list[Path]:
         files = [(txt.parent / s.strip()) for s in lines if s.strip() and not s.startswith("#")]
     else:
         files = [Path(p) for p in sorted(glob.glob(str(base_dir / spec)))]
+    files = [f.resolve() for f in files]  # named in messages as data/x.h5, not bad/../data/x.h5
     if not files:
         raise DataError(f"objective.data.{field}: no files match {spec!r}")
     for f in files:
