@@ -448,7 +448,7 @@ class MedianStopping(Scheduler):
         super().__init__(epochs=epochs, min_epochs=min_epochs, reduction_factor=reduction_factor,
                          pausable=pausable)
         self._values: dict[int, dict[int, float | None]] = {}  # epoch -> trial -> loss
-        self._last: dict[int, int] = {}  # trial -> the highest epoch it reported
+        self._judged: dict[int, int] = {}  # trial -> the highest epoch the rule judged it at
 
     def decision_epochs(self, trial: int) -> list[int]:
         return list(range(self.min_epochs, self.epochs))
@@ -461,24 +461,18 @@ class MedianStopping(Scheduler):
         at_epoch = self._values.setdefault(epoch, {})
         # A trial re-run after a crash re-trains an epoch: its first value stands.
         at_epoch.setdefault(trial, loss)
-        self._last[trial] = max(epoch, self._last.get(trial, epoch))
-        if not self.min_epochs <= epoch < self.epochs:
+        others = [_as_inf(v) for t, v in at_epoch.items() if t != trial]
+        if not self.min_epochs <= epoch < self.epochs or len(others) < MEDIAN_MIN_OTHERS:
             return Decision.CONTINUE
-        return Decision.STOP if self._below_median(trial, at_epoch) else Decision.CONTINUE
-
-    def _below_median(self, trial: int, at_epoch: dict[int, float | None]) -> bool:
-        others = [_as_inf(loss) for t, loss in at_epoch.items() if t != trial]
-        if len(others) < MEDIAN_MIN_OTHERS:
-            return False
+        self._judged[trial] = max(epoch, self._judged.get(trial, epoch))
         loss = at_epoch[trial]
         # A non-finite loss is worse than anything, even than a median that is itself non-finite.
-        return loss is None or loss > statistics.median(others)
+        return Decision.STOP if loss is None or loss > statistics.median(others) else Decision.CONTINUE
 
     def rung(self, trial: int) -> int | None:
-        """The last epoch the rule judged the trial at (none before `min_epochs`, and the last
-        epoch is never judged: the trial is complete there)."""
-        last = self._last.get(trial)
-        return None if last is None or last < self.min_epochs else min(last, self.epochs - 1)
+        """The last epoch the rule judged the trial at: from `min_epochs`, below the last (where
+        the trial is complete), with at least MEDIAN_MIN_OTHERS others there to judge it by."""
+        return self._judged.get(trial)
 
     def rung_results(self, epochs: int) -> dict[int, float | None]:
         return dict(self._values.get(epochs, {}))

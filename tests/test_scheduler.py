@@ -260,8 +260,8 @@ def test_median_rule():
     assert s.report(8, 1, None) is S
     assert s.report(9, 10, 100.0) is C  # the last epoch decides nothing
     assert s.rung_results(1) == {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0, 4: 5.0, 5: 3.5, 6: 3.0, 7: 3.0, 8: None}
-    # the rung is the last epoch judged: the last epoch is not
-    assert s.rung(0) == 1 and s.rung(9) == 9 and s.rung(42) is None
+    # the rung is the last epoch judged: not with fewer than 5 others there, nor the last epoch
+    assert s.rung(5) == 1 and s.rung(0) is None and s.rung(9) is None and s.rung(42) is None
     assert s.paused() == [] and s.promotable() == [] and s.rung_epochs() == []
 
 
