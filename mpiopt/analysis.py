@@ -399,10 +399,13 @@ def _rebuild(cfg, params: dict[str, Any], weights: Path):
         import keras  # noqa: F401  (imported quietly before the user's build_model)
     build = import_callable(cfg.objective.model, cfg.base_dir, source=str(cfg.path), field="objective.model")
     model = build(**cfg.model_kwargs(params))
+    model.load_weights(str(weights))
     if not getattr(model, "compiled", False) and cfg.objective.loss is not None:
+        # compiled after the weights are in: the file also holds the untouched state of the stand-in
+        # optimizer the search compiled with (its master's optimizer trained the weights), which
+        # would overwrite this one's learning rate
         model.compile(optimizer=_keras_optimizer(cfg.trial_training(params)), loss=cfg.objective.loss,
                       metrics=list(cfg.objective.metrics))
-    model.load_weights(str(weights))
     return model
 
 

@@ -162,7 +162,9 @@ def test_mnist1d_search_under_mpiexec(tmp_path):
     best = df.sort_values("objective", ascending=False).iloc[0]
     assert mpiopt.best_params(run)["units"] == best.params_units
     model = mpiopt.load_model(run)
-    assert type(model.optimizer).__name__ == "Adam"  # as trained (training.optimizer), not Keras' default RMSprop
+    # compiled as trained (training.optimizer at the trial's learning rate), not Keras' default RMSprop
+    assert type(model.optimizer).__name__ == "Adam"
+    assert float(model.optimizer.learning_rate) == pytest.approx(best.params_learning_rate, rel=1e-6)
     (xv, yv) = runpy.run_path(str(root / "examples" / "mnist1d.py"))["load_data"]()[1]
     accuracy = float((model.predict(xv, verbose=0).argmax(axis=1) == yv).mean())
     assert accuracy == pytest.approx(best.val_accuracy, abs=1e-6)
