@@ -520,15 +520,16 @@ def _refuse_optimizer_keys_a_compiled_model_ignores(cfg: Config, kwargs: dict, o
     or `learning_rate` that build_model does not take (to compile with), or one given in the
     file's training section, would silently change nothing."""
     raw = cfg.raw.get("training") if isinstance(cfg.raw.get("training"), dict) else {}
-    searched = [(f"parameters.{k}", f"the searched {k}", k) for k in ("learning_rate", "optimizer")
-                if k in cfg.space.names and k not in kwargs]
-    given = [(f"training.{k}", f"training.{k}", k) for k in ("learning_rate", "optimizer") if k in raw]
+    uncompiled = "or return the model uncompiled (objective.loss set)"
+    searched = [(f"parameters.{k}", f"the searched {k}",
+                 f"take {k} as an argument of build_model and compile with it, {uncompiled}")
+                for k in ("learning_rate", "optimizer") if k in cfg.space.names and k not in kwargs]
+    given = [(f"training.{k}", f"training.{k}", f"leave it out (the model's own optimizer trains), {uncompiled} for it "
+              "to apply") for k in ("learning_rate", "optimizer") if k in raw]
     if searched or given:
-        where, what, key = (searched + given)[0]
+        where, what, fix = (searched + given)[0]
         raise _PreflightError(f"{cfg.objective.model} compiles the model with its own optimizer ({optimizer}), which "
-                              f"its trials train with, so {what} would change nothing: take {key} as an argument of "
-                              "build_model and compile with it, or return the model uncompiled (objective.loss set)",
-                              where)
+                              f"its trials train with, so {what} would change nothing: {fix}", where)
 
 
 def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, params, training) -> None:
