@@ -225,7 +225,8 @@ def place_devices(comm, cfg, *, coordinator: int | None) -> str | None:
     if error is None:
         try:
             plan = devices.plan_node(seen, cfg.training["ranks_per_gpu"], coordinator=coordinator,
-                                     node=f"the node of world rank {first}" if size > 1 else "this machine",
+                                     node=f"the node of world rank {first} ({transport.host_name()})"
+                                     if size > 1 else "this machine",
                                      source=cfg.source or str(cfg.path))
         except ConfigError as exc:
             error = exc

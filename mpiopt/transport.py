@@ -260,9 +260,14 @@ def node_layout(comm) -> tuple[int, ...]:
     return tuple(comm.allgather(lowest))
 
 
+def host_name() -> str:
+    """This rank's host (MPI's processor name): what a message about a node names for people."""
+    return _mpi().Get_processor_name()
+
+
 def host_names(comm) -> tuple[str, ...]:
-    """Each rank's host (MPI's processor name): what a message about a node names for people."""
-    return tuple(comm.allgather(_mpi().Get_processor_name()))
+    """Each rank's host name."""
+    return tuple(comm.allgather(host_name()))
 
 
 NO_MPI_HINT = 'pip install "mpiopt[mpich]" for an MPI of its own, or load your site\'s MPI (e.g. module load openmpi)'
