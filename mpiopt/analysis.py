@@ -392,11 +392,10 @@ def _train_config(path: Path):
 
 
 def _rebuild(cfg, params: dict[str, Any], weights: Path):
-    from ._log import quiet_tensorflow
     from .config import import_callable
+    from .objective import import_keras_quietly
 
-    with quiet_tensorflow():
-        import keras  # noqa: F401  (imported quietly before the user's build_model)
+    import_keras_quietly()  # before the user's build_model
     build = import_callable(cfg.objective.model, cfg.base_dir, source=str(cfg.path), field="objective.model")
     model = build(**cfg.model_kwargs(params))
     model.load_weights(str(weights))

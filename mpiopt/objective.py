@@ -366,7 +366,7 @@ class TrialRunner:
         """The objective's data (`learn.DataSource`), loaded once per process."""
         from . import learn
 
-        _import_keras_quietly()  # first here, before the user's loader imports it
+        import_keras_quietly()  # first here, before the user's loader imports it
         source = learn.load_source(self.cfg.objective.data, self.cfg.base_dir, self.loader)
         if not self.heap_frozen:
             # each trial's build clears Keras' session, which collects garbage in full: what is
@@ -403,7 +403,7 @@ class TrialRunner:
                                    metrics={**judged.metrics, "params": float(outcome.params)})
 
 
-def _import_keras_quietly() -> None:
+def import_keras_quietly() -> None:
     """Import Keras and let TensorFlow probe for GPUs inside `quiet_tensorflow`: both write start-up
     lines straight to stderr (on a CPU node, a failed cuInit at the probe) that no log level hides."""
     from ._log import quiet_tensorflow
@@ -434,7 +434,7 @@ def preflight(cfg: Config) -> None:
         return
     from . import learn
 
-    _import_keras_quietly()  # first here, before the user's loader imports it
+    import_keras_quietly()  # first here, before the user's loader imports it
     import keras
 
     src = cfg.source or str(cfg.path)
