@@ -319,7 +319,7 @@ def _unit_axis(series, log: bool) -> tuple[np.ndarray, list[tuple[float, str]]]:
 def plot_slices(df, *, direction: str | None = None, metric: str = "objective", log_params: Iterable[str] = ()):
     """`metric` (default: the figure of merit) against each parameter (one panel a parameter),
     coloured by trial number."""
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator, NullFormatter
     from pandas.api.types import is_integer_dtype
 
     every = _completed(df, metric)
@@ -343,6 +343,7 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
             x = done[c].to_numpy(float)
             if name in logs and _spans_decades(x, 10):  # a log axis within a decade labels its ticks unreadably
                 ax.set_xscale("log")
+                ax.xaxis.set_minor_formatter(NullFormatter())  # 2x10^-3, 3x10^-3, ... run into each other
             elif is_integer_dtype(done[c]):  # an integer parameter (Int64 in load_results) has whole ticks
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         points = ax.scatter(x, done["objective"], c=done["trial"], cmap="viridis", edgecolors="black",
