@@ -10,8 +10,8 @@ import yaml
 
 from ._errors import ConfigError
 from .pareto import MEASURED, Goals
-from .journal import (CONFIG, JOURNAL, RESULTS, STRETCH_COLUMNS, TRAIN_INFO, is_live, read_journal, replay, result_rows,
-                      stretch_rows)
+from .journal import (CONFIG, JOURNAL, PARAM_COUNT, RESULTS, STRETCH_COLUMNS, TRAIN_INFO, is_live, read_journal,
+                      replay, result_rows, stretch_rows)
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +137,9 @@ def _typed(df):
     for col in ("epochs", "rung", "group", "ranks"):
         if col in df:
             df[col] = df[col].astype("Int64")
-    count = pd.to_numeric(df["params"], errors="coerce") if "params" in df else None
+    count = pd.to_numeric(df[PARAM_COUNT], errors="coerce") if PARAM_COUNT in df else None
     if count is not None and (count.dropna() % 1 == 0).all():  # a model's parameter count (a function's may be any)
-        df["params"] = count.astype("Int64")
+        df[PARAM_COUNT] = count.astype("Int64")
     return df
 
 
@@ -246,10 +246,11 @@ def timeline(df):
     per = done.assign(busy_s=busy).groupby("group").agg(trials=("trial", "nunique"), stretches=("trial", "size"),
                                                         busy_s=("busy_s", "sum"))
     per = per.reset_index()
+    groups = set(per.group)
     alive = per.group.map(lambda g: active - sum(_overlap(merged, a, b) for a, b in lost.get(int(g), ())))
     per["utilization"] = (per.busy_s / alive).where(alive > 0)
     summary = {"groups": int(len(per)), "trials": int(done.trial.nunique()), "stretches": int(len(done)),
-               "active_s": active, "lost": sorted(g for g in lost if g in set(per.group)),
+               "active_s": active, "lost": sorted(g for g in lost if g in groups),
                "utilization": float(per.busy_s.sum() / alive.sum()) if alive.sum() > 0 else float("nan")}
     if "dispatch_ms" in df and df["dispatch_ms"].notna().any():
         first_wave, early, after = _hand_outs(df)
@@ -413,8 +414,7 @@ def _keras_optimizer(training: dict[str, Any]):
     that a loaded model fine-tunes as the search trained it (Keras' own default is RMSprop)."""
     import keras
 
-    spec = training.get("optimizer") or "adam"
-    spec = {"name": spec} if isinstance(spec, str) else dict(spec)
-    name = spec.pop("name")
-    spec.setdefault("learning_rate", float(training.get("learning_rate") or 0.001))
-    return keras.optimizers.get({"class_name": name, "config": spec})
+    from .learn._engine import training_optimizer
+
+    spec = training_optimizer(training)
+    return keras.optimizers.get({"class_name": spec.pop("name"), "config": spec})

@@ -597,11 +597,11 @@ class Coordinator:
             self.summary.retired.append(group)
             self.summary.lost.append(group)
             self._journal({"event": "lost", "group": group, "time": time.time()})  # the timeline leaves its time out
-            again = [self._stop_running(state)] if state.running is not None else []
-            kept = [n for n in again if self._paused_at_its_rung(n)]
-            for n in kept:
-                again.remove(n)
-                self._pause_cut_off(n)
+            running = self._stop_running(state) if state.running is not None else None
+            paused = running is not None and self._paused_at_its_rung(running)
+            if paused:
+                self._pause_cut_off(running)
+            again = [running] if running is not None and not paused else []
             if state.ahead is not None:
                 again.append(self._take_ahead(state)[0])
             for n in reversed(again):
@@ -609,9 +609,9 @@ class Coordinator:
                 self._orphans.add(n)
             if group in self._idle:
                 self._idle.remove(group)
-            what = f"trial {', '.join(map(str, again))} runs again on another group" if again else \
-                f"trial {kept[0]} stays paused at its rung" if kept else "it held no trial"
-            log.warning("group %d lost: %s; %s; %d group(s) left", group, why, what,
+            what = ([f"trial {running} stays paused at its rung"] if paused else []) + \
+                ([f"trial {', '.join(map(str, again))} runs again on another group"] if again else [])
+            log.warning("group %d lost: %s; %s; %d group(s) left", group, why, "; ".join(what) or "it held no trial",
                         sum(not s.retired for s in self.groups))
 
     def _take_in(self, group: int, result: TrialResult, t_recv: float) -> None:
@@ -1000,7 +1000,7 @@ def _lost_line(summary: Summary) -> str:
                      f"trial and {'were' if len(stuck) > 1 else 'was'} lost")
     paused = sum(t.status == TrialStatus.PAUSED for t in summary.trials.values())
     if paused:  # kept, not pruned: what the lost groups' trials reach on --resume may promote them
-        parts.append(f"{paused} trial{'s' * (paused != 1)} left paused, which --resume promotes or prunes")
+        parts.append(f"{_count(paused, 'trial')} left paused, which --resume promotes or prunes")
     return "; ".join(parts) + "; the finished trials are in the journal"
 
 

@@ -257,7 +257,7 @@ def test_a_flat_model_traces_its_steps_once_and_validates_as_keras_does():
 
 
 @pytest.mark.parametrize("merit, early_stopping, kept", [
-    (("val_accuracy", "maximize"), None, 2),  # the epoch the search judges the run by (it was the last, 3)
+    (("val_accuracy", "maximize"), None, 2),  # the epoch the search judges the run by, not the last (3)
     (("val_accuracy", "maximize"), {"monitor": "val_loss", "patience": 5}, 2),  # not early stopping's (1)
     (("val_loss", "minimize"), None, 1),
     (None, None, 3),  # learn used alone, no figure of merit nor early stopping: the last

@@ -85,10 +85,17 @@ class Job:
 
 
 # -- shared set-up ---------------------------------------------------------------------------------
-def _optimizer_spec(model, training: dict[str, Any], compiled_by_us: bool) -> dict[str, Any]:
+def training_optimizer(training: dict[str, Any]) -> dict[str, Any]:
+    """training.optimizer as `{"name": ..., option: value}`, at training.learning_rate unless it
+    names its own: what trains a model mpiopt compiles."""
     spec = training.get("optimizer", "adam")
     spec = {"name": spec} if isinstance(spec, str) else dict(spec)
     spec.setdefault("learning_rate", training.get("learning_rate", 0.001))
+    return spec
+
+
+def _optimizer_spec(model, training: dict[str, Any], compiled_by_us: bool) -> dict[str, Any]:
+    spec = training_optimizer(training)
     if compiled_by_us or getattr(model, "optimizer", None) is None:
         return spec
     # the user compiled the model: train with its optimizer's kind and settings (under the
