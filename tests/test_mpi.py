@@ -15,6 +15,7 @@ import pytest
 
 import mpiopt
 from conftest import MPIEXEC, run_cli, two_goals_space
+from mpiopt.transport import RETURNED_GRACE_S
 
 pytestmark = pytest.mark.mpi
 
@@ -168,7 +169,7 @@ try:
         time.sleep(2.0)  # its peers are in the call when its notice comes: they wait out the grace
     seen.append("returned")
 except GroupPeerReturned as exc:
-    seen.append(f"{exc.line()} after {time.monotonic() - began:.0f} s")
+    seen.append((exc.line(), time.monotonic() - began))
 comm.notify_return()
 comm.close()
 every = world.gather(seen)
@@ -185,9 +186,12 @@ def test_a_rank_waiting_for_a_peer_whose_function_returned_gives_up():
     assert [seen[:3] for seen in every] == [[3, 3, 3]] * 3
     assert every[1][3] == "returned"
     for rank in (0, 2):
-        assert re.fullmatch(rf"rank 1 returned from the function while rank {rank} waited for it in a call of comm "
-                            r"\(or trial.should_stop\): every rank of the group must make the same calls after [6-9] s",
-                            every[rank][3]), every[rank][3]
+        said, waited = every[rank][3]
+        assert said == (f"rank 1 returned from the function while rank {rank} waited for it in a call of comm (or "
+                        "trial.should_stop): every rank of the group must make the same calls")
+        # in the call when the notice came (2 s in), it waited out the grace before giving up; that
+        # it gave up at all, and did not hang, the subprocess's timeout guards
+        assert round(waited) >= 2 + RETURNED_GRACE_S - 1, waited
 
 
 def test_failure_notices_never_leak_into_the_next_trial():
