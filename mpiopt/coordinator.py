@@ -758,8 +758,9 @@ class Coordinator:
         back to a group that waits for one."""
         self._warn_of_rungs_skipped(report.trial, self._reached.get(report.trial, 0), report.epoch)
         decision = self._take_report(report.trial, report.epoch, report.metrics)
+        rec = self.trials.get(report.trial)  # its rung, as _take_report just set it
         event = report_event(report, time.time(), paused=decision is Decision.PAUSE,
-                             rung=self.scheduler.rung(report.trial))
+                             rung=rec.rung if rec is not None else None)
         self._journal(event)
         apply_event(self.trials, event)
         return decision.value if report.decide else None
