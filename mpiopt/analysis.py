@@ -394,13 +394,14 @@ def _train_config(path: Path):
 
 def _rebuild(cfg, params: dict[str, Any], weights: Path):
     from .config import import_callable
+    from .learn._engine import compiled_with_an_optimizer
     from .objective import import_keras_quietly
 
     import_keras_quietly()  # before the user's build_model
     build = import_callable(cfg.objective.model, cfg.base_dir, source=str(cfg.path), field="objective.model")
     model = build(**cfg.model_kwargs(params))
     model.load_weights(str(weights))
-    if not getattr(model, "compiled", False) and cfg.objective.loss is not None:
+    if not compiled_with_an_optimizer(model) and cfg.objective.loss is not None:
         # compiled after the weights are in: the file also holds the untouched state of the stand-in
         # optimizer the search compiled with (its master's optimizer trained the weights), which
         # would overwrite this one's learning rate
