@@ -1008,18 +1008,23 @@ def _lost_line(summary: Summary) -> str:
 def commonest_error(trials: list[TrialRecord]) -> str:
     """`the most common error (k of n): <its line>` over trials that did not complete; a trial
     a scheduler pruned went wrong in no way of its own, so it counts only where all were pruned.
-    Errors that differ only in their numbers (`units=76 is too many`, `units=90 ...`) are one."""
+    Errors that differ only in their numbers (`units=76 is too many`, `x=-3.4 ...`) are one, and
+    the line then says that its numbers vary from trial to trial."""
     erring = [t for t in trials if t.status != TrialStatus.PRUNED]
     if not erring:
         return "the scheduler pruned every one"
     errors: dict[str, list[str]] = {}
     for t in erring:
         head = (t.error or f"{t.status.value}, no error text").splitlines()[0][:300]
-        errors.setdefault(re.sub(r"\d+(\.\d+)?", "#", head), []).append(head)
+        errors.setdefault(_NUMBER.sub("#", head), []).append(head)
     lines = max(errors.values(), key=len)
     pruned = len(trials) - len(erring)
     among = f"{len(erring)}" + (f"; {pruned} pruned" if pruned else "")
-    return f"the most common error ({len(lines)} of {among}): {lines[0]}"
+    vary = "; its numbers vary" if len(set(lines)) > 1 else ""
+    return f"the most common error ({len(lines)} of {among}{vary}): {lines[0]}"
+
+
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def _first_line(text: str | None) -> str:

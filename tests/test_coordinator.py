@@ -233,7 +233,13 @@ def test_the_commonest_error_leaves_out_trials_a_scheduler_pruned():
     # errors that differ only in their numbers are one error
     failed = [rec(3 + i, TrialStatus.FAILED, f"ValueError: units={u} is too many") for i, u in enumerate((76, 90))]
     timeout = rec(5, TrialStatus.TIMEOUT, "stopped by training.time_limit after 7 epochs")
-    assert commonest_error([*failed, timeout]) == "the most common error (2 of 3): ValueError: units=76 is too many"
+    assert commonest_error([*failed, timeout]) == \
+        "the most common error (2 of 3; its numbers vary): ValueError: units=76 is too many"
+    # signed and exponent numbers too; the same line repeated is not said to vary
+    signed = [rec(6 + i, TrialStatus.FAILED, f"RuntimeError: bad x={x}") for i, x in enumerate(("-3.4", "0.19", "2e-3"))]
+    assert commonest_error([*signed, timeout]) == "the most common error (3 of 4; its numbers vary): RuntimeError: bad x=-3.4"
+    assert commonest_error([rec(9, TrialStatus.FAILED, "E 1"), rec(10, TrialStatus.FAILED, "E 1"), timeout]) == \
+        "the most common error (2 of 3): E 1"
 
 
 def test_a_search_that_lost_a_group_says_its_paused_trials_wait_for_a_resume():
