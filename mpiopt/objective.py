@@ -332,7 +332,14 @@ class TrialRunner:
             top = int(self.cfg.training["epochs"]) if self.cfg.search.scheduler != "none" else None
             context = kwargs["trial"] = TrialContext(trial, reporter, comm if o.takes_comm else None,
                                                      None if o.pareto else o.metric, top)
-        value = self.fn(Params(params), comm, **kwargs) if o.takes_comm else self.fn(Params(params), **kwargs)
+        try:
+            value = self.fn(Params(params), comm, **kwargs) if o.takes_comm else self.fn(Params(params), **kwargs)
+        except TrialTimeout as exc:
+            if context is None or not context.steps:
+                raise
+            # cut off by training.time_limit after reporting: the steps and metrics it got to
+            return TrialResult(status=TrialStatus.TIMEOUT, epochs=context.steps, metrics=context.last,
+                               error=f"{exc} after step {context.steps}")
         if o.takes_comm and comm.Get_size() > 1:  # a peer still waiting for this rank in a collective gives up
             comm.notify_return()
         if context is not None and context.misuse:
