@@ -231,6 +231,8 @@ class Coordinator:
         self._watch_at = -math.inf  # time.monotonic() of the next look for lost groups
         self._epochs = 0  # (trial, epoch) pairs reported, the journal's included
         self._reached: dict[int, int] = {}  # per trial: the highest epoch it reported
+        # per trial the scheduler stopped, until its result: the report's (epoch, metrics, time)
+        self._stop_reports: dict[int, tuple[int, dict[str, float], float]] = {}
         self._paused = {n for n, t in self.trials.items() if t.status == TrialStatus.PAUSED}
         self._replay_scheduler(history)
         self._progress = Progress(cfg.search.trials, self._finished, per_trial=self.scheduler.epochs_to_go(),
@@ -322,7 +324,10 @@ class Coordinator:
         """Tell the searcher what a resumed search finished, queue what it left unfinished."""
         self._finished_trials = {n for n, t in self.trials.items() if t.status.is_finished()}
         self._pause_the_paused()
-        self._rerun = deque(sorted(n for n in self.trials if n not in self._finished_trials and n not in self._paused))
+        stopped = sorted(n for n, t in self.trials.items() if t.status == TrialStatus.RUNNING
+                         and self._stopped_at_a_report(n))
+        self._rerun = deque(sorted(n for n in self.trials if n not in self._finished_trials and n not in self._paused
+                                   and n not in stopped))
         for n in sorted(self._finished_trials):
             t = self.trials[n]
             self.searcher.tell(n, t.params, self.search_loss(t))
@@ -337,6 +342,8 @@ class Coordinator:
                      kept, _count(len(self._rerun), "interrupted trial"), ", ".join(map(str, self._rerun)))
         elif self._finished_trials or self._paused:
             log.info("resuming: %s", kept)
+        for n in stopped:
+            self._prune_cut_off(n)
         self._note_paused_sizes_missing()
         self._next_trial = max(self.trials) + 1 if self.trials else 0
         self._idle = deque(range(self.transport.n_groups))  # free groups, in the order they became free
@@ -366,6 +373,30 @@ class Coordinator:
         """Whether the scheduler paused this running trial at a rung (its checkpoint there is
         written before the report): a group cut off after that leaves it paused, not to run again."""
         return n in self.scheduler.paused()
+
+    def _settle_cut_off(self, n: int) -> str | None:
+        """A running trial whose group was cut off: paused, or pruned, where the scheduler's last
+        decision left it (what is said of it), or None: it runs again."""
+        if self._paused_at_its_rung(n):
+            self._pause_cut_off(n)
+            return f"trial {n} stays paused at its rung"
+        if self._stopped_at_a_report(n):
+            self._prune_cut_off(n)
+            return f"trial {n} is pruned where the scheduler stopped it"
+        return None
+
+    def _stopped_at_a_report(self, n: int) -> bool:
+        """Whether the scheduler stopped this running trial: a group cut off before its result
+        came in leaves it pruned where it was stopped, not to run again."""
+        return n in self._stop_reports
+
+    def _prune_cut_off(self, n: int) -> None:
+        epoch, metrics, at = self._stop_reports[n]
+        self._record(n, TrialResult(status=TrialStatus.PRUNED, metrics=metrics, epochs=epoch,
+                                    start=self.trials[n].start, end=at))
+        self._finished_trials.add(n)
+        if self.run_dir is not None:
+            self.run_dir.drop_checkpoint(n)
 
     def _room(self) -> bool:
         """Whether the budget allows another trial beside the finished, running and sent-ahead ones."""
@@ -563,9 +594,8 @@ class Coordinator:
             self.summary.retired.append(group)
             if state.ghost == n:
                 log.warning("group %d did not come back from trial %d (run by another group too): retired", group, n)
-            elif self._paused_at_its_rung(n):
-                log.warning("group %d did not come back from trial %d after its pause: retired", group, n)
-                self._pause_cut_off(n)
+            elif (settled := self._settle_cut_off(n)) is not None:
+                log.warning("group %d did not come back from trial %d: retired; %s", group, n, settled)
             else:
                 self._record(n, TrialResult(
                     trial=n, status=TrialStatus.TIMEOUT, start=self.trials[n].start or 0.0, end=time.time(),
@@ -598,10 +628,8 @@ class Coordinator:
             self.summary.lost.append(group)
             self._journal({"event": "lost", "group": group, "time": time.time()})  # the timeline leaves its time out
             running = self._stop_running(state) if state.running is not None else None
-            paused = running is not None and self._paused_at_its_rung(running)
-            if paused:
-                self._pause_cut_off(running)
-            again = [running] if running is not None and not paused else []
+            settled = self._settle_cut_off(running) if running is not None else None
+            again = [running] if running is not None and settled is None else []
             if state.ahead is not None:
                 again.append(self._take_ahead(state)[0])
             for n in reversed(again):
@@ -609,7 +637,7 @@ class Coordinator:
                 self._orphans.add(n)
             if group in self._idle:
                 self._idle.remove(group)
-            what = ([f"trial {running} stays paused at its rung"] if paused else []) + \
+            what = ([settled] if settled else []) + \
                 ([f"trial {', '.join(map(str, again))} runs again on another group"] if again else [])
             log.warning("group %d lost: %s; %s; %d group(s) left", group, why, "; ".join(what) or "it held no trial",
                         sum(not s.retired for s in self.groups))
@@ -757,9 +785,10 @@ class Coordinator:
         journaled (with a pause, if any) before the decision (`continue`, `pause`, `stop`) goes
         back to a group that waits for one."""
         self._warn_of_rungs_skipped(report.trial, self._reached.get(report.trial, 0), report.epoch)
-        decision = self._take_report(report.trial, report.epoch, report.metrics)
+        now = time.time()
+        decision = self._take_report(report.trial, report.epoch, report.metrics, now)
         rec = self.trials.get(report.trial)  # its rung, as _take_report just set it
-        event = report_event(report, time.time(), paused=decision is Decision.PAUSE,
+        event = report_event(report, now, paused=decision is Decision.PAUSE,
                              rung=rec.rung if rec is not None else None)
         self._journal(event)
         apply_event(self.trials, event)
@@ -772,7 +801,7 @@ class Coordinator:
         if decision in (Decision.STOP.value, Decision.PAUSE.value):
             self._send_ahead_on_decision(group, report.trial)
 
-    def _take_report(self, n: int, epoch: int, metrics: dict[str, float]) -> Decision:
+    def _take_report(self, n: int, epoch: int, metrics: dict[str, float], at: float) -> Decision:
         """The scheduler's decision on a trial's best figure of merit so far (as a loss), which a
         searcher that learns from rungs is told at a rung; live and in the replay of a journal."""
         value = metrics.get(self.cfg.objective.metric)
@@ -782,6 +811,8 @@ class Coordinator:
             best = loss
         self._best_so_far[n] = best
         decision = self.scheduler.report(n, epoch, best)
+        if decision is Decision.STOP and n not in self._stop_reports:
+            self._stop_reports[n] = (epoch, dict(metrics), at)
         # an epoch trained again after a crash (from the last checkpoint) is counted once, as in
         # mpiopt status: epochs come in order within a trial, so a new one is past the reached
         if epoch > self._reached.get(n, 0):
@@ -867,9 +898,10 @@ class Coordinator:
                 else:
                     self.scheduler.start(n)
             elif kind == "report" and isinstance(e.get("epoch"), int):
-                self._take_report(n, e["epoch"], e.get("metrics") or {})
+                self._take_report(n, e["epoch"], e.get("metrics") or {}, e.get("time") or 0.0)
             elif kind == "finish" and e.get("status") != TrialStatus.PAUSED.value:
                 self.scheduler.finished(n)
+                self._stop_reports.pop(n, None)
 
     def _failure_limit(self) -> str | None:
         """The reason to stop once `search.max_failures` trials failed, naming the commonest error."""
@@ -902,6 +934,7 @@ class Coordinator:
 
     def _record(self, n: int, result: TrialResult) -> None:
         rec = self.trials[n]
+        self._stop_reports.pop(n, None)
         was_finished = rec.status.is_finished()
         if result.detail and self.run_dir is not None:
             self.run_dir.write_error(n, result.detail)

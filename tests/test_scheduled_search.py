@@ -45,12 +45,13 @@ class CurveGroups:
 
     def __init__(self, n_groups: int, kill_after: int | None = None, done_epochs: dict[int, int] | None = None,
                  fail_from: int | None = None, kill_at_pause: int | None = None, saved_before_kill: bool = False,
-                 ranks: list[int] | None = None, lose_at_pause: int | None = None):
+                 ranks: list[int] | None = None, lose_at_pause: int | None = None, kill_at_stop: int | None = None,
+                 lose_at_stop: int | None = None):
         self.n = n_groups
         self.ranks = ranks or [1] * n_groups
         self.lose_at_pause = lose_at_pause  # the pause decision whose group's node dies before it reports back
         self.lost = {}
-        self.watch_s = None if lose_at_pause is None else 0.0
+        self.watch_s = None if lose_at_pause is None and lose_at_stop is None else 0.0
         self.fail_from = fail_from  # trials numbered from here on fail in their second epoch
         self.queue = []
         self.on_report = None
@@ -60,6 +61,8 @@ class CurveGroups:
         self.kill_at_pause = kill_at_pause  # the pause decision whose group is killed before it reports back
         self.pauses = 0
         self.saved_before_kill = saved_before_kill  # the kill comes after the epoch's checkpoint, before its report
+        self.kill_at_stop, self.lose_at_stop = kill_at_stop, lose_at_stop  # as at a pause, at the stop decision
+        self.stops = 0
 
     @property
     def n_groups(self):
@@ -116,6 +119,12 @@ class CurveGroups:
                 return group, TrialResult(trial=task.trial, status=TrialStatus.PAUSED, epochs=epoch,
                                           metrics={"objective": value}, **carried)
             if decision == "stop":
+                self.stops += 1
+                if self.stops == self.kill_at_stop:
+                    raise Killed
+                if self.stops == self.lose_at_stop:
+                    self.lost[group] = "its node died"
+                    return self.recv_message(timeout)
                 return group, TrialResult(trial=task.trial, status=TrialStatus.PRUNED, epochs=epoch,
                                           metrics={"objective": value}, **carried)
         return group, TrialResult(trial=task.trial, objective=value, metrics={"objective": value}, epochs=EPOCHS,
@@ -324,6 +333,37 @@ def test_a_trial_paused_as_its_group_is_lost_stays_paused_and_is_not_run_again(c
     # the journal says when the group was lost: the timeline counts it only while it lived
     stretches = mpiopt.load_timeline(path)
     assert list(stretches.attrs["lost"]) == summary.lost and timeline(stretches)[1]["lost"] == summary.lost
+
+
+def test_a_trial_stopped_as_the_search_is_killed_is_pruned_on_resume_not_run_again(cfg, tmp_path, caplog):
+    path = tmp_path / "run"
+    with pytest.raises(Killed):
+        run(cfg, path, CurveGroups(3, kill_at_stop=2), name="median")
+    before = journal(path)
+    ended = {e["trial"] for e in before if e["event"] == "finish"}
+    stopped, epoch = next((e["trial"], e["epoch"]) for e in reversed(before) if e["event"] == "report")
+    assert stopped not in ended  # the rule stopped it at this report; its group never said so
+
+    with caplog.at_level("INFO", logger="mpiopt"):
+        _, summary = run(cfg, path, CurveGroups(3), resume=True, name="median")
+    said = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("resuming:"))
+    again = re.search(r"to run again \(([\d, ]+)\)", said)
+    assert again is None or stopped not in {int(n) for n in again.group(1).split(", ")}
+    rec = summary.trials[stopped]
+    assert (rec.status, rec.epochs) == (TrialStatus.PRUNED, epoch)
+    after = journal(path)[len(before):]
+    assert not [e for e in after if e.get("trial") == stopped and e["event"] in ("start", "report")]
+    assert any(r.getMessage().startswith(f"trial {stopped} pruned at epoch {epoch} ") for r in caplog.records)
+
+
+def test_a_trial_stopped_as_its_group_is_lost_is_pruned_not_run_again(cfg, tmp_path, caplog):
+    path = tmp_path / "run"
+    with caplog.at_level("WARNING", logger="mpiopt"):
+        _, summary = run(cfg, path, CurveGroups(3, lose_at_stop=2), name="median")
+    said = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
+    cut = int(re.search(r"trial (\d+) is pruned where the scheduler stopped it", said[0]).group(1))
+    starts = [e for e in journal(path) if e.get("trial") == cut and e["event"] == "start"]
+    assert len(starts) == 1 and summary.trials[cut].status == TrialStatus.PRUNED
 
 
 def test_a_resume_on_other_group_sizes_continues_the_paused_trials_of_sizes_gone(cfg, tmp_path, caplog):
