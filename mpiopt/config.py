@@ -63,7 +63,7 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "time_limit": None,
     "target": None,  # {monitor: val_accuracy, value: 0.9}: stop training once reached
     "elastic_force": None,  # easgd: alpha; default 0.9 / workers (Zhang et al. 2015)
-    "momentum": None,  # not read: gem follows the optimizer's own momentum (set, refused with gem)
+    "momentum": None,  # sgd's and rmsprop's momentum option (None: the optimizer's own, 0 for both)
     "kappa": 1.0,  # gem: energy matching factor
     "warmup_epochs": 0.0,  # linear warm-up to the scaled learning rate (Goyal et al. 2017)
     "lr_scaling": "none",  # none | linear | sqrt in the number of workers
@@ -306,9 +306,13 @@ def parse_config(raw: Any, *, path: Path, source: str, resolve: bool = True) -> 
     space = parse_space(raw["parameters"], source=source, did_you_mean=did_you_mean)
     search = _parse_search(raw.get("search"), source)
     objective = _parse_objective(raw["objective"], source)
-    training = _parse_training(raw.get("training"), source, _training_keys_read(objective, search))
-    _check_searched_training_keys(space, source)
-    _check_gem_optimizer(training, raw.get("training"), space, source)
+    keys_read = _training_keys_read(objective, search)
+    training = _parse_training(raw.get("training"), source, keys_read)
+    _check_searched_training_keys(space, source, keys_read)
+    if objective.kind == "model":  # a function's own parameters may have these names
+        _check_searched_mode_keys(training, space, source)
+        _check_momentum(training, space, source)
+        _check_gem_optimizer(training, space, source)
     _check_unread_search_keys(search, source)
     _check_scheduler(search, training, space, source)
     _check_pareto(objective, search, source)
@@ -449,12 +453,13 @@ def _parse_folds(raw: dict, has_fn: bool, source: str) -> int | None:
     return _int(raw["folds"], source, "objective.folds", minimum=2)
 
 
-def _check_searched_training_keys(space: Space, source: str) -> None:
-    """A parameter named like a training key must only take values that key accepts."""
+def _check_searched_training_keys(space: Space, source: str, keys_read: tuple[str, ...]) -> None:
+    """A parameter named like a training key the trials read must only take values that key
+    accepts (a function's parameter named like a key it does not read is its own)."""
     from .space import Categorical
 
     for p in space.params:
-        if p.name not in TRAINING_DEFAULTS:
+        if p.name not in keys_read:
             continue
         field = f"parameters.{p.name}"
         if p.name in ("group_size", "ranks_per_gpu", "trace", "tensorboard", "checkpoint_every", "target",
@@ -466,12 +471,37 @@ def _check_searched_training_keys(space: Space, source: str) -> None:
             check_training_value(p.name, v, source, field)
 
 
-def _check_gem_optimizer(training: dict[str, Any], raw_training: Any, space: Space, source: str) -> None:
-    """Refuse `gem` with an optimizer that has no momentum, and the `momentum` key it no longer reads.
+# the training keys only some modes read, with a group of workers (group_size 2 or more)
+MODE_KEYS = {"kappa": ("gem",), "elastic_force": ("easgd",), "sync_every": ("downpour", "easgd", "gem")}
+
+
+def _check_searched_mode_keys(training: dict[str, Any], space: Space, source: str) -> None:
+    """Refuse a searched key that no trial's mode reads: a dimension of the search that would
+    change nothing (`kappa` under downpour, any of them on groups of one rank)."""
+    from .space import Categorical
+
+    modes = [str(m).lower() for m in space["mode"].choices] if "mode" in space.names and \
+        isinstance(space["mode"], Categorical) else [training["mode"]]
+    for key, readers in MODE_KEYS.items():
+        if key not in space.names:
+            continue
+        if training["group_size"] == 1:
+            raise ConfigError(f"read only by groups of workers ({', '.join(readers)}), but training.group_size is 1: "
+                              "each trial trains on one process, so searching it would change nothing",
+                              source=source, field=f"parameters.{key}")
+        if not set(modes) & set(readers):
+            which = f"training.mode is {modes[0]}" if len(modes) == 1 else f"the searched modes are {', '.join(modes)}"
+            raise ConfigError(f"read only by mode {' and '.join(readers)}, but {which}: searching it would change "
+                              "nothing", source=source, field=f"parameters.{key}")
+
+
+def _check_gem_optimizer(training: dict[str, Any], space: Space, source: str) -> None:
+    """Refuse `gem` with an optimizer that has no momentum.
 
     GEM's proxy is the user's optimizer (`GemWorker` in mpiopt/learn/_engine.py); a step without
     momentum is too noisy to pace the group, which then trains far behind one process
-    (docs/training.md). Searched `mode` and `optimizer` choices are checked in every combination.
+    (docs/training.md). Searched `mode` and `optimizer` choices are checked in every combination,
+    each with the lowest `momentum` a trial can give it.
     """
     from .space import Categorical
 
@@ -481,14 +511,90 @@ def _check_gem_optimizer(training: dict[str, Any], raw_training: Any, space: Spa
     from .learn._engine import gem_optimizer_problem
 
     field = "parameters.optimizer" if "optimizer" in searched else "training.optimizer"
-    for spec in searched.get("optimizer", [training["optimizer"]]):
-        problem = gem_optimizer_problem(spec)
-        if problem:
-            raise ConfigError(problem, source=source, field=field)
-    if (raw_training or {}).get("momentum") is not None or "momentum" in space.names:
-        raise ConfigError("no longer read: gem trains with the optimizer's own momentum; set it there, "
-                          "e.g. optimizer: {name: sgd, momentum: 0.9} (adam: beta_1)", source=source,
-                          field="parameters.momentum" if "momentum" in space.names else "training.momentum")
+    for spec in _optimizer_choices(training, space):
+        for momentum in _momenta_with(spec, training, space):
+            problem = gem_optimizer_problem(_with_momentum(spec, momentum))
+            if problem and momentum is not None:
+                lowest = f"{momentum:g} (its lowest) leaves a trial without momentum: " \
+                    if "momentum" in space.names and momentum != training["momentum"] else ""
+                raise ConfigError(lowest + problem, source=source, field=_momentum_field(space))
+            if problem:
+                raise ConfigError(problem, source=source, field=field)
+
+
+def _check_momentum(training: dict[str, Any], space: Space, source: str) -> None:
+    """`momentum` sets the option of that name of sgd and rmsprop: refuse it where a trial could
+    give it to an optimizer without that option, or to one whose spec sets it already."""
+    for spec in _optimizer_choices(training, space):
+        if not any(m is not None for m in _momenta_with(spec, training, space)):
+            continue
+        name = spec if isinstance(spec, str) else spec.get("name") if isinstance(spec, dict) else None
+        if not isinstance(name, str):
+            continue  # a bad optimizer spec has its own error
+        if isinstance(spec, dict) and "momentum" in spec:
+            raise ConfigError(f"optimizer {_flow(spec)} sets its own momentum: give it once, there or here",
+                              source=source, field=_momentum_field(space))
+        if name.lower() in _WITH_MOMENTUM:
+            continue
+        raise ConfigError(f"sets the momentum of sgd and rmsprop, but {_trains_with(name, space)}, which has no "
+                          f"momentum option (the Adam family's is beta_1){_keep_to_takers(space)}", source=source,
+                          field=_momentum_field(space))
+
+
+_WITH_MOMENTUM = ("sgd", "rmsprop")  # the optimizers whose option `momentum` training.momentum sets
+
+
+def _trains_with(name: str, space: Space) -> str:
+    return f"a trial could train with {name}" if "optimizer" in space.names else f"training.optimizer is {name}"
+
+
+def _keep_to_takers(space: Space) -> str:
+    """The condition that keeps a searched momentum to the searched optimizers that take it."""
+    if "optimizer" not in space.names or "momentum" not in space.names:
+        return ""
+    takers = [c for c in space["optimizer"].choices
+              if str(c if isinstance(c, str) else c.get("name", "")).lower() in _WITH_MOMENTUM]
+    return f": add when: {{optimizer: {_flow(takers if len(takers) > 1 else takers[0])}}} to it" if takers else ""
+
+
+def _optimizer_choices(training: dict[str, Any], space: Space) -> list[Any]:
+    """The optimizer specs a trial can train with: the searched choices, or training.optimizer."""
+    from .space import Categorical
+
+    if "optimizer" in space.names and isinstance(space["optimizer"], Categorical):
+        return list(space["optimizer"].choices)
+    return [training["optimizer"]]
+
+
+def _momenta_with(spec: Any, training: dict[str, Any], space: Space) -> list[float | None]:
+    """The `momentum` values a trial training with `spec` can get (None: not set): a searched
+    momentum's lowest where it can be active, the training section's where it can be inactive."""
+    from .space import Categorical, is_choice
+
+    param = space["momentum"] if "momentum" in space.names else None
+    given = training["momentum"]
+    if param is None:
+        return [given]
+    on_optimizer = [allowed for parent, allowed in param.when if parent == "optimizer"]
+    can_be_active = all(is_choice(spec, allowed) for allowed in on_optimizer)
+    always_active = can_be_active and len(on_optimizer) == len(param.when)
+    low = min(param.choices) if isinstance(param, Categorical) else param.low
+    return ([low] if can_be_active else []) + ([] if always_active else [given])
+
+
+def _with_momentum(spec: Any, momentum: float | None) -> Any:
+    if momentum is None:
+        return spec
+    return {**({"name": spec} if isinstance(spec, str) else spec), "momentum": momentum}
+
+
+def _momentum_field(space: Space) -> str:
+    return "parameters.momentum" if "momentum" in space.names else "training.momentum"
+
+
+def _flow(value: Any) -> str:
+    """A YAML value on one line, as a file would give it."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6, sort_keys=False).strip().removesuffix("\n...")
 
 
 def _check_keys(mapping: dict, allowed: Iterable[str], source: str, where: str,

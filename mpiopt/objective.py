@@ -530,9 +530,9 @@ def _refuse_optimizer_keys_a_compiled_model_ignores(cfg: Config, kwargs: dict, o
     uncompiled = "or return the model uncompiled (objective.loss set)"
     searched = [(f"parameters.{k}", f"the searched {k}",
                  f"take {k} as an argument of build_model and compile with it, {uncompiled}")
-                for k in ("learning_rate", "optimizer") if k in cfg.space.names and k not in kwargs]
+                for k in ("learning_rate", "optimizer", "momentum") if k in cfg.space.names and k not in kwargs]
     given = [(f"training.{k}", f"training.{k}", f"leave it out (the model's own optimizer trains), {uncompiled} for it "
-              "to apply") for k in ("learning_rate", "optimizer") if k in raw]
+              "to apply") for k in ("learning_rate", "optimizer", "momentum") if k in raw]
     if searched or given:
         where, what, fix = (searched + given)[0]
         raise _PreflightError(f"{cfg.objective.model} compiles the model with its own optimizer ({optimizer}), which "

@@ -96,7 +96,9 @@ parameters:
     ("training: {mode: gem, optimizer: sgd}", "training.optimizer: mode gem needs an optimizer with momentum"),
     ("training: {mode: gem, optimizer: adagrad}", "training.optimizer: mode gem needs"),
     ("training: {mode: gem, optimizer: {name: adam, beta_1: 0}}", "got adam with beta_1 0"),
-    ("training: {mode: gem, momentum: 0.9}", "training.momentum: no longer read"),
+    ("training: {mode: gem, optimizer: sgd, momentum: 0.0}", "training.momentum: mode gem needs"),
+    ("training: {mode: gem, optimizer: sgd}\n  momentum: {type: real, low: 0.0, high: 0.9}",
+     "parameters.momentum: 0 (its lowest) leaves a trial without momentum: mode gem needs"),
     ("training: {mode: gem}\n  optimizer: {type: categorical, choices: [adam, sgd]}",
      "parameters.optimizer: mode gem needs"),
     ("training: {optimizer: sgd}\n  mode: {type: categorical, choices: [downpour, gem]}",
@@ -111,7 +113,8 @@ def test_the_configuration_refuses_gem_without_momentum_in_one_line(write_yaml, 
 
 
 @pytest.mark.parametrize("training", ["{mode: gem}", "{mode: gem, optimizer: {name: sgd, momentum: 0.9}}",
-                                      "{mode: downpour, optimizer: sgd, momentum: 0.5}", "{mode: gem, kappa: 2}"])
+                                      "{mode: downpour, optimizer: sgd, momentum: 0.5}", "{mode: gem, kappa: 2}",
+                                      "{mode: gem, optimizer: rmsprop, momentum: 0.9}"])
 def test_the_configuration_accepts_gem_with_momentum(write_yaml, training):
     load_config(write_yaml(SPACE + f"training: {training}\n"), resolve=False)
 

@@ -166,9 +166,11 @@ BAD = [
     ("objective: {function: objectives.py:branin, minimize: a, maximize: b}\n"
      "parameters: {x: {type: real, low: 0, high: 1}}\n",
      ["one of `minimize` or `maximize`"]),
-    ("objective: {function: objectives.py:branin}\nparameters: {epochs: {type: integer, low: 0, high: 3}}\n",
+    ("objective: {model: objectives.py:branin, data: objectives.py:branin}\n"
+     "parameters: {epochs: {type: integer, low: 0, high: 3}}\n",
      ["parameters.epochs", "integer >= 1"]),
-    ("objective: {function: objectives.py:branin}\nparameters: {mode: {choices: [downpour, sync]}}\n",
+    ("objective: {model: objectives.py:branin, data: objectives.py:branin}\n"
+     "parameters: {mode: {choices: [downpour, sync]}}\n",
      ["parameters.mode", "sync"]),
     ("objective: {function: objectives.py:branin}\nparameters: {group_size: {type: integer, low: 1, high: 3}}\n",
      ["parameters.group_size", "cannot be searched"]),
@@ -220,6 +222,70 @@ def test_a_training_key_searched_under_a_condition_keeps_its_value_for_the_other
         "  learning_rate: {type: real, low: 0.001, high: 0.1, when: {optimizer: sgd}}\n"
         "training: {learning_rate: 0.0005}\n"), resolve=False)
     assert cfg.training["learning_rate"] == 0.0005
+
+
+MODEL = "objective: {model: m.py:build, data: m.py:load}\n"
+WHEN_SGD = "  momentum: {type: real, low: 0.0, high: 0.99, when: {optimizer: sgd}}\n"
+
+
+def test_a_searched_momentum_is_the_momentum_the_trials_train_with(write_yaml):
+    from mpiopt.learn._engine import training_optimizer
+
+    cfg = load_config(write_yaml(MODEL + "parameters:\n  optimizer: {choices: [sgd, adam]}\n" + WHEN_SGD),
+                      resolve=False)
+    sgd = training_optimizer(cfg.trial_training({"optimizer": "sgd", "momentum": 0.8}))
+    assert sgd == {"name": "sgd", "learning_rate": 0.001, "momentum": 0.8}
+    assert training_optimizer(cfg.trial_training({"optimizer": "adam"})) == {"name": "adam", "learning_rate": 0.001}
+    fixed = load_config(write_yaml(MODEL + "parameters: {units: {type: integer, low: 1, high: 9}}\n"
+                                   "training: {optimizer: rmsprop, momentum: 0.5}\n"), resolve=False)
+    assert training_optimizer(fixed.trial_training({"units": 3}))["momentum"] == 0.5
+
+
+@pytest.mark.parametrize("parameters,training,expected", [
+    ("  units: {type: integer, low: 1, high: 9}\n", "{momentum: 0.5}",
+     "training.momentum: sets the momentum of sgd and rmsprop, but training.optimizer is adam, which has no "
+     "momentum option (the Adam family's is beta_1)"),
+    ("  optimizer: {choices: [sgd, adam]}\n  momentum: {type: real, low: 0.0, high: 0.99}\n", "{}",
+     "parameters.momentum: sets the momentum of sgd and rmsprop, but a trial could train with adam, which has no "
+     "momentum option (the Adam family's is beta_1): add when: {optimizer: sgd} to it"),
+    # the trials where the searched momentum is inactive take the training section's
+    ("  optimizer: {choices: [sgd, adam]}\n" + WHEN_SGD, "{momentum: 0.9}",
+     "parameters.momentum: sets the momentum of sgd and rmsprop, but a trial could train with adam"),
+    ("  units: {type: integer, low: 1, high: 9}\n", "{optimizer: {name: sgd, momentum: 0.9}, momentum: 0.5}",
+     "training.momentum: optimizer {name: sgd, momentum: 0.9} sets its own momentum: give it once, there or here"),
+])
+def test_a_momentum_no_trial_optimizer_could_take_is_refused(write_yaml, parameters, training, expected):
+    path = write_yaml(MODEL + "parameters:\n" + parameters + f"training: {training}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, resolve=False)
+    assert str(info.value).startswith(f"{path}: {expected}"), info.value
+
+
+@pytest.mark.parametrize("parameters,training,expected", [
+    ("kappa: {type: real, low: 0.5, high: 2}", "{group_size: 3}",
+     "parameters.kappa: read only by mode gem, but training.mode is downpour: searching it would change nothing"),
+    ("elastic_force: {type: real, low: 0.1, high: 0.5}", "{group_size: 3}\n  mode: {choices: [downpour, gem]}",
+     "parameters.elastic_force: read only by mode easgd, but the searched modes are downpour, gem"),
+    ("sync_every: {type: integer, low: 1, high: 8}", "{mode: gem}",
+     "parameters.sync_every: read only by groups of workers (downpour, easgd, gem), but training.group_size is 1"),
+])
+def test_a_searched_key_no_trial_mode_reads_is_refused(write_yaml, parameters, training, expected):
+    head, _, searched = training.partition("\n")
+    path = write_yaml(MODEL + "parameters:\n  " + parameters + "\n" + (searched + "\n" if searched else "")
+                      + f"training: {head}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, resolve=False)
+    assert str(info.value).startswith(f"{path}: {expected}"), info.value
+    ok = MODEL + "parameters:\n  kappa: {type: real, low: 0.5, high: 2}\n  mode: {choices: [downpour, gem]}\n" \
+        "training: {group_size: 3}\n"
+    load_config(write_yaml(ok), resolve=False)  # some trials read it
+
+
+def test_a_functions_parameters_named_like_training_keys_it_does_not_read_are_its_own(write_yaml):
+    cfg = load_config(write_yaml("objective: {function: objectives.py:branin}\n"
+                                 "parameters: {momentum: {type: real, low: 0, high: 2}, kappa: {type: real, low: 0, high: 2},"
+                                 " mode: {choices: [up, down]}}\n"), resolve=False)
+    assert list(cfg.space.names) == ["momentum", "kappa", "mode"]
 
 
 def test_python_tag_is_never_executed(write_yaml, tmp_path):

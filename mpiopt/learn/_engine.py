@@ -87,10 +87,12 @@ class Job:
 # -- shared set-up ---------------------------------------------------------------------------------
 def training_optimizer(training: dict[str, Any]) -> dict[str, Any]:
     """training.optimizer as `{"name": ..., option: value}`, at training.learning_rate unless it
-    names its own: what trains a model mpiopt compiles."""
+    names its own, with training.momentum if set: what trains a model mpiopt compiles."""
     spec = training.get("optimizer", "adam")
     spec = {"name": spec} if isinstance(spec, str) else dict(spec)
     spec.setdefault("learning_rate", training.get("learning_rate", 0.001))
+    if training.get("momentum") is not None:  # sgd's or rmsprop's: the configuration refuses it for others
+        spec["momentum"] = training["momentum"]
     return spec
 
 
