@@ -333,6 +333,8 @@ def _open_run_dir(cfg, out: Path, resume: bool, plan,
         for msg in problems:
             log.warning(msg)
         journal = _Journal(events, replay(events))
+        if resume and not journal.trials:
+            log.info("resuming: no trial was recorded before the search stopped; it starts from its first")
         if resume:
             from .analysis import _run_info
 

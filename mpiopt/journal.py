@@ -305,6 +305,10 @@ class RunDir:
     def holds_search(self) -> bool:
         return self.journal_path.exists() and self.journal_path.stat().st_size > 0
 
+    def started_here(self) -> bool:
+        """Whether a search opened this folder (its config.yaml is here), trials recorded or not."""
+        return (self.path / CONFIG).is_file()
+
     def check(self, *, resume: bool, config_text: str) -> None:
         """Refuse, reading only, what `open` would refuse: a folder that holds another search (or
         none to resume), a changed space on --resume, a search running here now. Cheap enough to
@@ -313,7 +317,9 @@ class RunDir:
         blocker = next((p for p in (self.path, *self.path.parents) if p.exists() and not p.is_dir()), None)
         if blocker is not None:
             raise ConfigError(f"cannot write here: {blocker} exists and is not a directory", source=where)
-        if resume and not self.holds_search():
+        # a search stopped before its first trial leaves its config.yaml: --resume starts it, as
+        # its interrupted line said (an empty or unknown folder is more likely a mistyped --out)
+        if resume and not self.holds_search() and not self.started_here():
             why = f"no trial recorded in {JOURNAL}" if self.path.is_dir() else "no such directory"
             raise ConfigError(f"--resume: no search to resume here ({why}); run without --resume to start one",
                               source=where)

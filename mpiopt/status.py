@@ -220,8 +220,8 @@ def _state_line(run: Path, alive: Liveness) -> str:
     if alive.state == "starting":
         return f"{run}: starting ({alive.where}): the pre-flight check runs before the first trial"
     if alive.state == "never started":
-        return (f"{run}: never started: its coordinator ({alive.where}) is gone, stopped in its pre-flight check; "
-                "run the search again, without --resume")
+        return (f"{run}: never started: its coordinator ({alive.where}) is gone, stopped before its first trial; "
+                "run the search again (--resume starts it too)")
     if alive.state == "ended":
         why = f": {alive.stopped}" if alive.stopped else ""
         return f"{run}: ended {format_hours(alive.age_s / 3600)} ago{why}"

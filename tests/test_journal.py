@@ -207,6 +207,26 @@ def test_refusals(tmp_path):
         RunDir(tmp_path / "r").open(resume=True, config_text=other)
 
 
+def test_resume_starts_a_search_stopped_before_its_first_trial(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="--resume: no search to resume here"):
+        RunDir(tmp_path / "empty").open(resume=True, config_text=CONFIG)  # a mistyped --out, likely
+    rd = RunDir(tmp_path / "r")
+    rd.open(resume=False, config_text=CONFIG)
+    rd.close()  # interrupted before any trial: its config.yaml and an empty journal
+    assert not rd.holds_search()
+    again = RunDir(tmp_path / "r")
+    again.open(resume=True, config_text=CONFIG)
+    again.append(start(0, 0.1))
+    again.close()
+    assert list(again.load()[0]) == [0]
+    with pytest.raises(ConfigError, match="`parameters` differs"):  # still the same search only
+        rd2 = RunDir(tmp_path / "r2")
+        rd2.open(resume=False, config_text=CONFIG)
+        rd2.close()
+        RunDir(tmp_path / "r2").open(resume=True, config_text=CONFIG.replace("high: 1", "high: 2"))
+
+
 @pytest.mark.parametrize("old, new, refused", [
     ("scheduler: asha", "scheduler: median", "search.scheduler"),
     ("reduction_factor: 3", "reduction_factor: 4", "search.reduction_factor"),
