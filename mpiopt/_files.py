@@ -37,3 +37,9 @@ def fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def not_a_folder(path: Path) -> Path | None:
+    """The first of `path` and its parents that exists but is not a folder (a file in the way
+    of writing there), or None."""
+    return next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)

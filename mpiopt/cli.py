@@ -21,6 +21,7 @@ from typing import Any
 from . import __version__, _env
 from . import _results_view as view
 from ._errors import ConfigError
+from ._files import not_a_folder
 from ._log import FILE_ONLY, STATS, HeldLines, log_to_file, set_rank_tag, setup_logging, stop_logging_to
 from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_or_raise, env_size, mpi_main, prepare_threads,
                      relaunch, say_error, warn_once)
@@ -660,8 +661,9 @@ TRAIN_OUTPUTS = ("history.csv", "best.weights.h5")
 
 
 def _refuse_a_finished_training(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise ConfigError("exists and is not a directory", source=str(out))
+    blocker = not_a_folder(out)
+    if blocker is not None:
+        raise ConfigError(f"cannot write here: {blocker} exists and is not a directory", source=str(out))
     kept = [name for name in TRAIN_OUTPUTS if (out / name).exists()]
     if kept:
         raise ConfigError(f"already holds a training run ({', '.join(kept)}); choose another --out or remove them",
@@ -916,7 +918,6 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
     """What `mpiopt check` prints for `n` ranks on `nodes` (None: one node, MPI not started),
     their `hosts` named."""
     from . import devices, transport
-    from .journal import RunDir
     from .objective import preflight
 
     prepare_threads()
@@ -949,11 +950,27 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
     if o.folds:
         lines.append(f"  folds       {_describe_folds(o.folds, plan)}")
     lines += [f"  note        {note}" for note in _plan_notes(cfg, plan)]
-    state = "holds a search (use --resume)" if RunDir(out).holds_search() else "new"
+    state = _run_dir_state(out)
     lines.append(f"  devices     {placement.describe()}"
                  + ("; on a cluster every node deals its own GPUs the same way" if found else ""))
     lines.append(f"  run dir     {out} ({state})")
     return lines
+
+
+def _run_dir_state(out: Path) -> str:
+    """What a search would find in the run directory `out`; a ConfigError where it cannot write."""
+    from .journal import RunDir, is_live
+
+    blocker = not_a_folder(out)
+    if blocker is not None:
+        raise ConfigError(f"cannot write here: {blocker} exists and is not a directory", source=str(out))
+    run = RunDir(out)
+    if run.holds_search() and is_live(out):
+        return "a search is running there now"
+    if run.holds_search():
+        return "holds a search (use --resume)"
+    return "stopped before its first trial (a search starts there, with or without --resume)" \
+        if run.started_here() else "new"
 
 
 def _training_line(cfg) -> str:

@@ -24,7 +24,7 @@ import yaml
 
 from ._errors import ConfigError
 from . import pareto
-from ._files import atomic_write
+from ._files import atomic_write, not_a_folder
 from .pareto import Goals
 from .trial import TrialRecord, TrialStatus, apply_event, clean, trial_of
 
@@ -314,7 +314,7 @@ class RunDir:
         none to resume), a changed space on --resume, a search running here now. Cheap enough to
         run on every rank before MPI and TensorFlow start."""
         where = str(self.path)
-        blocker = next((p for p in (self.path, *self.path.parents) if p.exists() and not p.is_dir()), None)
+        blocker = not_a_folder(self.path)
         if blocker is not None:
             raise ConfigError(f"cannot write here: {blocker} exists and is not a directory", source=where)
         # a search stopped before its first trial leaves its config.yaml: --resume starts it, as

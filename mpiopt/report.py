@@ -15,7 +15,7 @@ from pathlib import Path
 from . import _results_view as view
 from . import plots
 from ._errors import ConfigError
-from ._files import atomic_write
+from ._files import atomic_write, not_a_folder
 from .analysis import (_run_info, best_trials, direction_of, goals_of, load_history, load_results, load_timeline,
                        timeline)
 from .status import liveness
@@ -80,12 +80,18 @@ def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) 
     elif target.suffix.lower() in NOT_A_PAGE:
         raise ConfigError(f"--out {out}: the report is an HTML page (name it .html) or a folder of the page and "
                           "its plots (a name without a suffix)")
+    blocker = not_a_folder(target)
+    if blocker is not None:
+        raise ConfigError(f"--out {out}: cannot write here: {blocker} exists and is not a directory")
     df = load_results(run)
     history = load_history(run)
     stretches = load_timeline(run)
     info = _run_info(run)
     direction, metric = direction_of(run)
-    target.mkdir(parents=True, exist_ok=True)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {target}: cannot write here: {exc.strerror or exc}") from None
     sections = [_draw(*spec) for spec in _plots(df, history, stretches, direction, metric, log_params(info),
                                                      goals_of(run))]
     for s in sections:

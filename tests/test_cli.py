@@ -274,6 +274,26 @@ def test_results_records_are_json_ready():
     assert all(type(v) in (str, int, float, type(None)) for row in rows for v in row.values())
 
 
+def test_check_says_what_a_search_would_find_in_its_run_directory(write_yaml, tmp_path):
+    from mpiopt.journal import RunDir
+
+    space = write_yaml(SPACE)
+    (tmp_path / "afile").write_text("")
+    one_error_line(run_cli(["check", space, "--out", "afile"], cwd=tmp_path),
+                   "afile: cannot write here: afile exists and is not a directory")
+    assert run_cli(["check", space, "--out", "r"], cwd=tmp_path).stdout.endswith("  run dir     r (new)\n")
+    rd = RunDir(tmp_path / "r")
+    rd.open(resume=False, config_text="name: t\n")
+    assert "  run dir     r (a search is running there now)" not in run_cli(["check", space, "--out", "r"],
+                                                                          cwd=tmp_path).stdout  # no trial yet
+    rd.append({"event": "start", "trial": 0, "params": {"x": 1.0, "y": 1.0}, "time": 1.0})
+    assert "  run dir     r (a search is running there now)" in run_cli(["check", space, "--out", "r"],
+                                                                      cwd=tmp_path).stdout
+    rd.close()
+    assert "  run dir     r (holds a search (use --resume))" in run_cli(["check", space, "--out", "r"],
+                                                                     cwd=tmp_path).stdout
+
+
 def test_check_prints_the_plan(write_yaml, tmp_path):
     space = write_yaml(SPACE + "training: {group_size: 2}\n")
     p = run_cli(["check", space, "--np", "8"], cwd=tmp_path)

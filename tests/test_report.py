@@ -324,6 +324,17 @@ def test_report_out_named_like_an_image_is_refused(tmp_path, capsys):
     assert not (tmp_path / "plots").exists()
 
 
+@pytest.mark.parametrize("out", ["space.yaml", "space.yaml/report"])
+def test_report_out_where_a_file_is_in_the_way_is_refused(tmp_path, capsys, out):
+    run = copy_run(tmp_path)
+    (tmp_path / "space.yaml").write_text("kept\n")
+    assert main(["report", str(run), "--out", str(tmp_path / out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"mpiopt: error: --out {tmp_path / out}: cannot write here: {tmp_path / 'space.yaml'} exists and "
+                   "is not a directory"]
+    assert (tmp_path / "space.yaml").read_text() == "kept\n"
+
+
 def test_report_of_a_missing_directory_is_a_one_line_error(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
