@@ -734,8 +734,14 @@ class Coordinator:
         summary.target_reached = summary.target_reached or self.reached_target()
         self._verdict(summary)
         if self.run_dir is not None:
-            self.run_dir.heartbeat("ended", stopped=summary.stopped)
+            self.run_dir.heartbeat("ended", stopped=summary.stopped or self._target_line(summary))
         return summary
+
+    def _target_line(self, summary: Summary) -> str | None:
+        """Why a search that reached its target ended before its budget, for `mpiopt status`."""
+        if not summary.target_reached or summary.best is None:
+            return None
+        return f"search.target {self.cfg.search.target:g} reached (best: trial {summary.best.trial})"
 
     def _hand_out(self, group: int) -> int:
         """Choose the next trial (an interrupted one first), journal it and send it to `group`."""

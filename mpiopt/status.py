@@ -303,7 +303,8 @@ def _epoch_lines(events: list[dict], trials: dict[int, TrialRecord], budget: int
         reached[n] = max(epoch, reached.get(n, 0))
     paused = {n for n, t in trials.items() if t.status == TrialStatus.PAUSED or t.pause_decided}
     left = ladder.epochs_left(max(0, budget - len(trials)), **reached_by_state(trials, reached, paused))
-    line = f"epochs: {len(reports)} trained, about {left:.0f} to go, {format_rate(rate, 'epochs')}"
+    to_go = f"about {left:.0f} to go, " if alive.state != "ended" else ""  # a resume of an interrupted one trains them
+    line = f"epochs: {len(reports)} trained, {to_go}{format_rate(rate, 'epochs')}"
     if alive.state == "running" and left >= 0.5:
         line += f"; about {format_hours(left / rate)} left"
     return [line]

@@ -392,6 +392,13 @@ def test_reaching_the_target_ends_a_scheduled_search_with_nothing_left_paused(cf
     statuses = {t.status for t in summary.trials.values()}
     assert statuses <= {TrialStatus.COMPLETED, TrialStatus.PRUNED} and TrialStatus.PRUNED in statuses
     assert coordinator.scheduler.paused() == []
+    # mpiopt status says why it ended before its budget, and trains nothing more
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump({"search": {"trials": 24, "scheduler": "asha"},
+                                                                  "training": {"epochs": EPOCHS}}))
+    text = status_text(str(tmp_path / "run"))
+    assert re.search(rf": ended .* ago: search.target 10 reached \(best: trial {summary.best.trial}\)$",
+                     text.splitlines()[0]), text
+    assert "to go" not in text and "left" not in text
 
 
 def test_max_failures_stops_a_scheduled_search_keeping_the_paused_and_a_resume_counts_anew(cfg, tmp_path, caplog):
