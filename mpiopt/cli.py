@@ -686,7 +686,20 @@ def trial_values(run_dir: Path, which: str | None, cfg) -> tuple[int, dict[str, 
     for name in values:
         if name not in params:
             warn_once(f"--trial {number}: {name} was not searched then; it takes {values[name]!r}")
+    _note_another_objective(run_dir, number, cfg)
     return number, values
+
+
+def _note_another_objective(run_dir: Path, number: int, cfg) -> None:
+    """Warn where the search of `run_dir` ran another objective than the one `train` trains now."""
+    from .analysis import _run_info
+
+    then = _run_info(run_dir).get("objective") or {}
+    o = cfg.objective
+    now = o.function or o.model
+    was = then.get("function") or then.get("model") if isinstance(then, dict) else None
+    if isinstance(was, str) and was != now:
+        warn_once(f"--trial {number}: the search in {run_dir} ran {was}, not {now}: {now} trains with its values")
 
 
 def _seed_of_run(run_dir: Path, default: int) -> int:

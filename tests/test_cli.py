@@ -614,3 +614,21 @@ def test_tensorflows_start_up_lines_are_dropped_and_others_kept(capfd, monkeypat
         for line in [*noise, b"a user's own line\n"]:
             os.write(2, line)
     assert capfd.readouterr().err == "a user's own line\n"
+
+
+def test_train_from_a_search_of_another_objective_says_so(write_yaml, tmp_path, caplog):
+    from mpiopt.cli import trial_values
+    from mpiopt.config import load_config
+    from mpiopt.journal import RunDir
+
+    cfg = load_config(write_yaml(SPACE))
+    run = RunDir(tmp_path / "other")
+    run.open(resume=False, config_text="objective: {function: objectives.py:with_comm}\n")
+    run.append({"event": "start", "trial": 0, "params": {"x": 1.0, "y": 2.0}, "time": 1.0})
+    run.append({"event": "finish", "trial": 0, "status": "completed", "objective": 3.0, "time": 2.0})
+    run.close()
+    with caplog.at_level("WARNING", logger="mpiopt"):
+        assert trial_values(tmp_path / "other", "best", cfg) == (0, {"x": 1.0, "y": 2.0})
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [f"--trial 0: the search in {tmp_path / 'other'} ran objectives.py:with_comm, not "
+                    "objectives.py:branin: objectives.py:branin trains with its values"], said
