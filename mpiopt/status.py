@@ -257,11 +257,20 @@ def _count_lines(trials: list[TrialRecord], budget: int, alive: Liveness) -> lis
     share = f" ({finished / budget:.0%})" if budget else ""
     done = ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items()) if s.is_finished())
     again = "this search runs them again" if alive.state in ("running", "starting") else "run again on --resume"
+    ahead = _sent_ahead(trials, alive)  # running as the journal has it, but waiting behind a group's trial
+    counts[TrialStatus.RUNNING] -= ahead
     labels = {TrialStatus.RUNNING: "running", TrialStatus.INTERRUPTED: f"interrupted ({again})",
               TrialStatus.PAUSED: "paused"}
     extra = [f"{counts[s]} {label}" for s, label in labels.items() if counts.get(s)]
+    extra += [f"{ahead} sent ahead"] if ahead else []
     return [f"trials: {finished} of {budget} finished{share}" + (f": {done}" if done else "")
             + ("; " + ", ".join(extra) if extra else "")]
+
+
+def _sent_ahead(trials: list[TrialRecord], alive: Liveness) -> int:
+    """The running trials sent ahead: those of a group beyond the one it trains now."""
+    running = [t for t in trials if t.status == TrialStatus.RUNNING and runs_now(t, alive)]
+    return len(running) - len({t.group for t in running})
 
 
 def _best_lines(run: Path, trials: list[TrialRecord]) -> list[str]:

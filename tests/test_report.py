@@ -503,6 +503,11 @@ def test_status_of_a_running_search_lists_groups_and_warns_of_a_silent_one(tmp_p
     queued = ", ".join(map(str, waiting[1:] + [999]))
     assert len(group_lines) == 1 and group_lines[0].startswith(f"  group {group}: trial {waiting[0]}, "), group_lines
     assert group_lines[0].endswith(f"; next: trial{'s' * (len(waiting) > 1)} {queued} (sent ahead)"), group_lines
+    # and the count says how many run and how many wait, sent ahead
+    counted = next(line for line in status_text(str(run), now=last + 45).splitlines() if line.startswith("trials:"))
+    busy = {starts[n]["group"] for n in starts if n not in finished}
+    running = len([n for n in starts if n not in finished]) + 1
+    assert counted.endswith(f"; {len(busy)} running, {running - len(busy)} sent ahead"), counted
 
 
 def test_the_progress_line_comes_at_a_tenth_of_the_budget_but_not_often():
