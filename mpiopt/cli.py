@@ -34,8 +34,22 @@ TOP_DEFAULT = 10  # trials `mpiopt results` shows without --top
 
 # -- arguments ---------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
+    commands: dict[str, argparse.ArgumentParser] = {}  # the top parser's: each command's parser
+
     def error(self, message: str):  # one line, exit 2, rank 0 only
         raise ConfigError(f"{message} (see `{self.prog} --help`)")
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, with a misspelt option of the command named (did you mean ...?)."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            from .config import did_you_mean
+
+            command = self.commands.get(ns.command or "")
+            options = [o for a in command._actions for o in a.option_strings] if command is not None else []
+            hint = next((did_you_mean(x.split("=")[0], options) for x in extras if x.startswith("--")), "")
+            (command or self).error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return ns
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", metavar="PATH",
                     help="the folder of report.html and its plots (default DIR/report), or the page alone (*.html)")
     rp.set_defaults(trials=None, seed=None, np=None, top=None, trace=False)
+    p.commands = sub.choices
     return p
 
 

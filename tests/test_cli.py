@@ -257,6 +257,19 @@ def test_every_command_declares_the_options_main_reads():
     assert _without_np(argv) == ["search", "s.yaml", "--seed", "1"]
 
 
+@pytest.mark.parametrize("argv,expected", [
+    (["search", "s.yaml", "--trails", "5"], "--trails 5 (did you mean '--trials'?) (see `mpiopt search --help`)"),
+    (["results", "d", "--formt=csv"], "--formt=csv (did you mean '--format'?) (see `mpiopt results --help`)"),
+    (["results", "d", "--xyz"], "--xyz (see `mpiopt results --help`)"),
+])
+def test_a_misspelt_option_is_named(argv, expected):
+    from mpiopt.cli import build_parser
+
+    with pytest.raises(ConfigError) as info:
+        build_parser().parse_args(argv)
+    assert str(info.value) == f"unrecognized arguments: {expected}"
+
+
 def test_results_records_are_json_ready():
     import numpy as np
     import pandas as pd
