@@ -32,8 +32,10 @@ ABORT_GRACE_S = 1.0
 # The same after a search's closing lines, which search.log keeps as well.
 END_GRACE_S = 0.2
 # a SIGTERM's KeyboardInterrupt can land where Python ignores exceptions (a finalizer, a weakref
-# callback): a rank still alive this long after the signal exits anyway, with the same code
-TERM_GRACE_S = 30.0
+# callback), and a rank may wait for a peer the signal killed (a shell wrapping each rank dies at
+# once): a rank still alive this long after the signal exits anyway, with the same code. Under a
+# batch system's default 30 s between SIGTERM and SIGKILL, so the job still ends as interrupted.
+TERM_GRACE_S = 10.0
 
 
 # -- before MPI starts -------------------------------------------------------------------------
