@@ -552,8 +552,7 @@ def _keep_to_takers(space: Space) -> str:
     """The condition that keeps a searched momentum to the searched optimizers that take it."""
     if "optimizer" not in space.names or "momentum" not in space.names:
         return ""
-    takers = [c for c in space["optimizer"].choices
-              if str(c if isinstance(c, str) else c.get("name", "")).lower() in _WITH_MOMENTUM]
+    takers = [c for c in space["optimizer"].choices if str(c).lower() in _WITH_MOMENTUM]  # choices are names
     return f": add when: {{optimizer: {_flow(takers if len(takers) > 1 else takers[0])}}} to it" if takers else ""
 
 
