@@ -706,15 +706,25 @@ def trial_values(run_dir: Path, which: str | None, cfg) -> tuple[int, dict[str, 
 
 
 def _note_another_objective(run_dir: Path, number: int, cfg) -> None:
-    """Warn where the search of `run_dir` ran another objective than the one `train` trains now."""
+    """Warn where the search of `run_dir` ran another objective than the one `train` trains now
+    (the same file named from another folder is the same objective)."""
     from .analysis import _run_info
 
-    then = _run_info(run_dir).get("objective") or {}
-    o = cfg.objective
-    now = o.function or o.model
-    was = then.get("function") or then.get("model") if isinstance(then, dict) else None
-    if isinstance(was, str) and was != now:
+    info = _run_info(run_dir)
+    then = info.get("objective") if isinstance(info.get("objective"), dict) else {}
+    was = then.get("function") or then.get("model")
+    source = info.get("source")
+    now = cfg.objective.function or cfg.objective.model
+    if not isinstance(was, str) or not isinstance(source, str):
+        return
+    if _callable_place(was, Path(source).parent) != _callable_place(now, cfg.base_dir):
         warn_once(f"--trial {number}: the search in {run_dir} ran {was}, not {now}: {now} trains with its values")
+
+
+def _callable_place(spec: str, base: Path) -> tuple[str, str]:
+    """`file.py:name` as (the file's full path, name) from the folder `base`; a module's as written."""
+    where, _, name = spec.rpartition(":")
+    return (str((base / where).resolve()) if where.endswith(".py") else where), name
 
 
 def _seed_of_run(run_dir: Path, default: int) -> int:

@@ -635,13 +635,21 @@ def test_train_from_a_search_of_another_objective_says_so(write_yaml, tmp_path, 
     from mpiopt.journal import RunDir
 
     cfg = load_config(write_yaml(SPACE))
-    run = RunDir(tmp_path / "other")
-    run.open(resume=False, config_text="objective: {function: objectives.py:with_comm}\n")
-    run.append({"event": "start", "trial": 0, "params": {"x": 1.0, "y": 2.0}, "time": 1.0})
-    run.append({"event": "finish", "trial": 0, "status": "completed", "objective": 3.0, "time": 2.0})
-    run.close()
+
+    def ran(name: str, function: str, source: Path) -> Path:
+        run = RunDir(tmp_path / name)
+        run.open(resume=False, config_text=f"source: {source}\nobjective: {{function: {function}}}\n")
+        run.append({"event": "start", "trial": 0, "params": {"x": 1.0, "y": 2.0}, "time": 1.0})
+        run.append({"event": "finish", "trial": 0, "status": "completed", "objective": 3.0, "time": 2.0})
+        run.close()
+        return run.path
+
+    other = ran("other", "objectives.py:with_comm", tmp_path / "space.yaml")
+    (tmp_path / "sub").mkdir()
+    same = ran("same", "../objectives.py:branin", tmp_path / "sub" / "space.yaml")  # the same file, named from sub/
     with caplog.at_level("WARNING", logger="mpiopt"):
-        assert trial_values(tmp_path / "other", "best", cfg) == (0, {"x": 1.0, "y": 2.0})
+        assert trial_values(other, "best", cfg) == (0, {"x": 1.0, "y": 2.0})
+        trial_values(same, "best", cfg)
     said = [r.getMessage() for r in caplog.records]
-    assert said == [f"--trial 0: the search in {tmp_path / 'other'} ran objectives.py:with_comm, not "
+    assert said == [f"--trial 0: the search in {other} ran objectives.py:with_comm, not "
                     "objectives.py:branin: objectives.py:branin trains with its values"], said
