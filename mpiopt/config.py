@@ -512,33 +512,36 @@ def _check_gem_optimizer(training: dict[str, Any], space: Space, source: str) ->
 
     field = "parameters.optimizer" if "optimizer" in searched else "training.optimizer"
     for spec in _optimizer_choices(training, space):
-        for momentum in _momenta_with(spec, training, space):
+        for momentum, where in _momenta_with(spec, training, space):
             problem = gem_optimizer_problem(_with_momentum(spec, momentum))
-            if problem and momentum is not None:
-                lowest = f"{momentum:g} (its lowest) leaves a trial without momentum: " \
-                    if "momentum" in space.names and momentum != training["momentum"] else ""
-                raise ConfigError(lowest + problem, source=source, field=_momentum_field(space))
-            if problem:
+            if problem and momentum is None:
                 raise ConfigError(problem, source=source, field=field)
+            if problem:
+                lowest = f"{momentum:g} (its lowest) leaves a trial without momentum: " \
+                    if where == "parameters.momentum" else ""
+                raise ConfigError(lowest + problem, source=source, field=where)
 
 
 def _check_momentum(training: dict[str, Any], space: Space, source: str) -> None:
     """`momentum` sets the option of that name of sgd and rmsprop: refuse it where a trial could
     give it to an optimizer without that option, or to one whose spec sets it already."""
     for spec in _optimizer_choices(training, space):
-        if not any(m is not None for m in _momenta_with(spec, training, space)):
-            continue
+        given = [where for momentum, where in _momenta_with(spec, training, space) if momentum is not None]
         name = spec if isinstance(spec, str) else spec.get("name") if isinstance(spec, dict) else None
-        if not isinstance(name, str):
-            continue  # a bad optimizer spec has its own error
+        if not given or not isinstance(name, str):  # a bad optimizer spec has its own error
+            continue
         if isinstance(spec, dict) and "momentum" in spec:
             raise ConfigError(f"optimizer {_flow(spec)} sets its own momentum: give it once, there or here",
-                              source=source, field=_momentum_field(space))
+                              source=source, field=given[0])
         if name.lower() in _WITH_MOMENTUM:
             continue
+        if given[0] == "training.momentum" and "momentum" in space.names:  # the trials where the searched one is inactive
+            raise ConfigError(f"the trials where parameters.momentum is inactive take it, and one could train with "
+                              f"{name}, which has no momentum option (the Adam family's is beta_1): leave it out",
+                              source=source, field=given[0])
         raise ConfigError(f"sets the momentum of sgd and rmsprop, but {_trains_with(name, space)}, which has no "
                           f"momentum option (the Adam family's is beta_1){_keep_to_takers(space)}", source=source,
-                          field=_momentum_field(space))
+                          field=given[0])
 
 
 _WITH_MOMENTUM = ("sgd", "rmsprop")  # the optimizers whose option `momentum` training.momentum sets
@@ -565,30 +568,28 @@ def _optimizer_choices(training: dict[str, Any], space: Space) -> list[Any]:
     return [training["optimizer"]]
 
 
-def _momenta_with(spec: Any, training: dict[str, Any], space: Space) -> list[float | None]:
-    """The `momentum` values a trial training with `spec` can get (None: not set): a searched
-    momentum's lowest where it can be active, the training section's where it can be inactive."""
+def _momenta_with(spec: Any, training: dict[str, Any], space: Space) -> list[tuple[float | None, str]]:
+    """The `momentum` values a trial training with `spec` can get (None: not set), each with the
+    field it comes from: a searched momentum's lowest where it can be active, the training
+    section's where it can be inactive."""
     from .space import Categorical, is_choice
 
     param = space["momentum"] if "momentum" in space.names else None
     given = training["momentum"]
     if param is None:
-        return [given]
+        return [(given, "training.momentum")]
     on_optimizer = [allowed for parent, allowed in param.when if parent == "optimizer"]
     can_be_active = all(is_choice(spec, allowed) for allowed in on_optimizer)
     always_active = can_be_active and len(on_optimizer) == len(param.when)
     low = min(param.choices) if isinstance(param, Categorical) else param.low
-    return ([low] if can_be_active else []) + ([] if always_active else [given])
+    return ([(low, "parameters.momentum")] if can_be_active else []) + \
+        ([] if always_active else [(given, "training.momentum")])
 
 
 def _with_momentum(spec: Any, momentum: float | None) -> Any:
     if momentum is None:
         return spec
     return {**({"name": spec} if isinstance(spec, str) else spec), "momentum": momentum}
-
-
-def _momentum_field(space: Space) -> str:
-    return "parameters.momentum" if "momentum" in space.names else "training.momentum"
 
 
 def _flow(value: Any) -> str:

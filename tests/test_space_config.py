@@ -250,7 +250,8 @@ def test_a_searched_momentum_is_the_momentum_the_trials_train_with(write_yaml):
      "momentum option (the Adam family's is beta_1): add when: {optimizer: sgd} to it"),
     # the trials where the searched momentum is inactive take the training section's
     ("  optimizer: {choices: [sgd, adam]}\n" + WHEN_SGD, "{momentum: 0.9}",
-     "parameters.momentum: sets the momentum of sgd and rmsprop, but a trial could train with adam"),
+     "training.momentum: the trials where parameters.momentum is inactive take it, and one could train with adam, "
+     "which has no momentum option (the Adam family's is beta_1): leave it out"),
     ("  units: {type: integer, low: 1, high: 9}\n", "{optimizer: {name: sgd, momentum: 0.9}, momentum: 0.5}",
      "training.momentum: optimizer {name: sgd, momentum: 0.9} sets its own momentum: give it once, there or here"),
 ])
