@@ -794,7 +794,7 @@ class Coordinator:
         now = time.time()
         decision = self._take_report(report.trial, report.epoch, report.metrics, now)
         rec = self.trials.get(report.trial)  # its rung, as _take_report just set it
-        event = report_event(report, now, paused=decision is Decision.PAUSE,
+        event = report_event(report, now, decision=decision.value,
                              rung=rec.rung if rec is not None else None)
         self._journal(event)
         apply_event(self.trials, event)

@@ -253,7 +253,7 @@ def _shown_path(path: str) -> str:
 
 def _count_lines(trials: list[TrialRecord], budget: int, alive: Liveness) -> list[str]:
     counts = Counter(t.shown_status(runs_now(t, alive)) for t in trials)
-    finished = sum(1 for t in trials if t.status.is_finished())
+    finished = sum(n for s, n in counts.items() if s.is_finished())  # a trial stopped as the search was cut off too
     share = f" ({finished / budget:.0%})" if budget else ""
     done = ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items()) if s.is_finished())
     again = "this search runs them again" if alive.state in ("running", "starting") else "run again on --resume"

@@ -139,14 +139,17 @@ class TrialRecord:
     # the scheduler paused it at its last report, and its group's own "paused" result is not in
     # the journal yet: a search cut off there leaves it paused (its checkpoint is at the rung)
     pause_decided: bool = False
+    stop_decided: bool = False  # likewise stopped: a search cut off there leaves it pruned at that report
 
     def shown_status(self, live: bool) -> TrialStatus:
         """The status a user sees: a trial still running when its search stopped is interrupted
-        (--resume runs it again), or paused where the scheduler had paused it (--resume keeps it
-        for a promotion, as the replayed scheduler does)."""
+        (--resume runs it again), or paused or pruned where the scheduler had paused or stopped it
+        (--resume keeps it for a promotion, or prunes it, as the replayed scheduler does)."""
         if self.status != TrialStatus.RUNNING or live:
             return self.status
-        return TrialStatus.PAUSED if self.pause_decided else TrialStatus.INTERRUPTED
+        if self.pause_decided:
+            return TrialStatus.PAUSED
+        return TrialStatus.PRUNED if self.stop_decided else TrialStatus.INTERRUPTED
 
     @property
     def duration_s(self) -> float | None:
@@ -167,15 +170,15 @@ def start_event(task: Task, group: int, ranks: int, now: float, promoted: bool =
     return clean(event)
 
 
-def report_event(report: Report, now: float, paused: bool = False, rung: int | None = None) -> dict[str, Any]:
-    """The journal's record of one epoch's metrics of a running trial; `paused`: the scheduler
-    paused the trial at this report (a replay of the scheduler decides the same; the mark lets a
-    reader of the journal alone tell such a trial from an interrupted one); `rung`: the highest
-    rung it has been judged at so far, which the table of a killed search shows."""
+def report_event(report: Report, now: float, decision: str | None = None, rung: int | None = None) -> dict[str, Any]:
+    """The journal's record of one epoch's metrics of a running trial; `decision`: the scheduler's
+    at this report, kept when it paused or stopped the trial (a replay of the scheduler decides the
+    same; the mark lets a reader of the journal alone tell such a trial from an interrupted one);
+    `rung`: the highest rung it has been judged at so far, which the table of a killed search shows."""
     event = {"event": "report", "trial": report.trial, "epoch": report.epoch, "metrics": report.metrics,
              "time": now}
-    if paused:
-        event["decision"] = "pause"
+    if decision in ("pause", "stop"):
+        event["decision"] = decision
     if rung is not None:
         event["rung"] = rung
     return clean(event)
@@ -236,6 +239,7 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
         if isinstance(epoch, int) and not isinstance(epoch, bool):
             rec.epochs = max(rec.epochs or 0, epoch)
         rec.pause_decided = event.get("decision") == "pause"
+        rec.stop_decided = event.get("decision") == "stop"
         rec.rung = event.get("rung", epoch if rec.pause_decided else rec.rung)
         return rec
     if kind != "finish":

@@ -343,6 +343,9 @@ def test_a_trial_stopped_as_the_search_is_killed_is_pruned_on_resume_not_run_aga
     ended = {e["trial"] for e in before if e["event"] == "finish"}
     stopped, epoch = next((e["trial"], e["epoch"]) for e in reversed(before) if e["event"] == "report")
     assert stopped not in ended  # the rule stopped it at this report; its group never said so
+    # the journal alone says so: what a killed search's table and status show is what --resume does
+    assert [e.get("decision") for e in before if e["event"] == "report" and e["trial"] == stopped][-1] == "stop"
+    assert replay(before)[stopped].shown_status(live=False) == TrialStatus.PRUNED
 
     with caplog.at_level("INFO", logger="mpiopt"):
         _, summary = run(cfg, path, CurveGroups(3), resume=True, name="median")
@@ -552,4 +555,5 @@ def test_status_tells_the_time_left_of_an_asha_search_from_its_epochs(cfg, tmp_p
     trained = len({(e["trial"], e["epoch"]) for e in journal(full) if e["event"] == "report"})
     assert abs(int(to_go) - (trained - 30)) <= 0.25 * (trained - 30), (to_go, trained)
     (full / "heartbeat.json").write_text(json.dumps({**beat, "state": "ended"}))
-    assert f"epochs: {trained} trained, about 0 to go" in status_text(str(full))
+    ended = status_text(str(full))
+    assert f"epochs: {trained} trained, " in ended and "to go" not in ended  # an ended search trains no more
