@@ -323,11 +323,11 @@ class RunDir:
             why = f"no trial recorded in {JOURNAL}" if self.path.is_dir() else "no such directory"
             raise ConfigError(f"--resume: no search to resume here ({why}); run without --resume to start one",
                               source=where)
+        if is_live(self.path):
+            raise ConfigError("another search is running in this directory", source=where)
         if not resume and self.holds_search():
             raise ConfigError("already holds a search; pass --resume to continue it, or choose another --out",
                               source=where)
-        if is_live(self.path):
-            raise ConfigError("another search is running in this directory", source=where)
         if resume:
             first = _first_record(self.journal_path)
             if isinstance(first, dict) and first.get("event") == "journal":

@@ -195,8 +195,9 @@ def test_refusals(tmp_path):
         rd.open(resume=True, config_text=CONFIG)
     rd.open(resume=False, config_text=CONFIG)
     rd.append(start(0, 0.1))
-    with pytest.raises(ConfigError, match="another search is running"):
-        RunDir(tmp_path / "r").open(resume=True, config_text=CONFIG)
+    for resume in (True, False):  # without --resume too: advising it would not help
+        with pytest.raises(ConfigError, match="another search is running"):
+            RunDir(tmp_path / "r").open(resume=resume, config_text=CONFIG)
     assert is_live(tmp_path / "r")
     rd.close()
     assert not is_live(tmp_path / "r")
