@@ -535,7 +535,7 @@ def _check_momentum(training: dict[str, Any], space: Space, source: str) -> None
                               source=source, field=given[0])
         if name.lower() in _WITH_MOMENTUM:
             continue
-        if given[0] == "training.momentum" and "momentum" in space.names:  # the trials where the searched one is inactive
+        if given[0] == "training.momentum" and "momentum" in space.names:  # where the searched one is inactive
             raise ConfigError(f"the trials where parameters.momentum is inactive take it, and one could train with "
                               f"{name}, which has no momentum option (the Adam family's is beta_1): leave it out",
                               source=source, field=given[0])

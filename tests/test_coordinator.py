@@ -236,8 +236,10 @@ def test_the_commonest_error_leaves_out_trials_a_scheduler_pruned():
     assert commonest_error([*failed, timeout]) == \
         "the most common error (2 of 3; its numbers vary): ValueError: units=76 is too many"
     # signed and exponent numbers too; the same line repeated is not said to vary
-    signed = [rec(6 + i, TrialStatus.FAILED, f"RuntimeError: bad x={x}") for i, x in enumerate(("-3.4", "0.19", "2e-3"))]
-    assert commonest_error([*signed, timeout]) == "the most common error (3 of 4; its numbers vary): RuntimeError: bad x=-3.4"
+    signed = [rec(6 + i, TrialStatus.FAILED, f"RuntimeError: bad x={x}")
+              for i, x in enumerate(("-3.4", "0.19", "2e-3"))]
+    assert commonest_error([*signed, timeout]) == \
+        "the most common error (3 of 4; its numbers vary): RuntimeError: bad x=-3.4"
     assert commonest_error([rec(9, TrialStatus.FAILED, "E 1"), rec(10, TrialStatus.FAILED, "E 1"), timeout]) == \
         "the most common error (2 of 3): E 1"
 

@@ -284,8 +284,9 @@ def test_a_searched_key_no_trial_mode_reads_is_refused(write_yaml, parameters, t
 
 def test_a_functions_parameters_named_like_training_keys_it_does_not_read_are_its_own(write_yaml):
     cfg = load_config(write_yaml("objective: {function: objectives.py:branin}\n"
-                                 "parameters: {momentum: {type: real, low: 0, high: 2}, kappa: {type: real, low: 0, high: 2},"
-                                 " mode: {choices: [up, down]}}\n"), resolve=False)
+                                 "parameters: {momentum: {type: real, low: 0, high: 2},"
+                                 " kappa: {type: real, low: 0, high: 2}, mode: {choices: [up, down]}}\n"),
+                      resolve=False)
     assert list(cfg.space.names) == ["momentum", "kappa", "mode"]
 
 
