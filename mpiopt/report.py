@@ -80,14 +80,14 @@ def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) 
     elif target.suffix.lower() in NOT_A_PAGE:
         raise ConfigError(f"--out {out}: the report is an HTML page (name it .html) or a folder of the page and "
                           "its plots (a name without a suffix)")
-    blocker = not_a_folder(target)
-    if blocker is not None:
-        raise ConfigError(f"--out {out}: cannot write here: {blocker} exists and is not a directory")
     df = load_results(run)
     history = load_history(run)
     stretches = load_timeline(run)
     info = _run_info(run)
     direction, metric = direction_of(run)
+    blocker = not_a_folder(target)
+    if blocker is not None:
+        raise ConfigError(f"--out {target}: cannot write here: {blocker} exists and is not a directory")
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
