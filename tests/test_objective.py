@@ -112,10 +112,10 @@ def test_time_limit_interrupts_a_sleeping_function(runner, monkeypatch):
 
 
 def test_a_function_cut_off_by_its_time_limit_keeps_the_steps_it_reported(runner, monkeypatch):
-    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "2")  # 0.5 s a step: cut off after step 2
-    out = runner("steady_curve", "training: {time_limit: 1.25}").run({"x": 1.0, "y": 1.0}, None)
+    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "4")  # 1 s a step: cut off after step 2, half a step either side
+    out = runner("steady_curve", "training: {time_limit: 2.5}").run({"x": 1.0, "y": 1.0}, None)
     assert (out.status, out.epochs, list(out.metrics)) == ("timeout", 2, ["objective"]), out
-    assert out.error == "past training.time_limit (1.25 s) after step 2" and out.objective is None
+    assert out.error == "past training.time_limit (2.5 s) after step 2" and out.objective is None
 
 
 def test_merge_names_the_rank_that_failed():
