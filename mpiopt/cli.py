@@ -648,13 +648,11 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float, took_s: 
         _say_and_log(summary.stopped, error=True)
         code = summary.exit_code or 1
     best = summary.best
-    if cfg.objective.pareto:
-        from .journal import front
-
-        on = front(list(summary.trials.values()), cfg.objective.pareto)
+    on = _front_of(cfg, summary)
+    if on:
         _say_and_log(f"Pareto front: {len(on)} trials ({', '.join(map(str, sorted(on)))}); "
                      f"mpiopt results {run_dir.path} lists them")
-    elif best is not None:
+    elif best is not None and not cfg.objective.pareto:
         params = ", ".join(f"{k}={v!r}" for k, v in best.params.items())
         _say_and_log(f"best {cfg.objective.metric} = {best.objective:.6g} at trial {best.trial}: {params}")
     elif not summary.stopped:  # a search stopped early has said why
@@ -662,6 +660,13 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float, took_s: 
     if not summary.discard:
         _say_and_log(f"results: {run_dir.path / 'results.csv'}")
     return code
+
+
+def _front_of(cfg, summary) -> list[int]:
+    """The trials on a Pareto search's front (none in another search)."""
+    from .journal import front
+
+    return sorted(front(list(summary.trials.values()), cfg.objective.pareto)) if cfg.objective.pareto else []
 
 
 def _say_and_log(line: str, *, error: bool = False) -> None:

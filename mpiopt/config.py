@@ -24,7 +24,7 @@ import yaml
 
 from ._errors import ConfigError
 from ._log import quiet_tensorflow
-from .pareto import MEASURED
+from .pareto import MEASURED, PARAM_GOAL
 from .space import Space, parse_space
 
 TOP_KEYS = ("name", "objective", "parameters", "search", "training")
@@ -335,6 +335,9 @@ def _check_pareto(objective: Objective, search: SearchSettings, source: str) -> 
     if search.target is not None:
         raise ConfigError("a Pareto search (objective.pareto) has no single figure of merit to reach; remove "
                           "search.target", source=source, field="search.target")
+    if objective.kind == "function" and PARAM_GOAL in dict(objective.pareto):
+        raise ConfigError(f"mpiopt counts a model's weights; a function's trials have no {PARAM_GOAL}: return the "
+                          "size as a metric of another name", source=source, field=f"objective.pareto.{PARAM_GOAL}")
 
 
 def _check_scheduler(search: SearchSettings, training: dict[str, Any], space: Space, source: str) -> None:

@@ -142,6 +142,17 @@ def _columns(trials: list[TrialRecord], param_names: list[str],
     return columns, names, metric_names
 
 
+# the table's own columns, which no metric may be named (`objective` and `epochs` a function may
+# return: they are what the table holds under those names)
+NOT_METRICS = ("trial", "status", "objective_std", "pareto", "rung", "start", "end", "duration_s", "group", "ranks",
+               "dispatch_ms", "wait_ms", "error")
+
+
+def column_clash(names) -> str | None:
+    """The first of the metric `names` that a column of the results table already has, or None."""
+    return next((n for n in names if n in NOT_METRICS or n.startswith("params_")), None)
+
+
 def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool,
          on_front: bool | None = None) -> dict[str, Any]:
     status = t.shown_status(live)

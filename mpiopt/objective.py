@@ -20,6 +20,8 @@ from typing import Any
 
 from ._errors import DataError, GroupPeerFailed, GroupPeerReturned, TrialFailed, TrialTimeout
 from .config import Config, import_callable
+from .journal import column_clash
+from .pareto import MEASURED
 from .trial import TrialResult, TrialStatus
 
 _HEADLINE_CHARS = 300
@@ -104,30 +106,40 @@ class Params(dict):
         raise UnknownParameter(key, list(self))
 
 
-def judge(value: Any, direction: str, metric: str) -> TrialResult:
-    """Turn what a function returned into an outcome: completed, diverged or failed."""
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+def judge(value: Any, direction: str, metric: str, goals: tuple[tuple[str, str], ...] = ()) -> TrialResult:
+    """Turn what a function returned into an outcome: completed, diverged or failed. In a Pareto
+    search (`goals`) it must return every goal but those mpiopt measures."""
+    needed = [metric] + [g for g, _ in goals if g != metric and g not in MEASURED]
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and len(needed) == 1:
         metrics = {metric: float(value)}
     elif isinstance(value, dict):
-        metrics = {}
-        for k, v in value.items():
-            if isinstance(v, numbers.Real) and not isinstance(v, bool):
-                metrics[str(k)] = float(v)
-        if metric not in value:
-            return TrialResult(status=TrialStatus.FAILED, metrics=metrics, misuse=True,
-                               error=f"the objective returned a dict without {metric!r} "
-                                     f"(it has: {', '.join(map(str, value))})")
-        if metric not in metrics:
-            return TrialResult(status=TrialStatus.FAILED, metrics=metrics, misuse=True,
-                               error=f"the objective returned {metric}={value[metric]!r}, expected a number")
+        metrics = {str(k): float(v) for k, v in value.items() if isinstance(v, numbers.Real) and not isinstance(v, bool)}
+        problem = _missing_goal(value, metrics, needed) or _clash(metrics)
+        if problem:
+            return TrialResult(status=TrialStatus.FAILED, metrics=metrics, misuse=True, error=problem)
     else:
+        expected = f"a dict of its goals ({', '.join(needed)})" if len(needed) > 1 else "a float or a dict of metrics"
         return TrialResult(status=TrialStatus.FAILED, misuse=True,
-                           error=f"the objective returned {type(value).__name__} {value!r:.60}, "
-                             "expected a float or a dict of metrics")
-    v = metrics[metric]
-    if not math.isfinite(v):
-        return TrialResult(status=TrialStatus.DIVERGED, metrics=metrics, error=f"{metric} is {v}")
-    return TrialResult(objective=v, metrics=metrics)
+                           error=f"the objective returned {type(value).__name__} {value!r:.60}, expected {expected}")
+    bad = next((g for g in needed if not math.isfinite(metrics[g])), None)
+    if bad is not None:
+        return TrialResult(status=TrialStatus.DIVERGED, metrics=metrics, error=f"{bad} is {metrics[bad]}")
+    return TrialResult(objective=metrics[metric], metrics=metrics)
+
+
+def _missing_goal(value: dict, metrics: dict[str, float], needed: list[str]) -> str | None:
+    for name in needed:
+        if name not in value:
+            return f"the objective returned a dict without {name!r} (it has: {', '.join(map(str, value))})"
+        if name not in metrics:
+            return f"the objective returned {name}={value[name]!r}, expected a number"
+    return None
+
+
+def _clash(metrics) -> str | None:
+    name = column_clash(metrics)
+    return None if name is None else \
+        f"the objective returned a metric named {name!r}, a column of the results table: name it otherwise"
 
 
 def judge_history(history: list[dict[str, float]], direction: str, metric: str, stopped: str | None) -> TrialResult:
@@ -269,7 +281,8 @@ class TrialContext:
         if self._metric is not None and self._metric not in metrics:
             return (f"it reports no {self._metric!r}, the figure of merit "
                     f"(it reports: {', '.join(metrics) or 'nothing'})")
-        return None
+        clash = column_clash(metrics)
+        return None if clash is None else f"{clash!r} names a column of the results table: name it otherwise"
 
 
 class TrialRunner:
@@ -352,7 +365,7 @@ class TrialRunner:
             return TrialResult(status=TrialStatus.PRUNED, epochs=context.stopped_at or context.steps,
                                metrics=context.last, reported_after_stop=context.after_stop,
                                reported_past_top=context.past_top)
-        result = judge(value, o.direction, o.metric)
+        result = judge(value, o.direction, o.metric, o.pareto)
         if context is None:
             return result
         # a metric it reported but did not return keeps its last reported value, as a stopped trial's do

@@ -13,6 +13,7 @@ import numpy as np
 
 Goals = tuple[tuple[str, str], ...]  # (metric, "minimize" | "maximize") pairs, in the user's order
 MEASURED = ("params", "duration_s")  # measured by mpiopt for every model trial, not by training
+PARAM_GOAL = MEASURED[0]  # a model's weight count; a function's trials have none
 AUGMENT = 0.05  # the weight of the sum beside the maximum in the augmented Chebyshev scalarisation
 
 

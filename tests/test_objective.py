@@ -26,6 +26,28 @@ def test_judge_values():
     assert missing.status == "failed" and "without 'acc'" in missing.error
 
 
+def test_judge_a_pareto_functions_goals():
+    goals = (("cost", "minimize"), ("err", "minimize"), ("duration_s", "minimize"))
+    ok = judge({"cost": 2.0, "err": 0.5}, "minimize", "cost", goals)
+    assert ok.status == "completed" and ok.objective == 2.0 and ok.metrics == {"cost": 2.0, "err": 0.5}
+    missing = judge({"cost": 2.0}, "minimize", "cost", goals)
+    assert missing.misuse and missing.error == "the objective returned a dict without 'err' (it has: cost)"
+    assert judge({"cost": 2.0, "err": "x"}, "minimize", "cost", goals).error == \
+        "the objective returned err='x', expected a number"
+    assert judge(2.0, "minimize", "cost", goals).error == \
+        "the objective returned float 2.0, expected a dict of its goals (cost, err)"
+    nan = judge({"cost": 2.0, "err": math.nan}, "minimize", "cost", goals)
+    assert (nan.status, nan.error, nan.misuse) == ("diverged", "err is nan", False)
+
+
+@pytest.mark.parametrize("name", ["status", "trial", "start", "duration_s", "error", "params_x"])
+def test_a_metric_named_like_a_column_of_the_table_is_refused(name):
+    out = judge({"objective": 1.0, name: 2.0}, "minimize", "objective")
+    assert out.misuse and out.error == (f"the objective returned a metric named {name!r}, a column of the results "
+                                        "table: name it otherwise")
+    assert judge({"objective": 1.0, "epochs": 3}, "minimize", "objective").status == "completed"
+
+
 def test_judge_history_takes_the_best_epoch():
     h = [{"epoch": 1, "val_loss": 0.9, "loss": 1.0}, {"epoch": 2, "val_loss": 0.5, "loss": 0.7},
          {"epoch": 3, "val_loss": 0.6, "loss": 0.6}]
@@ -74,6 +96,8 @@ GOOD = {"objective": 1.0}
     ([(1, {"acc": 0.5})], "trial.report(1, ...): it reports no 'objective', the figure of merit (it reports: acc)"),
     ([(1, {})], "trial.report(1, ...): it reports no 'objective', the figure of merit (it reports: nothing)"),
     ([(1, {"objective": "abc"})], "trial.report(1, ...): objective='abc' is not a number"),
+    ([(1, {"objective": 1.0, "status": 2.0})],
+     "trial.report(1, ...): 'status' names a column of the results table: name it otherwise"),
 ])
 def test_a_report_against_the_contract_is_a_misuse_that_stops_the_search(runner, reports, expected):
     out = runner("reports_as_told").run({"x": 1.0, "y": 1.0, "reports": reports}, None)

@@ -290,6 +290,15 @@ def test_a_functions_parameters_named_like_training_keys_it_does_not_read_are_it
     assert list(cfg.space.names) == ["momentum", "kappa", "mode"]
 
 
+def test_a_functions_pareto_search_cannot_count_params(write_yaml):
+    path = write_yaml("objective: {function: objectives.py:two_goals, pareto: {loss: minimize, params: minimize}}\n"
+                      "parameters: {x: {type: real, low: 0, high: 1}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, resolve=False)
+    assert str(info.value) == (f"{path}: objective.pareto.params: mpiopt counts a model's weights; a function's "
+                               "trials have no params: return the size as a metric of another name")
+
+
 def test_python_tag_is_never_executed(write_yaml, tmp_path):
     marker = tmp_path / "pwned"
     path = write_yaml(f"objective: !!python/object/apply:os.system ['touch {marker}']\n")
