@@ -1140,13 +1140,22 @@ def _pareto_best_note(run_dir, goals, what: str) -> str:
 
 
 def _print_front(args, df, goals) -> int:
-    """A Pareto search's results: its front, by its first goal (in every --format)."""
+    """A Pareto search's results: its front by its first goal in the table; every trial, the
+    front first (its `pareto` column true), in csv, json and yaml."""
     import json
 
+    import pandas as pd
+
     first, direction = goals[0]
-    on = df[df["pareto"].astype(bool)].sort_values(first if first in df else "objective",
-                                                   ascending=direction == "minimize", kind="stable")
-    top = on.head(_top_count(args, len(on)))
+    marked = df["pareto"].astype(bool)
+
+    def by_first_goal(rows):
+        return rows.sort_values(first if first in df else "objective", ascending=direction == "minimize",
+                                na_position="last", kind="stable")
+
+    on = by_first_goal(df[marked])
+    every = pd.concat([on, by_first_goal(df[~marked])])
+    top = every.head(_top_count(args, len(every)))
     if args.format == "csv":
         sys.stdout.write(view.as_csv(top))
     elif args.format == "json":
@@ -1154,6 +1163,7 @@ def _print_front(args, df, goals) -> int:
     elif args.format == "yaml":
         sys.stdout.write(view.as_yaml(view.records(top)))
     else:
+        top = on.head(_top_count(args, len(on)))
         done = int((df["status"] == "completed").sum())
         print(f"{args.dir}: {len(df)} trials ({done} completed); Pareto front of "
               + ", ".join(f"{d} {m}" for m, d in goals) + f": {len(on)} trials"

@@ -113,7 +113,8 @@ def judge(value: Any, direction: str, metric: str, goals: tuple[tuple[str, str],
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and len(needed) == 1:
         metrics = {metric: float(value)}
     elif isinstance(value, dict):
-        metrics = {str(k): float(v) for k, v in value.items() if isinstance(v, numbers.Real) and not isinstance(v, bool)}
+        metrics = {str(k): float(v) for k, v in value.items()
+                   if isinstance(v, numbers.Real) and not isinstance(v, bool)}
         problem = _missing_goal(value, metrics, needed) or _clash(metrics)
         if problem:
             return TrialResult(status=TrialStatus.FAILED, metrics=metrics, misuse=True, error=problem)

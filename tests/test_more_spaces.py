@@ -1,6 +1,7 @@
 """Conditional parameters, evolution and Pareto searches, in-process (SPEC §2 "More of §2")."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -275,6 +276,10 @@ def test_a_pareto_search_marks_and_prints_its_front(write_yaml, tmp_path):
     assert f"Pareto front of minimize loss, minimize size: {int(df.pareto.sum())} trials" in shown
     body = shown.splitlines()[2:]
     assert sorted(int(line.split()[0]) for line in body) == sorted(df.trial[df.pareto].tolist())
+    # for programs, every trial: the front first
+    rows = json.loads(run_cli(["results", str(tmp_path / "runs" / "front"), "--format", "json"], cwd=tmp_path).stdout)
+    front = int(df.pareto.sum())
+    assert len(rows) == len(df) and [r["pareto"] for r in rows] == [True] * front + [False] * (len(df) - front)
     best = run_cli(["results", str(tmp_path / "runs" / "front"), "--best"], cwd=tmp_path)
     assert "note: a Pareto search has no single best: --best is the best by its first goal, loss" in best.stderr
     assert "(--top K)" not in best.stdout
