@@ -1135,8 +1135,11 @@ def _top_count(args, rows: int) -> int:
 
 
 def _pareto_best_note(run_dir, goals, what: str) -> str:
-    return (f"a Pareto search has no single best: {what} is the best by its first goal, {goals[0][0]} "
-            f"(`mpiopt results {run_dir}` lists the front)")
+    from .pareto import MEASURED
+
+    first = next(m for m, _ in goals if m not in MEASURED)  # the objective column's: the config requires one
+    return (f"a Pareto search has no single best: {what} is the best by its first goal that training reports, "
+            f"{first} (`mpiopt results {run_dir}` lists the front)")
 
 
 def _print_front(args, df, goals) -> int:

@@ -653,3 +653,11 @@ def test_train_from_a_search_of_another_objective_says_so(write_yaml, tmp_path, 
     said = [r.getMessage() for r in caplog.records]
     assert said == [f"--trial 0: the search in {other} ran objectives.py:with_comm, not "
                     "objectives.py:branin: objectives.py:branin trains with its values"], said
+
+
+def test_the_pareto_best_note_names_the_goal_best_goes_by():
+    from mpiopt.cli import _pareto_best_note
+
+    note = _pareto_best_note("d", (("params", "minimize"), ("val_mae", "minimize")), "--best")
+    assert note == ("a Pareto search has no single best: --best is the best by its first goal that training "
+                    "reports, val_mae (`mpiopt results d` lists the front)")

@@ -281,7 +281,8 @@ def test_a_pareto_search_marks_and_prints_its_front(write_yaml, tmp_path):
     front = int(df.pareto.sum())
     assert len(rows) == len(df) and [r["pareto"] for r in rows] == [True] * front + [False] * (len(df) - front)
     best = run_cli(["results", str(tmp_path / "runs" / "front"), "--best"], cwd=tmp_path)
-    assert "note: a Pareto search has no single best: --best is the best by its first goal, loss" in best.stderr
+    assert "note: a Pareto search has no single best: --best is the best by its first goal that training " \
+        "reports, loss" in best.stderr
     assert "(--top K)" not in best.stdout
     assert run_cli(["report", str(tmp_path / "runs" / "front")], cwd=tmp_path).returncode == 0
     page = (tmp_path / "runs" / "front" / "report" / "report.html").read_text()
