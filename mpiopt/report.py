@@ -18,6 +18,7 @@ from ._errors import ConfigError
 from ._files import atomic_write, not_a_folder
 from .analysis import (_run_info, best_trials, direction_of, goals_of, load_history, load_results, load_timeline,
                        timeline)
+from .journal import PARAM_COUNT
 from .status import liveness
 from .trial import TrialStatus
 
@@ -149,7 +150,9 @@ def _top_table(df, direction: str, top: int = 10) -> str:
     (an empty objective column says nothing)."""
     completed = df["status"] == TrialStatus.COMPLETED.value
     if completed.any():
-        cols = ["trial", "status", "objective", *view.param_columns(df), "epochs", "rung", "duration_s", "group"]
+        # objective_std of a k-fold search, pareto (and the weight count, a usual goal) of a Pareto search
+        cols = ["trial", "status", "objective", "objective_std", "pareto", *view.param_columns(df), PARAM_COUNT,
+                "epochs", "rung", "duration_s", "group"]
         return _table(best_trials(df, direction, top), cols)
     ended = df[[TrialStatus.parse(s).is_finished() for s in df["status"]]]
     if ended.empty:

@@ -287,7 +287,7 @@ def test_a_pareto_search_marks_and_prints_its_front(write_yaml, tmp_path):
     assert run_cli(["report", str(tmp_path / "runs" / "front")], cwd=tmp_path).returncode == 0
     page = (tmp_path / "runs" / "front" / "report" / "report.html").read_text()
     assert (tmp_path / "runs" / "front" / "report" / "pareto.png").stat().st_size > 5000
-    assert f"{int(df.pareto.sum())} trials (the table" in page
+    assert f"{int(df.pareto.sum())} trials (the table" in page and "<th>pareto</th>" in page
 
 
 # -- helpers ---------------------------------------------------------------------------------------

@@ -311,6 +311,17 @@ def test_a_parameter_named_like_a_column_of_the_table_keeps_its_prefix():
     assert "<th>rung</th>" not in _top_table(df.drop(columns="rung"), "minimize")
 
 
+def test_the_top_trials_show_a_k_fold_spread_and_a_pareto_mark_where_the_search_has_them():
+    from mpiopt.report import _top_table
+
+    df = mpiopt.load_results(FIXTURE)
+    assert "<th>objective_std</th>" not in _top_table(df, "minimize") and "<th>pareto</th>" not in _top_table(
+        df, "minimize")
+    marked = df.assign(objective_std=0.1, pareto=df.trial % 2 == 0)
+    page = _top_table(marked, "minimize")
+    assert "<th>objective_std</th>" in page and "<th>pareto</th>" in page
+
+
 def test_report_out_may_name_the_page(tmp_path):
     page = write_report(copy_run(tmp_path), tmp_path / "shared" / "search.html")
     assert page == tmp_path / "shared" / "search.html" and page.is_file()
