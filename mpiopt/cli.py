@@ -980,7 +980,8 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
     lines = [
         f"{args.space}: OK{tried}",
         f"  name        {cfg.name}",
-        f"  objective   {what}; {o.direction} {o.metric}",
+        f"  objective   {what}; " + (f"Pareto front of {', '.join(f'{d} {m}' for m, d in o.pareto)}" if o.pareto
+                                         else f"{o.direction} {o.metric}"),
         f"  parameters  {len(cfg.space)}: " + ", ".join(_describe_param(p) for p in cfg.space.params),
         f"  search      {cfg.search.algorithm}{_algorithm_settings(cfg.search, bool(cfg.objective.pareto))}"
         + f", budget {cfg.search.trials} trials, seed {cfg.search.seed}"

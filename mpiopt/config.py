@@ -335,6 +335,12 @@ def _check_pareto(objective: Objective, search: SearchSettings, source: str) -> 
     if search.target is not None:
         raise ConfigError("a Pareto search (objective.pareto) has no single figure of merit to reach; remove "
                           "search.target", source=source, field="search.target")
+    from .journal import column_clash
+
+    clash = column_clash(m for m, _ in objective.pareto if m not in MEASURED)
+    if clash is not None:
+        raise ConfigError(f"{clash!r} names a column of the results table, not a metric: name the metric otherwise",
+                          source=source, field=f"objective.pareto.{clash}")
     if objective.kind == "function" and PARAM_GOAL in dict(objective.pareto):
         raise ConfigError(f"mpiopt counts a model's weights; a function's trials have no {PARAM_GOAL}: return the "
                           "size as a metric of another name", source=source, field=f"objective.pareto.{PARAM_GOAL}")

@@ -253,6 +253,10 @@ def test_pareto_config_errors(write_yaml):
          "search.scheduler: the asha scheduler ranks trials by one figure of merit"),
         ("  pareto: {loss: minimize, size: minimize}\n", "search: {target: 0.1}\n",
          "search.target: a Pareto search (objective.pareto) has no single figure of merit"),
+        ("  pareto: {loss: minimize, error: minimize}\n", "",
+         "objective.pareto.error: 'error' names a column of the results table, not a metric"),
+        ("  pareto: {loss: minimize, params: minimize}\n", "",
+         "objective.pareto.params: mpiopt counts a model's weights; a function's trials have no params"),
     ]
     for objective, rest, message in cases:
         text = head + objective + "parameters: {x: {type: real, low: 0, high: 1}}\n" + rest
