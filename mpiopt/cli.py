@@ -475,7 +475,8 @@ def _plan_notes(cfg, plan) -> list[str]:
     """What `check` notes and a search warns of before it starts: settings that the ranks or the
     budget make do something else than they seem to."""
     notes = [_group_size_note(cfg.training["group_size"], plan), _idle_ranks_note(cfg, plan),
-             _initial_points_note(cfg), _direction_note(cfg), _uneven_groups_note(cfg, plan)]
+             _initial_points_note(cfg), _direction_note(cfg), _accuracy_of_a_regression_note(cfg),
+             _uneven_groups_note(cfg, plan)]
     return [n for n in notes if n is not None]
 
 
@@ -540,6 +541,23 @@ def _direction_note(cfg) -> str | None:
     best = "highest" if o.direction == "maximize" else "lowest"
     return (f"objective: {o.direction} {o.metric}: the search takes its {best} value as the best (did you mean "
             f"{expected}?)")
+
+
+# Keras losses of a regression, whose continuous labels an accuracy counts as exact matches only
+REGRESSION_LOSSES = ("mse", "mae", "mape", "msle", "mean_squared_error", "mean_absolute_error",
+                     "mean_absolute_percentage_error", "mean_squared_logarithmic_error", "huber", "log_cosh")
+
+
+def _accuracy_of_a_regression_note(cfg) -> str | None:
+    """An accuracy under a regression loss is nearly always 0: most likely a metric copied from a classifier."""
+    o = cfg.objective
+    if o.kind != "model" or str(o.loss).lower() not in REGRESSION_LOSSES:
+        return None
+    named = [m for m in (o.metric, *o.metrics) if "accuracy" in str(m).lower()]
+    if not named:
+        return None
+    return (f"objective: {named[0]} under loss {o.loss}: an accuracy counts exact matches of continuous labels, "
+            "nearly always none (a regression is judged by val_loss or val_mae)")
 
 
 def _initial_points_note(cfg) -> str | None:

@@ -661,3 +661,17 @@ def test_the_pareto_best_note_names_the_goal_best_goes_by():
     note = _pareto_best_note("d", (("params", "minimize"), ("val_mae", "minimize")), "--best")
     assert note == ("a Pareto search has no single best: --best is the best by its first goal that training "
                     "reports, val_mae (`mpiopt results d` lists the front)")
+
+
+def test_an_accuracy_under_a_regression_loss_is_noted(write_yaml):
+    from mpiopt.cli import _accuracy_of_a_regression_note
+    from mpiopt.config import load_config
+
+    def note(loss: str) -> str | None:
+        return _accuracy_of_a_regression_note(load_config(write_yaml(
+            f"objective: {{model: m.py:build, data: m.py:load, loss: {loss}, metrics: [accuracy], "
+            "maximize: val_accuracy}\nparameters: {units: {type: integer, low: 2, high: 9}}\n"), resolve=False))
+
+    assert note("mse") == ("objective: val_accuracy under loss mse: an accuracy counts exact matches of continuous "
+                           "labels, nearly always none (a regression is judged by val_loss or val_mae)")
+    assert note("sparse_categorical_crossentropy") is None
