@@ -61,6 +61,18 @@ def _completed(df, metric: str = "objective"):
     return done
 
 
+def _goal_pairs(goals) -> list[tuple[str, str]]:
+    """(metric, direction) pairs from a mapping or pairs of two goals or more; ValueError otherwise."""
+    pairs = list(goals.items()) if isinstance(goals, dict) else [tuple(g) for g in goals]
+    if len(pairs) < 2 or any(len(g) != 2 for g in pairs):
+        raise ValueError(f"goals: expected two goals or more, as {{metric: 'minimize' or 'maximize', ...}}, "
+                         f"got {goals!r}"[:200])
+    bad = next((d for _, d in pairs if d not in ("minimize", "maximize")), None)
+    if bad is not None:
+        raise ValueError(f"goals: expected 'minimize' or 'maximize', got {bad!r}")
+    return pairs
+
+
 def _direction(df, direction: str | None, metric: str) -> str:
     """A plot's direction: the one given, or the run's for its figure of merit (`load_results`
     puts it in the table's attrs). Anything else must be said: a maximized accuracy's direction
@@ -175,7 +187,9 @@ def plot_history(df, *, direction: str | None = None, metric: str = "objective")
 # -- Pareto front -----------------------------------------------------------------------------------
 def plot_pareto(df, goals):
     """A Pareto search's completed trials on each pair of its goals (up to three pairs), the
-    trials of the front (the table's `pareto` column) in red and joined in order of the first goal."""
+    trials of the front (the table's `pareto` column) in red and joined in order of the first goal.
+    `goals`: as `objective.pareto` gives them, `{metric: "minimize" | "maximize", ...}` (or pairs)."""
+    goals = _goal_pairs(goals)
     done = df[df["status"] == "completed"]
     pairs = [(a, b) for i, a in enumerate(goals) for b in goals[i + 1:]][:3]
     missing = [m for m, _ in goals if m not in done.columns]

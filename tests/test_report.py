@@ -555,3 +555,14 @@ def test_under_asha_the_progress_line_counts_the_budget_in_epochs():
     now[0] = 1800.0
     assert progress.line(5, 150, epochs_left=200.0) == ("5/100 trials (5%), 150 epochs trained, about 200 to go, "
                                                         "300 epochs/h, about 40 min left")
+
+
+def test_plot_pareto_takes_the_goals_as_the_file_gives_them():
+    df = mpiopt.load_results(FIXTURE).assign(size=lambda d: d.trial * 1.0, pareto=lambda d: d.trial % 3 == 0)
+    fig = plots.plot_pareto(df, {"objective": "minimize", "size": "minimize"})
+    assert fig._suptitle.get_text() == "Pareto front"
+    for goals, message in [({"objective": "minimize"}, "goals: expected two goals or more"),
+                           ({"objective": "min", "size": "minimize"}, "goals: expected 'minimize' or 'maximize', "
+                                                                      "got 'min'")]:
+        with pytest.raises(ValueError, match=message):
+            plots.plot_pareto(df, goals)
