@@ -62,6 +62,9 @@ def test_tensorboard_gets_each_epochs_scalars_and_the_trials_hparams(model_space
     assert tags >= {"loss", "accuracy", "val_loss", "val_accuracy", "_hparams_/session_start_info"}
     val = [float(make_ndarray(e.tensor_proto)) for e in events.Tensors("val_accuracy")]
     assert [e.step for e in events.Tensors("val_accuracy")] == [1, 2, 3] and max(val) == pytest.approx(out.objective)
+    # best_val_accuracy climbs to what the table records: the HParams dashboard shows its last value
+    best = [float(make_ndarray(e.tensor_proto)) for e in events.Tensors("best_val_accuracy")]
+    assert best == [max(val[:i + 1]) for i in range(3)] and best[-1] == pytest.approx(out.objective)
     content = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
     assert start.group_name == "trial 4" and start.hparams["units"].number_value == 8

@@ -208,10 +208,15 @@ class _Epochs:
     def _best_by_merit(self, row: dict[str, float]) -> bool:
         """Whether `row` is the best epoch so far by the figure of merit: the first of the best, as
         `objective.judge_history` picks the epoch whose metrics the search records."""
+        best = self._best_epoch()
+        return best is not None and best is row
+
+    def _best_epoch(self) -> dict[str, float] | None:
+        """The first epoch with the best finite figure of merit so far (None: none yet)."""
         metric, direction = self.job.merit
         rows = [r for r in self.history if isinstance(r.get(metric), (int, float)) and math.isfinite(r[metric])]
         pick = min if direction == "minimize" else max
-        return bool(rows) and pick(rows, key=lambda r: r[metric]) is row
+        return pick(rows, key=lambda r: r[metric]) if rows else None
 
     def _to_board(self, row: dict[str, float]) -> None:
         if not self.job.training.get("tensorboard") or self.job.out_dir is None:
@@ -220,7 +225,13 @@ class _Epochs:
             from ._board import Board
 
             self._board = Board(self.job.out_dir, self.job.hparams or {}, self.job.name)
-        self._board.write(row)
+        self._board.write({**row, **self._best_so_far()})
+
+    def _best_so_far(self) -> dict[str, float]:
+        """`best_<metric>`: the figure of merit's best epoch so far, the value the search records. The
+        HParams dashboard shows each tag's last value, which for the metric itself is the last epoch's."""
+        best = self._best_epoch() if self.job.merit is not None else None
+        return {} if best is None else {f"best_{self.job.merit[0]}": best[self.job.merit[0]]}
 
     def report(self, epoch: int, comm=None, row: dict[str, float] | None = None) -> None:
         """Report the epoch just recorded and checkpointed (or `row`, an earlier one); at a decision
