@@ -6,6 +6,7 @@ import base64
 import html
 import io
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -131,7 +132,7 @@ def summary_rows(run: Path, info: dict, df, usage: dict, direction: str, metric:
     if df["start"].notna().any():
         span = (df[["start", "end"]].max().max() - df["start"].min()).total_seconds()
         rows.append(("wall time", f"{span / 60:.1f} min"))
-    if "utilization" in usage:
+    if math.isfinite(usage.get("utilization", math.nan)):  # none where the trials took no measurable time
         rows.append(("group utilization", f"{usage['utilization']:.0%} of {usage['groups']} groups"))
     scheduler = (info.get("search") or {}).get("scheduler")
     if scheduler and scheduler != "none":

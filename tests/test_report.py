@@ -566,3 +566,14 @@ def test_plot_pareto_takes_the_goals_as_the_file_gives_them():
                                                                       "got 'min'")]:
         with pytest.raises(ValueError, match=message):
             plots.plot_pareto(df, goals)
+
+
+def test_the_summary_leaves_out_a_utilization_it_cannot_tell(tmp_path):
+    from mpiopt.report import summary_rows
+
+    run = copy_run(tmp_path)
+    df = mpiopt.load_results(run)
+    rows = dict(summary_rows(run, {}, df, {"utilization": float("nan"), "groups": 1}, "minimize", "objective"))
+    assert "group utilization" not in rows
+    rows = dict(summary_rows(run, {}, df, {"utilization": 0.5, "groups": 2}, "minimize", "objective"))
+    assert rows["group utilization"] == "50% of 2 groups"
