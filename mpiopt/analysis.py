@@ -367,9 +367,12 @@ def load_model(path: str | os.PathLike, trial: int | str = "best"):
         cfg = run_config(p)
         weights = p / "trials" / str(number) / "best.weights.h5"
         if not weights.exists() and (weights.parent / "fold_1").is_dir():
+            trained = p / f"train-trial-{number}"  # where `mpiopt train --trial N --from DIR` writes
+            fix = f"mpiopt.load_model({str(trained)!r}) loads the one `mpiopt train` trained on all of it" \
+                if (trained / weights.name).exists() else \
+                f"`mpiopt train SPACE --trial {number} --from {p}` trains that one"
             raise ConfigError(f"trial {number} is a k-fold trial: it kept one model per fold (fold_<k>/"
-                              f"{weights.name}), none trained on all the data; `mpiopt train SPACE --trial {number} "
-                              f"--from {p}` trains that one", source=str(weights.parent))
+                              f"{weights.name}), none trained on all the data; {fix}", source=str(weights.parent))
         if not weights.exists():
             raise ConfigError(f"trial {number} kept no weights (no {weights.name}: a function objective, or a trial "
                               "that did not finish an epoch)", source=str(weights.parent))

@@ -239,3 +239,6 @@ def test_a_k_fold_search_under_mpiexec(tiny_space, tmp_path):
     retrained = run / f"train-trial-{int(df.sort_values('objective').trial.iloc[-1])}"
     assert (retrained / "history.csv").exists() and not (retrained / "fold_1").exists()
     assert mpiopt.load_model(retrained) is not None
+    # and load_model of the search's best now points there
+    with pytest.raises(ConfigError, match=f"mpiopt.load_model\\('{retrained}'\\) loads the one `mpiopt train` "):
+        mpiopt.load_model(run)
