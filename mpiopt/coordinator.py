@@ -324,8 +324,8 @@ class Coordinator:
         """Tell the searcher what a resumed search finished, queue what it left unfinished."""
         self._finished_trials = {n for n, t in self.trials.items() if t.status.is_finished()}
         self._pause_the_paused()
-        stopped = sorted(n for n, t in self.trials.items() if t.status == TrialStatus.RUNNING
-                         and self._stopped_at_a_report(n))
+        stopped = {n for n, t in self.trials.items()
+                   if t.status == TrialStatus.RUNNING and self._stopped_at_a_report(n)}
         self._rerun = deque(sorted(n for n in self.trials if n not in self._finished_trials and n not in self._paused
                                    and n not in stopped))
         for n in sorted(self._finished_trials):
@@ -342,7 +342,7 @@ class Coordinator:
                      kept, _count(len(self._rerun), "interrupted trial"), ", ".join(map(str, self._rerun)))
         elif self._finished_trials or self._paused:
             log.info("resuming: %s", kept)
-        for n in stopped:
+        for n in sorted(stopped):
             self._prune_cut_off(n)
         self._note_paused_sizes_missing()
         self._next_trial = max(self.trials) + 1 if self.trials else 0
@@ -392,8 +392,13 @@ class Coordinator:
 
     def _prune_cut_off(self, n: int) -> None:
         epoch, metrics, at = self._stop_reports[n]
-        self._record(n, TrialResult(status=TrialStatus.PRUNED, metrics=metrics, epochs=epoch,
-                                    start=self.trials[n].start, end=at))
+        self._prune(n, TrialResult(status=TrialStatus.PRUNED, metrics=metrics, epochs=epoch,
+                                   start=self.trials[n].start, end=at))
+
+    def _prune(self, n: int, result: TrialResult) -> None:
+        """A trial pruned for good, and its checkpoint gone (recorded first: a crash in between
+        leaves a pruned trial, not a lost one)."""
+        self._record(n, result)
         self._finished_trials.add(n)
         if self.run_dir is not None:
             self.run_dir.drop_checkpoint(n)
@@ -879,15 +884,11 @@ class Coordinator:
         self._log_progress()
 
     def _prune_paused(self) -> None:
-        """The search is over: a trial still paused will never be promoted, so it is pruned, and
-        its checkpoint goes (recorded first: a crash in between leaves a pruned trial, not a lost one)."""
+        """The search is over: a trial still paused will never be promoted, so it is pruned."""
         for n in sorted(self._paused):
             rec = self.trials[n]
-            self._record(n, TrialResult(status=TrialStatus.PRUNED, metrics=rec.metrics, epochs=rec.epochs,
-                                        start=rec.start, end=rec.end, resumed_s=rec.resumed_s, wait_s=rec.wait_s))
-            self._finished_trials.add(n)
-            if self.run_dir is not None:
-                self.run_dir.drop_checkpoint(n)
+            self._prune(n, TrialResult(status=TrialStatus.PRUNED, metrics=rec.metrics, epochs=rec.epochs,
+                                       start=rec.start, end=rec.end, resumed_s=rec.resumed_s, wait_s=rec.wait_s))
         self._paused.clear()
 
     def _replay_scheduler(self, events: Iterable[dict[str, Any]]) -> None:
