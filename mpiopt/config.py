@@ -542,7 +542,7 @@ def _check_momentum(training: dict[str, Any], space: Space, source: str) -> None
         if isinstance(spec, dict) and "momentum" in spec:
             raise ConfigError(f"optimizer {_flow(spec)} sets its own momentum: give it once, there or here",
                               source=source, field=given[0])
-        if name.lower() in _WITH_MOMENTUM:
+        if _takes_momentum(name):
             continue
         if given[0] == "training.momentum" and "momentum" in space.names:  # where the searched one is inactive
             raise ConfigError(f"the trials where parameters.momentum is inactive take it, and one could train with "
@@ -553,7 +553,13 @@ def _check_momentum(training: dict[str, Any], space: Space, source: str) -> None
                           field=given[0])
 
 
-_WITH_MOMENTUM = ("sgd", "rmsprop")  # the optimizers whose option `momentum` training.momentum sets
+def _takes_momentum(name: str) -> bool:
+    """Whether the optimizer `name` has an option named `momentum` (sgd, rmsprop): the one
+    training.momentum sets. Imported only where a momentum is given."""
+    from .learn.optimizers import OPTIMIZERS
+
+    cls = OPTIMIZERS.get(str(name).lower())
+    return cls is not None and cls.momentum_option == "momentum"
 
 
 def _trains_with(name: str, space: Space) -> str:
@@ -564,7 +570,7 @@ def _keep_to_takers(space: Space) -> str:
     """The condition that keeps a searched momentum to the searched optimizers that take it."""
     if "optimizer" not in space.names or "momentum" not in space.names:
         return ""
-    takers = [c for c in space["optimizer"].choices if str(c).lower() in _WITH_MOMENTUM]  # choices are names
+    takers = [c for c in space["optimizer"].choices if _takes_momentum(c)]  # a searched optimizer's choices are names
     return f": add when: {{optimizer: {_flow(takers if len(takers) > 1 else takers[0])}}} to it" if takers else ""
 
 
