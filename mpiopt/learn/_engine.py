@@ -176,6 +176,7 @@ class _Epochs:
         self.es = EarlyStopping(**es) if es else None
         self.stopped: str | None = None
         self.best_weights: np.ndarray | None = None
+        self.merit_best: dict[str, float] | None = None  # the best epoch by job.merit, as of the last add
         self.best_state: np.ndarray | None = None
         self._csv = None
         self._board = None
@@ -193,7 +194,8 @@ class _Epochs:
             self.stopped = "diverged"
         improved, stop = (self.es.update(epoch, row) if self.es else (True, False))
         if self.job.merit is not None:
-            improved = self._best_by_merit(row)
+            self.merit_best = self._best_epoch()
+            improved = self.merit_best is row
         if improved or self.best_weights is None:
             self.best_weights = weights.copy()
             self.best_state = state.copy()
@@ -205,14 +207,9 @@ class _Epochs:
             self._write(row)
             self._to_board(row)
 
-    def _best_by_merit(self, row: dict[str, float]) -> bool:
-        """Whether `row` is the best epoch so far by the figure of merit: the first of the best, as
-        `objective.judge_history` picks the epoch whose metrics the search records."""
-        best = self._best_epoch()
-        return best is not None and best is row
-
     def _best_epoch(self) -> dict[str, float] | None:
-        """The first epoch with the best finite figure of merit so far (None: none yet)."""
+        """The first epoch with the best finite figure of merit so far (None: none yet), as
+        `objective.judge_history` picks the epoch whose metrics the search records."""
         metric, direction = self.job.merit
         rows = [r for r in self.history if isinstance(r.get(metric), (int, float)) and math.isfinite(r[metric])]
         pick = min if direction == "minimize" else max
@@ -230,7 +227,7 @@ class _Epochs:
     def _best_so_far(self) -> dict[str, float]:
         """`best_<metric>`: the figure of merit's best epoch so far, the value the search records. The
         HParams dashboard shows each tag's last value, which for the metric itself is the last epoch's."""
-        best = self._best_epoch() if self.job.merit is not None else None
+        best = self.merit_best
         return {} if best is None else {f"best_{self.job.merit[0]}": best[self.job.merit[0]]}
 
     def report(self, epoch: int, comm=None, row: dict[str, float] | None = None) -> None:
