@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from ._errors import ConfigError
-from .pareto import MEASURED, Goals
+from .pareto import Goals, reported_goal
 from .journal import (CONFIG, JOURNAL, PARAM_COUNT, RESULTS, STRETCH_COLUMNS, TRAIN_INFO, is_live, read_journal,
                       replay, result_rows, stretch_rows)
 
@@ -39,9 +39,9 @@ def direction_of(path: str | os.PathLike) -> tuple[str, str]:
     """The figure of merit's (direction, metric) of a run directory (a Pareto search's: its first
     goal that the trials report, as in the `objective` column)."""
     obj = _run_info(Path(path)).get("objective") or {}
-    for metric, d in goals_of(path):
-        if metric not in MEASURED:
-            return d, metric
+    first = reported_goal(goals_of(path))
+    if first is not None:
+        return first[1], first[0]
     for d in ("minimize", "maximize"):
         if d in obj:
             return d, obj[d]

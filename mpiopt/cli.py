@@ -1154,9 +1154,9 @@ def _top_count(args, rows: int) -> int:
 
 
 def _pareto_best_note(run_dir, goals, what: str) -> str:
-    from .pareto import MEASURED
+    from .pareto import reported_goal
 
-    first = next(m for m, _ in goals if m not in MEASURED)  # the objective column's: the config requires one
+    first, _ = reported_goal(goals)  # a Pareto search's configuration requires one
     return (f"a Pareto search has no single best: {what} is the best by its first goal that training reports, "
             f"{first} (`mpiopt results {run_dir}` lists the front)")
 

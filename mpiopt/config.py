@@ -24,7 +24,7 @@ import yaml
 
 from ._errors import ConfigError
 from ._log import quiet_tensorflow
-from .pareto import MEASURED, PARAM_GOAL
+from .pareto import MEASURED, PARAM_GOAL, reported_goal
 from .space import Space, parse_space
 
 TOP_KEYS = ("name", "objective", "parameters", "search", "training")
@@ -914,11 +914,11 @@ def _figure_of_merit(raw: dict, goals: tuple[tuple[str, str], ...], has_model: b
     """(direction, metric) of the `objective` column: the configured one, or in a Pareto search
     its first goal that training reports (params and duration_s are measured, not trained)."""
     if goals:
-        trained = [(m, d) for m, d in goals if m not in MEASURED]
-        if not trained:
+        first = reported_goal(goals)
+        if first is None:
             raise ConfigError(f"needs a goal besides {' and '.join(MEASURED)}: a metric the trial reports",
                               source=source, field="objective.pareto")
-        return trained[0][1], trained[0][0]
+        return first[1], first[0]
     direction = "maximize" if "maximize" in raw else "minimize"
     metric = raw.get(direction, "val_loss" if has_model else "objective")
     if not isinstance(metric, str) or not metric:

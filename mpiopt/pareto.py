@@ -17,6 +17,12 @@ PARAM_GOAL = MEASURED[0]  # a model's weight count; a function's trials have non
 AUGMENT = 0.05  # the weight of the sum beside the maximum in the augmented Chebyshev scalarisation
 
 
+def reported_goal(goals: Goals) -> tuple[str, str] | None:
+    """The first (metric, direction) goal that the trials report, not one mpiopt measures: the
+    `objective` column's, which --best goes by (None: no such goal)."""
+    return next(((m, d) for m, d in goals if m not in MEASURED), None)
+
+
 def losses(goals: Goals, metrics: dict[str, Any], duration_s: float | None) -> tuple[float, ...] | None:
     """A trial's losses, one a goal; None when one is missing or not finite."""
     out = []
