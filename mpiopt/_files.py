@@ -1,10 +1,12 @@
-"""Writing files that readers never see half-written."""
+"""Writing files that readers never see half-written, and where files can be written at all."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 from typing import IO
 from collections.abc import Callable
+
+from ._errors import ConfigError
 
 
 def atomic_write(path: Path, data: bytes | Callable[[IO[bytes]], None], *, durable: bool = True) -> None:
@@ -39,7 +41,10 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def not_a_folder(path: Path) -> Path | None:
-    """The first of `path` and its parents that exists but is not a folder (a file in the way
-    of writing there), or None."""
-    return next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+def refuse_a_file_in_the_way(path: Path, source: str | None = None) -> None:
+    """A ConfigError (under `source`, default the path) where a file stands where `path` or one
+    of its parents must be a folder to write in."""
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise ConfigError(f"cannot write here: {blocker} exists and is not a directory",
+                          source=str(path) if source is None else source)

@@ -21,7 +21,7 @@ from typing import Any
 from . import __version__, _env
 from . import _results_view as view
 from ._errors import ConfigError
-from ._files import not_a_folder
+from ._files import refuse_a_file_in_the_way
 from ._log import FILE_ONLY, STATS, HeldLines, log_to_file, set_rank_tag, setup_logging, stop_logging_to
 from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_or_raise, env_size, mpi_main, prepare_threads,
                      relaunch, say_error, warn_once)
@@ -699,9 +699,7 @@ TRAIN_OUTPUTS = ("history.csv", "best.weights.h5")
 
 
 def _refuse_a_finished_training(out: Path) -> None:
-    blocker = not_a_folder(out)
-    if blocker is not None:
-        raise ConfigError(f"cannot write here: {blocker} exists and is not a directory", source=str(out))
+    refuse_a_file_in_the_way(out)
     kept = [name for name in TRAIN_OUTPUTS if (out / name).exists()]
     if kept:
         raise ConfigError(f"already holds a training run ({', '.join(kept)}); choose another --out or remove them",
@@ -1023,9 +1021,7 @@ def _run_dir_state(out: Path) -> str:
     """What a search would find in the run directory `out`; a ConfigError where it cannot write."""
     from .journal import RunDir, is_live
 
-    blocker = not_a_folder(out)
-    if blocker is not None:
-        raise ConfigError(f"cannot write here: {blocker} exists and is not a directory", source=str(out))
+    refuse_a_file_in_the_way(out)
     run = RunDir(out)
     if run.holds_search() and is_live(out):
         return "a search is running there now"

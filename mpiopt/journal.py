@@ -24,7 +24,7 @@ import yaml
 
 from ._errors import ConfigError
 from . import pareto
-from ._files import atomic_write, not_a_folder
+from ._files import atomic_write, refuse_a_file_in_the_way
 from .pareto import Goals
 from .trial import TrialRecord, TrialStatus, apply_event, clean, trial_of
 
@@ -325,9 +325,7 @@ class RunDir:
         none to resume), a changed space on --resume, a search running here now. Cheap enough to
         run on every rank before MPI and TensorFlow start."""
         where = str(self.path)
-        blocker = not_a_folder(self.path)
-        if blocker is not None:
-            raise ConfigError(f"cannot write here: {blocker} exists and is not a directory", source=where)
+        refuse_a_file_in_the_way(self.path)
         # a search stopped before its first trial leaves its config.yaml: --resume starts it, as
         # its interrupted line said (an empty or unknown folder is more likely a mistyped --out)
         if resume and not self.holds_search() and not self.started_here():

@@ -16,7 +16,7 @@ from pathlib import Path
 from . import _results_view as view
 from . import plots
 from ._errors import ConfigError
-from ._files import atomic_write, not_a_folder
+from ._files import atomic_write, refuse_a_file_in_the_way
 from .analysis import (_run_info, best_trials, direction_of, goals_of, load_history, load_results, load_timeline,
                        timeline)
 from .journal import PARAM_COUNT
@@ -87,9 +87,7 @@ def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) 
     stretches = load_timeline(run)
     info = _run_info(run)
     direction, metric = direction_of(run)
-    blocker = not_a_folder(target)
-    if blocker is not None:
-        raise ConfigError(f"--out {target}: cannot write here: {blocker} exists and is not a directory")
+    refuse_a_file_in_the_way(target, source=f"--out {target}")
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
