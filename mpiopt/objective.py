@@ -595,10 +595,13 @@ def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, param
 
     x, y = batch
     nb = n_samples(x)
+    # the samples checked are the first file's (HDF5): a message names it
+    of_train = f" of {source.train_files[0]}" if source.train_files else ""
+    of_val = f" of {source.val_files[0]}" if source.val_files else ""
     try:
         y_pred = model(x, training=False)
     except Exception as exc:
-        raise misfit(f"a forward pass on {nb} training samples", exc) from None
+        raise misfit(f"a forward pass on {nb} training samples{of_train}", exc) from None
     try:
         _check_labels(getattr(model, "loss", None), y_pred, source, y)
     except _PreflightError:
@@ -616,11 +619,11 @@ def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, param
         flat.set(weights)
         reported = set(flat.metrics())
     except Exception as exc:
-        raise misfit(f"a training step on {nb} samples", exc) from None
+        raise misfit(f"a training step on {nb} samples{of_train}", exc) from None
     try:
         reported |= {f"val_{k}" for k in _evaluate(flat, val[0], val[1], int(training["batch_size"]))}
     except Exception as exc:
-        raise misfit(f"validating {n_samples(val[0])} samples", exc) from None
+        raise misfit(f"validating {n_samples(val[0])} samples{of_val}", exc) from None
     from .config import did_you_mean, metric_names_read
 
     empty = " (the validation data are empty)" if n_samples(val[0]) == 0 else ""
@@ -659,30 +662,55 @@ def _preflight_mixed_precision(cfg: Config, runner: TrialRunner, batch, params, 
 
 # -- the preflight's data: a first batch, every HDF5 file's shapes, the labels' range -----------
 def _first_batches(source, n: int) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
-    """Up to `n` training and `n` validation samples; HDF5 files are checked, not read whole."""
+    """Up to `n` training and `n` validation samples; HDF5 files are checked, not read whole.
+    The validation data must hold the same inputs and labels, of the same shape per sample, as
+    the training data: a mismatch would only show as the model failing to validate."""
     from .learn._data import n_samples, take
 
     if source.train is not None:
         (x, y), (xv, yv) = source.train, source.validation()
+        _same_layout(_layout(xv, yv), "the validation data", _layout(x, y), "the training data", _TRAIN_AND_VALIDATE)
         batch = take(x, slice(0, n)), take(y, slice(0, n))
         val = take(xv, slice(0, n)), take(yv, slice(0, n))
     else:
-        batch = _h5_scan(source.train_files, source.features, source.labels, n)
-        val = _h5_scan(source.val_files, source.features, source.labels, n)
+        first: dict = {}
+        batch = _h5_scan(source.train_files, source.features, source.labels, n, first)
+        val = _h5_scan(source.val_files, source.features, source.labels, n, first)
     if n_samples(batch[0]) == 0:
         raise TrialFailed("the training data are empty")
     return batch, val
 
 
-def _h5_scan(files: list[Path], features, labels, n: int) -> tuple[Any, Any]:
-    """Check every file's sample counts and per-sample shapes (metadata only); read the first `n` samples."""
-    import h5py
+_TRAIN_AND_VALIDATE = "a model cannot train on one and validate on the other"
+
+
+def _layout(x, y) -> dict[str, tuple]:
+    """Every array of the features `x` and labels `y` (e.g. "features['a']") with its shape per sample."""
+    import numpy as np
 
     from .learn._data import leaves
 
+    return {what + where: tuple(np.shape(leaf)[1:]) for what, struct in (("features", x), ("labels", y))
+            for where, leaf in leaves(struct)}
+
+
+def _same_layout(layout: dict, name: str, layout0: dict, name0: str, why: str) -> None:
+    """TrialFailed naming `name` where its arrays or their shapes per sample differ from `name0`'s."""
+    if layout.keys() != layout0.keys():
+        raise TrialFailed(f"{name}: the arrays are {', '.join(layout)}, but in {name0} {', '.join(layout0)}: {why}")
+    for key, shape in layout.items():
+        if shape != layout0[key]:
+            raise TrialFailed(f"{name}: {key} have shape {shape} per sample but those of {name0} have "
+                              f"{layout0[key]}: {why}")
+
+
+def _h5_scan(files: list[Path], features, labels, n: int, first: dict) -> tuple[Any, Any]:
+    """Check every file's sample counts and per-sample shapes (metadata only) against the first
+    file scanned (`first` keeps it across calls); read the first `n` samples."""
+    import h5py
+
     from .learn._data import _check_lengths, concat, h5_datasets, take
 
-    first: dict[str, tuple[Path, tuple]] = {}
     parts = []
     need = n
     for f in files:
@@ -692,13 +720,9 @@ def _h5_scan(files: list[Path], features, labels, n: int) -> tuple[Any, Any]:
                 nx, ny = _check_lengths(x, f"{f}: features"), _check_lengths(y, f"{f}: labels")
                 if nx != ny:
                     raise TrialFailed(f"{f}: features have {nx} samples but labels have {ny}")
-                for what, struct in (("features", x), ("labels", y)):
-                    for where, ds in leaves(struct):
-                        key, shape = what + where, tuple(ds.shape[1:])
-                        f0, shape0 = first.setdefault(key, (f, shape))
-                        if shape != shape0:
-                            raise TrialFailed(f"{f}: {key} have shape {shape} per sample but those of {f0} have "
-                                              f"{shape0}: the files cannot be concatenated")
+                f0, layout0 = first.setdefault("file", (f, _layout(x, y)))
+                why = "the files cannot be read as one data set" if f0 in files else _TRAIN_AND_VALIDATE
+                _same_layout(_layout(x, y), str(f), layout0, str(f0), why)
                 if need > 0 and nx > 0:
                     parts.append((take(x, slice(0, need)), take(y, slice(0, need))))
                     need -= min(need, nx)

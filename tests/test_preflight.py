@@ -48,6 +48,11 @@ def two_classes_some_ignored():
     return (x, y), v
 
 
+def validation_one_feature_wider():
+    (x, y), (xv, yv) = two_classes()
+    return (x, y), (np.concatenate([xv, xv[:, :1]], axis=1), yv)
+
+
 def one_hot_three():
     (x, y), (xv, yv) = three_classes()
     return (x, np.eye(3)[y]), (xv, np.eye(3)[yv])
@@ -318,6 +323,43 @@ def test_hdf5_files_whose_shapes_differ(space, tmp_path):
     write_h5(tmp_path / "d" / "val.h5", [1, 0] * 5)
     msg = preflight_error(space(data="{train: d/train_*.h5, val: d/val.h5}"))
     assert "objective.data: " in msg and "train_1.h5: features have shape (9,) per sample" in msg
+
+
+def test_a_validation_file_whose_shapes_differ_from_the_training_files(space, tmp_path):
+    (tmp_path / "d").mkdir()
+    write_h5(tmp_path / "d" / "train_0.h5", [0, 1] * 10)
+    write_h5(tmp_path / "d" / "val.h5", [1, 0] * 5, n_features=9)
+    msg = preflight_error(space(data="{train: d/train_*.h5, val: d/val.h5}"))
+    assert (f"objective.data: {(tmp_path / 'd' / 'val.h5').resolve()}: features have shape (9,) per sample but "
+            f"those of {(tmp_path / 'd' / 'train_0.h5').resolve()} have (8,): a model cannot train on one and "
+            "validate on the other") in msg
+
+
+def test_a_validation_file_with_a_group_where_training_has_a_dataset(space, tmp_path):
+    import h5py
+
+    (tmp_path / "d").mkdir()
+    write_h5(tmp_path / "d" / "train_0.h5", [0, 1] * 10)
+    with h5py.File(tmp_path / "d" / "val.h5", "w") as h:
+        h.create_group("features")["a"] = np.zeros((4, 8), np.float32)
+        h["labels"] = np.zeros(4, np.int64)
+    msg = preflight_error(space(data="{train: d/train_*.h5, val: d/val.h5}"))
+    assert "val.h5: the arrays are features['a'], labels, but in " in msg and "train_0.h5 features, labels" in msg
+
+
+def test_validation_arrays_whose_shapes_differ_from_the_training_arrays(space):
+    msg = preflight_error(space(data="objs.py:validation_one_feature_wider"))
+    assert msg.endswith("objective.data: the validation data: features have shape (9,) per sample but those of the "
+                        "training data have (8,): a model cannot train on one and validate on the other")
+
+
+def test_a_model_that_does_not_fit_hdf5_data_names_the_file(space, tmp_path):
+    (tmp_path / "d").mkdir()
+    write_h5(tmp_path / "d" / "train_0.h5", [0, 1] * 10, n_features=9)
+    write_h5(tmp_path / "d" / "val.h5", [1, 0] * 5, n_features=9)
+    msg = preflight_error(space(data="{train: d/train_*.h5, val: d/val.h5}"))
+    first = (tmp_path / "d" / "train_0.h5").resolve()
+    assert f"does not fit the data (a forward pass on 16 training samples of {first}): ValueError: " in msg
 
 
 # -- the command line -----------------------------------------------------------------------------
