@@ -136,9 +136,11 @@ def _mean_rows(rows: list[dict[str, float]]) -> dict[str, float]:
 
 
 def mean_curve(histories: list[list[dict[str, float]]]) -> list[dict[str, float]]:
-    """The folds' mean at each epoch that every fold trained (an early-stopped fold ends it)."""
-    epochs = min(len(h) for h in histories)
-    return [{**_mean_rows([h[i] for h in histories]), "epoch": histories[0][i]["epoch"]} for i in range(epochs)]
+    """The folds' mean at each epoch up to the longest fold's last (the trial's `epochs`): a fold
+    that stopped early counts with its last epoch's values from there on."""
+    longest = max(histories, key=len)
+    return [{**_mean_rows([h[min(i, len(h) - 1)] for h in histories]), "epoch": longest[i]["epoch"]}
+            for i in range(len(longest))]
 
 
 # -- running the folds ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 import mpiopt
 from conftest import SPACES, run_cli
 from mpiopt._errors import ConfigError
-from mpiopt.crossval import FoldRun, fold_dir, load_fold, merge_folds, plan_folds, save_fold
+from mpiopt.crossval import FoldRun, fold_dir, load_fold, mean_curve, merge_folds, plan_folds, save_fold
 from mpiopt.learn._data import DataSource, fold_source, load_source, sample_folds
 from mpiopt.trial import TrialResult, TrialStatus
 
@@ -120,6 +120,13 @@ def test_merged_folds_give_the_mean_and_the_spread():
     assert m.resumed_s == 5.0  # the longest of folds trained at once
     assert merge_folds([done(0.2, fold=0, earlier=1.0), done(0.4, fold=1, earlier=2.0)], 2,
                        parallel=False).resumed_s == 3.0  # folds in turn: their sum
+
+
+def test_the_mean_curve_runs_to_the_longest_fold_with_early_stopped_folds_at_their_last_epoch():
+    short = [{"epoch": 1, "val_loss": 1.0}, {"epoch": 2, "val_loss": 0.5}]
+    long = [{"epoch": 1, "val_loss": 3.0}, {"epoch": 2, "val_loss": 2.5}, {"epoch": 3, "val_loss": 1.5}]
+    assert mean_curve([short, long]) == [{"val_loss": 2.0, "epoch": 1}, {"val_loss": 1.5, "epoch": 2},
+                                         {"val_loss": 1.0, "epoch": 3}]
 
 
 def test_the_first_bad_fold_decides_the_trial():
