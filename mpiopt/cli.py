@@ -464,7 +464,7 @@ def _announce(cfg, plan, run_dir, placement: str | None) -> None:
     """The search's first lines: what runs where, and a group size the job cannot give."""
     scheduler = f", {cfg.search.scheduler} scheduler" if cfg.search.scheduler != "none" else ""
     log.info("search %r: %s; %d trials, %s search%s; run directory %s", cfg.name, plan.describe(), cfg.search.trials,
-             cfg.search.algorithm, scheduler, run_dir.path)
+             cfg.search.algorithm, scheduler, run_dir.shown)
     if placement:
         log.info("devices: %s", placement)
     for note in _plan_notes(cfg, plan):
@@ -669,14 +669,14 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float, took_s: 
     on = _front_of(cfg, summary)
     if on:
         _say_and_log(f"Pareto front: {len(on)} trials ({', '.join(map(str, sorted(on)))}); "
-                     f"mpiopt results {run_dir.path} lists them")
+                     f"mpiopt results {run_dir.shown} lists them")
     elif best is not None and not cfg.objective.pareto:
         params = ", ".join(f"{k}={v!r}" for k, v in best.params.items())
         _say_and_log(f"best {cfg.objective.metric} = {best.objective:.6g} at trial {best.trial}: {params}")
     elif not summary.stopped:  # a search stopped early has said why
-        _say_and_log(f"no trial completed; see `mpiopt results {run_dir.path}` and trials/<id>/error.txt")
+        _say_and_log(f"no trial completed; see `mpiopt results {run_dir.shown}` and trials/<id>/error.txt")
     if not summary.discard:
-        _say_and_log(f"results: {run_dir.path / 'results.csv'}")
+        _say_and_log(f"results: {run_dir.shown / 'results.csv'}")
     return code
 
 
@@ -852,6 +852,7 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     from .trial import Task
 
     cfg, out, params = job.cfg, job.out, job.params
+    folder = out.absolute()  # written by its absolute path: a chdir in the user's code moves nothing
     rank, size = comm.Get_rank(), comm.Get_size()
     error = None
     if rank == 0:
@@ -879,20 +880,20 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     trial = job.trial or 0
     reporter = Reporter(Task(trial, params), progress, send=None) if rank == 0 else None
     try:
-        outcome = runner.run(params, group, trial=trial, trial_dir=out, reporter=reporter)
+        outcome = runner.run(params, group, trial=trial, trial_dir=folder, reporter=reporter)
         if group is not None and outcome.status != TrialStatus.COMPLETED and group.failed_peer is None:
             group.notify_failure()  # the others stop waiting for this rank
     finally:
         if group is not None:
             group.close()
         if cfg.objective.kind == "function" and steps:
-            _write_function_history(out / "history.csv", steps)
+            _write_function_history(folder / "history.csv", steps)
     if size > 1:
         # results travel between ranks as plain data (JSON-ready dicts), as a group's do
         outcome = merge([TrialResult.from_json(d) for d in comm.allgather(outcome.to_json())])
     if rank != 0:
         return 0
-    return _say_training_outcome(cfg, out, outcome, runner, time.time() - t0)
+    return _say_training_outcome(cfg, out, folder, outcome, runner, time.time() - t0)
 
 
 def _write_function_history(path: Path, steps: list[dict[str, float]]) -> None:
@@ -910,21 +911,21 @@ def _write_function_history(path: Path, steps: list[dict[str, float]]) -> None:
     atomic_write(path, text.getvalue().encode("utf-8"))
 
 
-def _say_training_outcome(cfg, out: Path, outcome, runner, wall_s: float) -> int:
-    """Rank 0's closing line of `mpiopt train`; returns the exit code."""
+def _say_training_outcome(cfg, out: Path, folder: Path, outcome, runner, wall_s: float) -> int:
+    """Rank 0's closing line of `mpiopt train` (`out` as the user named it, `folder` the same
+    absolute); returns the exit code."""
     if outcome.status == TrialStatus.COMPLETED:
         extra = ""
         tr = runner.last_training
         if tr is not None and tr.wall_s > 0:
             extra = f", {tr.samples / tr.wall_s:.0f} samples/s"
         epochs = f" after {outcome.epochs} epoch{'s' * (outcome.epochs != 1)}," if outcome.epochs else " in"
-        history = out / "history.csv"
-        where = f"; history in {history}" if history.exists() else ""  # a function that reports no step writes none
+        where = f"; history in {out / 'history.csv'}" if (folder / "history.csv").exists() else ""  # a function that reports no step writes none
         print(f"{cfg.objective.metric} = {outcome.objective:.6g}{epochs} {wall_s:.1f} s{extra}{where}", flush=True)
         return 0
     where = ""
     if outcome.detail:
-        (out / "error.txt").write_text(outcome.detail, encoding="utf-8")
+        (folder / "error.txt").write_text(outcome.detail, encoding="utf-8")
         where = f" (the whole text in {out / 'error.txt'})"
     print(f"training {outcome.status.value}: {outcome.error}{where}", file=sys.stderr, flush=True)
     return 1

@@ -296,7 +296,9 @@ class RunDir:
     """A search's folder: lock it, journal into it, and keep its results table current."""
 
     def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
+        self.shown = Path(path)  # as the user named it, for messages
+        # every file is reached by its absolute path: a chdir in the user's code moves nothing
+        self.path = self.shown.absolute()
         self.journal_path = self.path / JOURNAL
         self._lock_fd: int | None = None
         self._journal = None
@@ -324,8 +326,8 @@ class RunDir:
         """Refuse, reading only, what `open` would refuse: a folder that holds another search (or
         none to resume), a changed space on --resume, a search running here now. Cheap enough to
         run on every rank before MPI and TensorFlow start."""
-        where = str(self.path)
-        refuse_a_file_in_the_way(self.path)
+        where = str(self.shown)
+        refuse_a_file_in_the_way(self.shown)
         # a search stopped before its first trial leaves its config.yaml: --resume starts it, as
         # its interrupted line said (an empty or unknown folder is more likely a mistyped --out)
         if resume and not self.holds_search() and not self.started_here():
@@ -350,7 +352,7 @@ class RunDir:
         many it ran on): what the heartbeat names for a --resume."""
         self._space, self._ranks, self._nodes = space, ranks, nodes
         self._since = time.time()
-        where = str(self.path)
+        where = str(self.shown)
         self.check(resume=resume, config_text=config_text)
         self._made = [p for p in (self.path, *self.path.parents) if not p.exists()]  # deepest first
         try:
@@ -386,7 +388,7 @@ class RunDir:
                 pass
             os.close(fd)
             raise ConfigError(f"another search is running in this directory ({holder or 'lock held'})",
-                              source=str(self.path)) from None
+                              source=str(self.shown)) from None
         # The lock dies with the process (flock), so a killed job never leaves a stale lock.
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {iso(time.time())}\n".encode(), 0)
@@ -404,13 +406,13 @@ class RunDir:
         for key in ("parameters", "objective"):
             if old.get(key) != new.get(key):
                 raise ConfigError(f"--resume: `{key}` differs from the search in {old_path}; resume with the same "
-                                  "space and objective, or start a new search in another --out", source=str(self.path))
+                                  "space and objective, or start a new search in another --out", source=str(self.shown))
         now = _scheduler_settings(new)
         for key, value in _scheduler_settings(old).items():
             if now.get(key) != value:
                 raise ConfigError(f"--resume: `{key}` differs from the search in {old_path}: its rungs and paused "
                                   "trials are the journal's; resume with the same scheduler settings, or start a "
-                                  "new search in another --out", source=str(self.path))
+                                  "new search in another --out", source=str(self.shown))
 
     def _mend_torn_tail(self) -> None:
         """Cut a torn last record off the journal (kept aside in trials.jsonl.torn) before appending."""

@@ -70,6 +70,21 @@ def error_detail(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
+def exited(exc: SystemExit) -> str:
+    """The error text of a `sys.exit` in user code."""
+    return f"SystemExit: the objective called sys.exit({'' if exc.code is None else repr(exc.code)})"
+
+
+def _late(result: TrialResult, clock: _Clock) -> TrialResult:
+    """A function's result, or a timeout where it ran past its time limit (having caught the
+    `TrialTimeout` raised in it)."""
+    if not clock.fired or result.status != TrialStatus.COMPLETED:
+        return result
+    return TrialResult(status=TrialStatus.TIMEOUT, epochs=result.epochs, metrics=result.metrics,
+                       error=f"past training.time_limit ({clock.seconds:g} s): the objective caught the "
+                             "TrialTimeout raised in it and returned late")
+
+
 class UnknownParameter(KeyError):
     """A function objective read a parameter its search space does not define."""
 
@@ -174,20 +189,32 @@ def judge_history(history: list[dict[str, float]], direction: str, metric: str, 
     return TrialResult(objective=best[metric], metrics=metrics, epochs=epochs)
 
 
+class _Clock:
+    """Whether a trial's time limit has passed (`time_limit` yields it)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.fired = False
+
+
 @contextmanager
 def time_limit(seconds: float | None):
-    """Raise `TrialTimeout` in this (main) thread after `seconds`, even inside a stuck Python loop."""
+    """Raise `TrialTimeout` in this (main) thread after `seconds`, even inside a stuck Python loop,
+    and again every second after: an objective that catches every exception and goes on meets it
+    at its next unguarded line, and what it returns late is a timeout all the same (`fired`)."""
+    clock = _Clock(seconds)
     if not seconds or threading.current_thread() is not threading.main_thread():
-        yield
+        yield clock
         return
 
     def _alarm(signum, frame):
+        clock.fired = True
         raise TrialTimeout(f"past training.time_limit ({seconds:g} s)")
 
     old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, float(seconds))
+    signal.setitimer(signal.ITIMER_REAL, float(seconds), 1.0)
     try:
-        yield
+        yield clock
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
@@ -315,9 +342,9 @@ class TrialRunner:
         o = self.cfg.objective
         training = self.cfg.trial_training(params)
         try:
-            with time_limit(training.get("time_limit") if o.kind == "function" else None):
+            with time_limit(training.get("time_limit") if o.kind == "function" else None) as clock:
                 if o.kind == "function":
-                    return self._call(params, comm, trial, reporter)
+                    return _late(self._call(params, comm, trial, reporter), clock)
                 return self._train(params, training, comm, trial, trial_dir, reporter, began)
         except TrialTimeout as exc:
             return TrialResult(status=TrialStatus.TIMEOUT, error=str(exc))
@@ -325,6 +352,8 @@ class TrialRunner:
             return TrialResult(status=TrialStatus.FAILED, error=exc.line(), detail=error_detail(exc), misuse=True)
         except Exception as exc:  # user code: any exception fails the trial, never the search
             return TrialResult(status=TrialStatus.FAILED, error=error_text(exc), detail=error_detail(exc))
+        except SystemExit as exc:  # sys.exit() in user code ends its trial, not the rank (and the search)
+            return TrialResult(status=TrialStatus.FAILED, error=exited(exc), detail=error_detail(exc))
 
     def _call(self, params, comm, trial: int, reporter) -> TrialResult:
         """A function objective's trial on this rank (only rank 0's result counts)."""
@@ -470,7 +499,7 @@ def preflight(cfg: Config) -> None:
         line = str(exc).splitlines()[0]
         field = None if line.startswith("objective.data") else "objective.data"
         raise ConfigError(line, source=src, field=field) from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         what = "reading the HDF5 files" if isinstance(o.data, dict) else "load_data"
         raise ConfigError(f"{what} failed: {type(exc).__name__}: {headline(exc)}",
                           source=src, field="objective.data") from None
@@ -568,7 +597,7 @@ def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, param
     def build(**kw):
         try:
             model = runner.build(**kw)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise _BuildFailed(exc) from exc
         own_optimizer.append(compiled_with_an_optimizer(model))
         return model

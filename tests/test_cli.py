@@ -354,6 +354,19 @@ def test_train_a_function_objective(write_yaml, tmp_path):
     assert history[0] == "epoch,objective,loss" and len(history) == 10 and history[9].startswith("9,")
 
 
+def test_a_chdir_in_the_objective_moves_no_file_of_the_search_or_the_training(write_yaml, tmp_path):
+    space = write_yaml(SPACE.replace("objectives.py:branin", "objectives.py:changes_directory"))
+    p = run_cli(["search", space], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "8 trials (8 completed)" in p.stderr and "results: runs/cli-branin/results.csv" in p.stdout
+    assert len((tmp_path / "runs" / "cli-branin" / "results.csv").read_text().splitlines()) == 9
+    p = run_cli(["train", space, "--set", "x=3.14159", "--set", "y=2.275", "--out", "one"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert f"history in {Path('one') / 'history.csv'}" in p.stdout
+    assert (tmp_path / "one" / "history.csv").read_text().splitlines() == ["epoch,objective", "1,1.0"]
+    assert not list((tmp_path / "elsewhere").rglob("*.csv"))
+
+
 @pytest.mark.parametrize("world,size,expected", [
     (1, 1, [(0,)]),
     (2, 1, [(1,)]),

@@ -142,6 +142,20 @@ def test_a_function_cut_off_by_its_time_limit_keeps_the_steps_it_reported(runner
     assert out.error == "past training.time_limit (2.5 s) after step 2" and out.objective is None
 
 
+def test_a_function_that_catches_the_time_limit_and_returns_late_timed_out(runner, monkeypatch):
+    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "1.5")
+    out = runner("swallows_every_exception", "training: {time_limit: 0.3}").run({"x": 1.0, "y": 1.0}, None)
+    assert (out.status, out.objective) == ("timeout", None)
+    assert out.error == ("past training.time_limit (0.3 s): the objective caught the TrialTimeout raised in it and "
+                         "returned late")
+
+
+def test_sys_exit_in_the_objective_fails_its_trial(runner):
+    out = runner("exits").run({"x": 1.0, "y": 1.0}, None)
+    assert (out.status, out.error) == ("failed", "SystemExit: the objective called sys.exit(3)")
+    assert "Traceback" in out.detail
+
+
 def test_merge_names_the_rank_that_failed():
     ok = TrialResult(objective=1.0, metrics={"objective": 1.0})
     own = TrialResult(status=TrialStatus.FAILED, error="RuntimeError: rank 1 broke")

@@ -229,3 +229,29 @@ def returning_rank(params, comm):
     if comm.Get_rank() == 1:
         return 0.0
     return comm.allreduce(params["x"] + params["y"])
+
+
+def exits(params):
+    """Calls sys.exit as a script would."""
+    import sys
+
+    sys.exit(3)
+
+
+def swallows_every_exception(params):
+    """Loops for MPIOPT_TEST_SLEEP seconds, catching every exception (a retry loop)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < float(os.environ.get("MPIOPT_TEST_SLEEP", "0")):
+        try:
+            time.sleep(0.05)
+        except Exception:
+            pass
+    return 1.0
+
+
+def changes_directory(params, trial):
+    """Reports a step from a folder of its own (os.chdir), then returns branin's value."""
+    os.makedirs("elsewhere", exist_ok=True)
+    os.chdir("elsewhere")
+    trial.report(1, objective=1.0)
+    return branin(params)
