@@ -920,7 +920,8 @@ def _say_training_outcome(cfg, out: Path, folder: Path, outcome, runner, wall_s:
         if tr is not None and tr.wall_s > 0:
             extra = f", {tr.samples / tr.wall_s:.0f} samples/s"
         epochs = f" after {outcome.epochs} epoch{'s' * (outcome.epochs != 1)}," if outcome.epochs else " in"
-        where = f"; history in {out / 'history.csv'}" if (folder / "history.csv").exists() else ""  # a function that reports no step writes none
+        # a function that reports no step writes no history
+        where = f"; history in {out / 'history.csv'}" if (folder / "history.csv").exists() else ""
         print(f"{cfg.objective.metric} = {outcome.objective:.6g}{epochs} {wall_s:.1f} s{extra}{where}", flush=True)
         return 0
     where = ""
