@@ -704,7 +704,7 @@ def _first_batches(source, n: int) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
     else:
         first: dict = {}
         batch = _h5_scan(source.train_files, source.features, source.labels, n, first)
-        val = _h5_scan(source.val_files, source.features, source.labels, n, first)
+        val = _h5_scan(source.val_files, source.features, source.labels, n, first, whole=True)
     if n_samples(batch[0]) == 0:
         raise TrialFailed("the training data are empty")
     return batch, val
@@ -733,12 +733,13 @@ def _same_layout(layout: dict, name: str, layout0: dict, name0: str, why: str) -
                               f"{layout0[key]}: {why}")
 
 
-def _h5_scan(files: list[Path], features, labels, n: int, first: dict) -> tuple[Any, Any]:
-    """Check every file's sample counts and per-sample shapes (metadata only) against the first
-    file scanned (`first` keeps it across calls); read the first `n` samples."""
+def _h5_scan(files: list[Path], features, labels, n: int, first: dict, whole: bool = False) -> tuple[Any, Any]:
+    """Check every file's sample counts, value types and per-sample shapes (metadata only) against
+    the first file scanned (`first` keeps it across calls), and with `whole` every value for NaN
+    or inf (the validation files, which each trial reads whole anyway); read the first `n` samples."""
     import h5py
 
-    from .learn._data import _check_lengths, concat, h5_datasets, take
+    from .learn._data import _check_arrays, _check_lengths, concat, h5_datasets, refuse_not_finite, take
 
     parts = []
     need = n
@@ -749,6 +750,10 @@ def _h5_scan(files: list[Path], features, labels, n: int, first: dict) -> tuple[
                 nx, ny = _check_lengths(x, f"{f}: features"), _check_lengths(y, f"{f}: labels")
                 if nx != ny:
                     raise TrialFailed(f"{f}: features have {nx} samples but labels have {ny}")
+                for struct, what in ((x, "features"), (y, "labels")):
+                    _check_arrays(struct, f"{f}: {what}")
+                    if whole:
+                        refuse_not_finite(struct, f"{f}: {what}")
                 f0, layout0 = first.setdefault("file", (f, _layout(x, y)))
                 why = "the files cannot be read as one data set" if f0 in files else _TRAIN_AND_VALIDATE
                 _same_layout(_layout(x, y), str(f), layout0, str(f0), why)

@@ -53,6 +53,18 @@ def validation_one_feature_wider():
     return (x, y), (np.concatenate([xv, xv[:, :1]], axis=1), yv)
 
 
+def validation_feature_nan():
+    (x, y), (xv, yv) = two_classes()
+    xv = xv.copy()
+    xv[5, 2] = np.nan
+    return (x, y), (xv, yv)
+
+
+def lists():
+    (x, y), (xv, yv) = two_classes()
+    return (x.tolist(), y.tolist()), (xv.tolist(), yv.tolist())
+
+
 def one_hot_three():
     (x, y), (xv, yv) = three_classes()
     return (x, np.eye(3)[y]), (xv, np.eye(3)[yv])
@@ -360,6 +372,61 @@ def test_a_model_that_does_not_fit_hdf5_data_names_the_file(space, tmp_path):
     msg = preflight_error(space(data="{train: d/train_*.h5, val: d/val.h5}"))
     first = (tmp_path / "d" / "train_0.h5").resolve()
     assert f"does not fit the data (a forward pass on 16 training samples of {first}): ValueError: " in msg
+
+
+def test_nan_in_validation_arrays_is_named_with_its_sample(space):
+    msg = preflight_error(space(data="objs.py:validation_feature_nan"))
+    assert msg.endswith("objective.data: objs.py:validation_feature_nan: val features: sample 5 holds NaN or inf (drop "
+                        "or repair such samples)")
+
+
+def test_lists_where_arrays_belong_are_named(space):
+    msg = preflight_error(space(data="objs.py:lists"))
+    assert msg.endswith("objective.data: objs.py:lists: train features[0][0] is a float, where an array of samples "
+                        "belongs (give numpy arrays, not lists)")
+
+
+def test_hdf5_values_that_are_not_numbers_nan_in_validation_and_single_values_are_named(space, tmp_path):
+    import h5py
+
+    def folder(name):  # a folder of its own for each case: a process keeps the data it loaded by their names
+        (tmp_path / name).mkdir()
+        write_h5(tmp_path / name / "train_0.h5", [0, 1] * 10)
+        write_h5(tmp_path / name / "val.h5", [1, 0] * 5)
+        return tmp_path / name, f"{{train: {name}/train_*.h5, val: {name}/val.h5}}"
+
+    d, data = folder("strings")
+    with h5py.File(d / "train_1.h5", "w") as h:  # a second training file of strings
+        h["features"] = np.array([[b"a"] * 8] * 4)
+        h["labels"] = np.zeros(4, np.int64)
+    assert preflight_error(space(data=data)).endswith(
+        f"{(d / 'train_1.h5').resolve()}: features hold strings (|S1), not numbers")
+    d, data = folder("inf")
+    with h5py.File(d / "val.h5", "a") as h:
+        h["features"][3, 1] = np.inf
+    assert preflight_error(space(data=data)).endswith(
+        f"{(d / 'val.h5').resolve()}: features: sample 3 holds NaN or inf (drop or repair such samples)")
+    d, data = folder("single")
+    with h5py.File(d / "val.h5", "w") as h:
+        h["features"], h["labels"] = 1.0, 0
+    assert preflight_error(space(data=data)).endswith(
+        f"{(d / 'val.h5').resolve()}: 'features' is a single value, not a dataset of samples")
+
+
+def test_a_training_file_with_nan_stops_the_trial_that_reads_it(tmp_path):
+    """The preflight reads the training files' first samples only: a trial's worker reads its
+    files whole and refuses NaN there, naming the file and the sample."""
+    from mpiopt._errors import DataError
+    from mpiopt.learn._data import read_h5
+
+    write_h5(tmp_path / "t.h5", [0, 1] * 10)
+    import h5py
+
+    with h5py.File(tmp_path / "t.h5", "a") as h:
+        h["features"][17, 0] = np.nan
+    with pytest.raises(DataError) as info:
+        read_h5(tmp_path / "t.h5", "features", "labels")
+    assert str(info.value) == f"{tmp_path / 't.h5'}: features: sample 17 holds NaN or inf (drop or repair such samples)"
 
 
 # -- the command line -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ by file where there are at least as many training files as folds, by sample othe
 from __future__ import annotations
 
 import glob
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,36 @@ def concat(parts: list[Any]) -> Any:
     return keras.tree.map_structure(lambda *leaves: np.concatenate(leaves), *parts)
 
 
+def _check_arrays(struct: Any, where: str) -> None:
+    """DataError where a leaf of `struct` is a single value (a list of numbers where an array
+    belongs: its numbers would be taken for inputs), or holds what is not a number."""
+    for path, leaf in leaves(struct):
+        if isinstance(leaf, (numbers.Number, str, bytes)):
+            raise DataError(f"{where}{path} is a {type(leaf).__name__}, where an array of samples belongs "
+                            "(give numpy arrays, not lists)")
+        dtype = np.asarray(leaf[:0]).dtype
+        if not (np.issubdtype(dtype, np.number) or dtype == np.bool_) or np.issubdtype(dtype, np.complexfloating):
+            kind = {"S": "strings", "U": "strings", "O": "Python objects"}.get(dtype.kind, f"{dtype} values")
+            raise DataError(f"{where}{path} hold {kind} ({dtype}), not numbers")
+
+
+def refuse_not_finite(struct: Any, where: str, block: int = 1 << 22) -> None:
+    """DataError naming the first sample of an array of `struct` that holds NaN or inf: a trial
+    would diverge on it in training, or validate on a silently wrong figure (read a block of rows
+    at a time, so that an HDF5 dataset need not fit in memory)."""
+    for path, a in leaves(struct):
+        if not np.issubdtype(np.dtype(a.dtype), np.floating) or not a.shape:
+            continue
+        row = int(np.prod(a.shape[1:])) if len(a.shape) > 1 else 1
+        step = max(1, block // max(row, 1))
+        for i in range(0, int(a.shape[0]), step):
+            b = np.asarray(a[i:i + step]).reshape(min(step, int(a.shape[0]) - i), -1)
+            bad = ~np.isfinite(b).all(axis=1)
+            if bad.any():
+                raise DataError(f"{where}{path}: sample {i + int(np.argmax(bad))} holds NaN or inf "
+                                "(drop or repair such samples)")
+
+
 def _check_lengths(struct: Any, where: str) -> int:
     lengths = [(where + path, len(leaf)) for path, leaf in leaves(struct)]
     if len({n for _, n in lengths}) > 1:
@@ -94,7 +125,10 @@ def _h5_item(h, name: str, f: Path):
     """The dataset or group `name` of the open file `h`."""
     if name not in h:
         raise DataError(f"{f}: no dataset {name!r} (it has: {', '.join(h.keys())})")
-    return h[name]
+    item = h[name]
+    if not hasattr(item, "keys") and not item.shape:
+        raise DataError(f"{f}: {name!r} is a single value, not a dataset of samples")
+    return item
 
 
 def h5_datasets(h, name, f: Path):
@@ -118,6 +152,9 @@ def read_h5(f: Path, features, labels) -> tuple[Any, Any]:
     nx, ny = _check_lengths(x, f"{f}: features"), _check_lengths(y, f"{f}: labels")
     if nx != ny:
         raise DataError(f"{f}: features have {nx} samples but labels have {ny}")
+    for struct, what in ((x, "features"), (y, "labels")):
+        _check_arrays(struct, f"{f}: {what}")
+        refuse_not_finite(struct, f"{f}: {what}")
     return x, y
 
 
@@ -230,9 +267,13 @@ def load_source(data: Any, base_dir: Path, loader=None) -> DataSource:
             raise DataError(f"{data} must return ((x_train, y_train), (x_val, y_val)), "
                               f"got {type(out).__name__}") from None
         for x, y, which in ((xt, yt, "train"), (xv, yv, "val")):
+            for struct, what in ((x, "features"), (y, "labels")):
+                _check_arrays(struct, f"{data}: {which} {what}")
             nx, ny = _check_lengths(x, f"{which} features"), _check_lengths(y, f"{which} labels")
             if nx != ny:
                 raise DataError(f"{data}: {which} features have {nx} samples but labels have {ny}")
+            for struct, what in ((x, "features"), (y, "labels")):
+                refuse_not_finite(struct, f"{data}: {which} {what}")
         src = DataSource(train=(xt, yt), val=(xv, yv))
     _cache[key] = src
     return src
