@@ -476,8 +476,20 @@ def _plan_notes(cfg, plan) -> list[str]:
     budget make do something else than they seem to."""
     notes = [_group_size_note(cfg.training["group_size"], plan), _idle_ranks_note(cfg, plan),
              _initial_points_note(cfg), _direction_note(cfg), _accuracy_of_a_regression_note(cfg),
-             _uneven_groups_note(cfg, plan)]
+             _uneven_groups_note(cfg, plan), _searched_training_keys_note(cfg)]
     return [n for n in notes if n is not None]
+
+
+def _searched_training_keys_note(cfg) -> str | None:
+    """Training keys the file gives that every trial's own value overrides, or None."""
+    from .config import training_keys_also_searched
+
+    keys = training_keys_also_searched(cfg)
+    if not keys:
+        return None
+    given = ", ".join(f"training.{k}" for k in keys)
+    return (f"{given}: also searched (parameters.{', parameters.'.join(keys)}), which every trial sets: the value"
+            f"{'s' * (len(keys) > 1)} in training {'are' if len(keys) > 1 else 'is'} not used")
 
 
 def _group_size_note(size: int, plan) -> str | None:

@@ -267,7 +267,6 @@ def load_config(path: str | os.PathLike, *, resolve: bool = True) -> Config:
     cfg = parse_config(raw, path=p.resolve(), source=src, resolve=False)
     # The user's file only: a run's config.yaml of an older mpiopt spells out every training key.
     _check_unread_training_keys(cfg.objective, cfg.search, raw.get("training"), src)
-    _check_training_keys_also_searched(cfg.space, raw.get("training"), src)
     return resolve_objective(cfg, src) if resolve else cfg
 
 
@@ -406,14 +405,13 @@ def _check_unread_training_keys(objective: Objective, search: SearchSettings, ra
                       source=source, field=f"training.{key}")
 
 
-def _check_training_keys_also_searched(space: Space, raw_training: Any, source: str) -> None:
-    """A training key also searched by a parameter that is always active is overridden in every trial:
-    the value in `training` (pasted from `mpiopt results --best`, most likely) would do nothing. Under
-    a `when:` condition it is the value of the trials where the parameter is inactive."""
-    for key in raw_training if isinstance(raw_training, dict) else ():
-        if key in space.names and not space[key].when:
-            raise ConfigError(f"also searched (parameters.{key}), which sets it in every trial; give it in one place",
-                              source=source, field=f"training.{key}")
+def training_keys_also_searched(cfg: Config) -> list[str]:
+    """The `training` keys the file gives that a parameter always active also searches: every
+    trial overrides them, so the value in `training` (pasted from `mpiopt results --best`, most
+    likely) does nothing. Under a `when:` condition it is the value of the trials where the
+    parameter is inactive."""
+    raw = cfg.raw.get("training")
+    return [key for key in raw if key in cfg.space.names and not cfg.space[key].when] if isinstance(raw, dict) else []
 
 
 def metric_names_read(objective: Objective, training: dict[str, Any]) -> list[tuple[str, str]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from mpiopt._errors import ConfigError
-from mpiopt.config import load_config
+from mpiopt.config import load_config, training_keys_also_searched
 from mpiopt.space import Categorical, Integer, Real
 
 GOOD = """
@@ -95,9 +95,6 @@ BAD = [
      ["training.min_epochs: a key of `search`, not of `training`: move it to search.min_epochs"]),
     (GOOD + "scheduler: asha\n", ["scheduler: a key of `search`, not of the top level: move it to search.scheduler"]),
     (GOOD + "search: {epochs: 3}\n", ["search.epochs: a key of `training`, not of `search`"]),
-    ("objective: {model: m.py:build, data: m.py:load}\n"
-     "parameters: {learning_rate: {type: real, low: 0.001, high: 0.1, prior: log-uniform}}\n"
-     "training: {learning_rate: 0.01}\n", ["training.learning_rate", "also searched (parameters.learning_rate)"]),
     # a function's unknown key offers the few keys a function reads, not a model's
     (GOOD + "training: {epoch: 3}\n", ["training.epoch", "(allowed: group_size, ranks_per_gpu, time_limit)"]),
     ("objective: {function: objectives.py:branin}\nparameters: {x: {low: 0, high: 1}}\n",
@@ -222,6 +219,25 @@ def test_a_training_key_searched_under_a_condition_keeps_its_value_for_the_other
         "  learning_rate: {type: real, low: 0.001, high: 0.1, when: {optimizer: sgd}}\n"
         "training: {learning_rate: 0.0005}\n"), resolve=False)
     assert cfg.training["learning_rate"] == 0.0005
+    assert training_keys_also_searched(cfg) == []
+
+
+def test_a_training_key_always_searched_is_accepted_and_named_as_unused(write_yaml):
+    """As SPEC §2's example gives batch_size and learning_rate in both places: every trial's
+    own value wins, and `check` and the search note that the value in training is not used."""
+    cfg = load_config(write_yaml(
+        "objective: {model: m.py:build, data: m.py:load}\n"
+        "parameters:\n  learning_rate: {type: real, low: 0.001, high: 0.1, prior: log-uniform}\n"
+        "  batch_size: {choices: [32, 64]}\n"
+        "training: {learning_rate: 0.01, batch_size: 64, epochs: 3}\n"), resolve=False)
+    assert training_keys_also_searched(cfg) == ["learning_rate", "batch_size"]
+    trial = cfg.trial_training({"learning_rate": 0.05, "batch_size": 32})
+    assert (trial["learning_rate"], trial["batch_size"], trial["epochs"]) == (0.05, 32, 3)
+    from mpiopt.cli import _searched_training_keys_note
+
+    assert _searched_training_keys_note(cfg) == (
+        "training.learning_rate, training.batch_size: also searched (parameters.learning_rate, parameters.batch_size), "
+        "which every trial sets: the values in training are not used")
 
 
 MODEL = "objective: {model: m.py:build, data: m.py:load}\n"
