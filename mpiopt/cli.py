@@ -159,8 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guard(lambda: cmd_report(args))
     prepare_threads()
     command = _search if args.command == "search" else _train
+    interrupted = ("the journal is intact: continue with --resume" if args.command == "search" else
+                   f"training stopped (mpiopt train does not resume: what it wrote is in {job.out})")
     return mpi_main(job.cfg, lambda comm, placement: command(args, job, comm, placement),
-                    coordinator=args.command == "search")
+                    coordinator=args.command == "search", interrupted=interrupted)
 
 
 def _guard(fn) -> int:
@@ -711,7 +713,15 @@ TRAIN_OUTPUTS = ("history.csv", "best.weights.h5")
 
 
 def _refuse_a_finished_training(out: Path) -> None:
+    """A folder that holds a training run, or a search (whose best.weights.h5 would stand for its
+    best trial's to `load_model`), is not trained into."""
+    from .journal import CONFIG, JOURNAL
+
     refuse_a_file_in_the_way(out)
+    search = [name for name in (JOURNAL, CONFIG) if (out / name).exists()]
+    if search:
+        raise ConfigError(f"holds a search ({search[0]}); train into another --out (by default runs/<name>/train, or "
+                          "DIR/train-trial-N with --from DIR)", source=str(out))
     kept = [name for name in TRAIN_OUTPUTS if (out / name).exists()]
     if kept:
         raise ConfigError(f"already holds a training run ({', '.join(kept)}); choose another --out or remove them",
@@ -772,7 +782,7 @@ def _seed_of_run(run_dir: Path, default: int) -> int:
 def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """`--set NAME=VALUE` pairs into (parameters, training) over `base` (default: every
     parameter's middle); values that parameters set for `training` keys are in both."""
-    from .config import TRAINING_DEFAULTS, check_training_value, did_you_mean, load_value
+    from .config import TRAINING_DEFAULTS, check_trained_values, check_training_value, did_you_mean, load_value
 
     params = dict(cfg.space.middle() if base is None else base)
     training = {**cfg.training, **{k: v for k, v in params.items() if k in TRAINING_DEFAULTS}}
@@ -805,7 +815,9 @@ def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tupl
         else:
             raise ConfigError(f"--set {name}: not a parameter ({', '.join(cfg.space.names)}) nor a training key"
                               f"{did_you_mean(name, cfg.space.names + list(TRAINING_DEFAULTS))}")
-    return _active_only(cfg, params, training, sets)
+    params, training = _active_only(cfg, params, training, sets)
+    check_trained_values(cfg.objective, training, "--set" if sets else cfg.source or str(cfg.path))
+    return params, training
 
 
 def _refuse_a_key_a_function_never_reads(cfg, name: str) -> None:
@@ -859,7 +871,7 @@ def _origin_of_values(job: _Job) -> str:
 def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     """Every rank of `mpiopt train`: one group of all ranks trains the job's values once."""
     from .group import Reporter, merge
-    from .objective import TrialRunner
+    from .objective import TrialRunner, preflight
     from .transport import GroupComm
     from .trial import Task
 
@@ -869,8 +881,12 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     error = None
     if rank == 0:
         try:
+            preflight(cfg, params)  # a model that cannot train on its data is one line and exit 2, as for a search
             out.mkdir(parents=True, exist_ok=True)
+            (out / "error.txt").unlink(missing_ok=True)  # an earlier failed training's
             _write_train_info(out, cfg, params)
+        except ConfigError as exc:
+            error = exc
         except OSError as exc:
             error = ConfigError(f"cannot create: {exc.strerror or exc}", source=str(out))
     agree_or_raise(comm, error)
@@ -930,7 +946,7 @@ def _say_training_outcome(cfg, out: Path, folder: Path, outcome, runner, wall_s:
         extra = ""
         tr = runner.last_training
         if tr is not None and tr.wall_s > 0:
-            extra = f", {tr.samples / tr.wall_s:.0f} samples/s"
+            extra = f" ({tr.wall_s:.1f} s of them training, {tr.samples / tr.wall_s:.0f} samples/s)"
         epochs = f" after {outcome.epochs} epoch{'s' * (outcome.epochs != 1)}," if outcome.epochs else " in"
         # a function that reports no step writes no history
         where = f"; history in {out / 'history.csv'}" if (folder / "history.csv").exists() else ""

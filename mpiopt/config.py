@@ -324,6 +324,17 @@ def parse_config(raw: Any, *, path: Path, source: str, resolve: bool = True) -> 
     return cfg
 
 
+def check_trained_values(objective: Objective, training: dict[str, Any], source: str) -> None:
+    """The checks across training keys, on one trial's own values (`mpiopt train --set`), as
+    the file's are checked with nothing searched."""
+    from .space import Space
+
+    if objective.kind == "model":
+        _check_momentum(training, Space(()), source)
+        _check_gem_optimizer(training, Space(()), source)
+    _check_metric_names(objective, training, source)
+
+
 def _check_pareto(objective: Objective, search: SearchSettings, source: str) -> None:
     """A Pareto search has no single figure of merit: nothing to rank trials at a rung by, nor to reach."""
     if not objective.pareto:

@@ -465,10 +465,11 @@ def import_keras_quietly() -> None:
         tf.config.list_physical_devices("GPU")
 
 
-def preflight(cfg: Config) -> None:
-    """Check before a search that a `model` objective builds, fits its data and trains.
+def preflight(cfg: Config, params: dict[str, Any] | None = None) -> None:
+    """Check before a search (or `mpiopt train`) that a `model` objective builds, fits its data and trains.
 
-    The model is built the way a trial builds it, with the middle of every parameter's range;
+    The model is built the way a trial builds it, with `params` (default: the middle of every
+    parameter's range);
     where the loss is one sparse or one-hot categorical crossentropy on one output, the labels'
     range over the whole data is compared with the model's output; then the model takes one
     real training step on a batch of up to `training.batch_size` samples and validates one
@@ -489,7 +490,7 @@ def preflight(cfg: Config) -> None:
 
     src = cfg.source or str(cfg.path)
     runner = TrialRunner(cfg)
-    params = cfg.space.middle()
+    params = cfg.space.middle() if params is None else params
     training = cfg.trial_training(params)
     batch_size = max(1, int(training["batch_size"]))
     try:

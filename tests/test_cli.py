@@ -367,6 +367,38 @@ def test_a_chdir_in_the_objective_moves_no_file_of_the_search_or_the_training(wr
     assert not list((tmp_path / "elsewhere").rglob("*.csv"))
 
 
+TINY_MODEL = """
+name: tiny
+objective: {model: tiny_model.py:build_model, data: tiny_model.py:load_bad_data,
+            loss: sparse_categorical_crossentropy, metrics: [accuracy]}
+parameters: {units: {type: integer, low: 2, high: 8}}
+training: {epochs: 1}
+"""
+
+
+def test_train_refuses_what_a_search_refuses_and_a_search_folder(write_yaml, tmp_path):
+    import shutil
+
+    from conftest import SPACES
+
+    shutil.copy(SPACES / "tiny_model.py", tmp_path / "tiny_model.py")
+    model = write_yaml(TINY_MODEL, "tiny.yaml")
+    # values across training keys, checked as the file's are (before TensorFlow starts)
+    one_error_line(run_cli(["train", model, "--set", "momentum=0.9"], cwd=tmp_path),
+                   "--set: training.momentum: sets the momentum of sgd and rmsprop, but training.optimizer is adam")
+    one_error_line(run_cli(["train", model, "--set", "early_stopping={monitor: val_acc, patience: 1}"], cwd=tmp_path),
+                   "training.early_stopping.monitor: 'val_acc' is not a metric", "did you mean 'val_accuracy'?")
+    # data every trial would fail on: the preflight's one line and exit 2, no folder left
+    one_error_line(run_cli(["train", model, "--out", "t"], cwd=tmp_path),
+                   "train features have 500 samples but labels have 497")
+    assert not (tmp_path / "t").exists()
+    # a search's folder, whose best.weights.h5 load_model would take for the search's best
+    p = run_cli(["search", write_yaml(SPACE)], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    one_error_line(run_cli(["train", write_yaml(SPACE), "--out", "runs/cli-branin"], cwd=tmp_path),
+                   "runs/cli-branin: holds a search (trials.jsonl); train into another --out")
+
+
 @pytest.mark.parametrize("world,size,expected", [
     (1, 1, [(0,)]),
     (2, 1, [(1,)]),

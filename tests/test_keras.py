@@ -84,9 +84,16 @@ def test_failures_of_model_objectives(model_space):
     bad = model_space(OBJ.replace("load_data", "load_bad_data"))
     out = TrialRunner(bad).run({"units": 4}, None)
     assert out.status == "failed" and "500 samples but labels have 497" in out.error
-    nan = model_space("{model: tiny_model.py:build_regressor, data: tiny_model.py:load_inf_data, loss: mse}",
+    inf = model_space("{model: tiny_model.py:build_regressor, data: tiny_model.py:load_inf_data, loss: mse}",
                       "units: {type: integer, low: 2, high: 16}")
-    out = TrialRunner(nan).run({"units": 4}, None)
+    out = TrialRunner(inf).run({"units": 4}, None)  # the data, not the training: named, not diverged
+    assert (out.status, out.misuse) == ("failed", True)
+    assert out.error == ("tiny_model.py:load_inf_data: train labels: sample 5 holds NaN or inf (drop or repair "
+                         "such samples)")
+    blows_up = model_space("{model: tiny_model.py:build_regressor, data: tiny_model.py:load_data, loss: mse}",
+                           "units: {type: integer, low: 2, high: 16}",
+                           training=", optimizer: sgd, learning_rate: 1.0e+30")
+    out = TrialRunner(blows_up).run({"units": 4}, None)
     assert out.status == "diverged" and out.objective is None
     slow = model_space(OBJ, training=", time_limit: 0.001")
     out = TrialRunner(slow).run({"units": 4}, None)
