@@ -11,6 +11,7 @@ import argparse
 import gc
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -37,7 +38,12 @@ class _Parser(argparse.ArgumentParser):
     commands: dict[str, argparse.ArgumentParser] = {}  # the top parser's: each command's parser
 
     def error(self, message: str):  # one line, exit 2, rank 0 only
-        raise ConfigError(f"{message} (see `{self.prog} --help`)")
+        from .config import did_you_mean
+
+        # argparse's "invalid choice: 'serch' (choose from ...)" of a misspelt command: name the one meant
+        wrong = re.search(r"invalid choice: '([^']*)'", message)
+        hint = did_you_mean(wrong.group(1), list(self.commands)) if wrong and self.commands else ""
+        raise ConfigError(f"{message}{hint} (see `{self.prog} --help`)")
 
     def parse_args(self, args=None, namespace=None):
         """As argparse's, with a misspelt option of the command named (did you mean ...?)."""
@@ -359,6 +365,7 @@ def _open_run_dir(cfg, out: Path, resume: bool, plan,
             ran = _run_info(out)  # the configuration the search last ran with (its config.yaml)
             cfg = cfg if budget_given else _keep_a_raised_budget(cfg, ran)
             _refuse_a_budget_already_spent(cfg, journal.trials, out, budget_given)
+            _note_a_spent_budget(cfg, journal.trials)
             _note_changed_settings(cfg, ran)
             run_dir.write_config(_config_text(cfg))
     except ConfigError as exc:
@@ -383,6 +390,19 @@ def _note_changed_settings(cfg, ran: dict) -> None:
                if (section, key) != ("search", "trials") and key in now[section] and now[section][key] != old]
     if changed:
         log.info("changed since the search last ran: %s; the trials so far are kept", ", ".join(changed))
+
+
+def _trials(n: int) -> str:
+    return f"{n} trial{'s' * (n != 1)}"
+
+
+def _note_a_spent_budget(cfg, trials: dict[int, TrialRecord]) -> None:
+    """A --resume of a search whose every trial of its budget finished has nothing to run: say
+    how to run more (the same command after fixing the objective would repeat the old verdict)."""
+    if len(trials) < cfg.search.trials or not all(t.status.is_finished() for t in trials.values()):
+        return
+    log.warning("the budget of %d trials is spent (all %d finished): nothing is left to run; --resume --trials N "
+                "runs more", cfg.search.trials, len(trials))
 
 
 def _keep_a_raised_budget(cfg, ran: dict):
@@ -465,7 +485,7 @@ def _retired_text(summary) -> str:
 def _announce(cfg, plan, run_dir, placement: str | None) -> None:
     """The search's first lines: what runs where, and a group size the job cannot give."""
     scheduler = f", {cfg.search.scheduler} scheduler" if cfg.search.scheduler != "none" else ""
-    log.info("search %r: %s; %d trials, %s search%s; run directory %s", cfg.name, plan.describe(), cfg.search.trials,
+    log.info("search %r: %s; %s, %s search%s; run directory %s", cfg.name, plan.describe(), _trials(cfg.search.trials),
              cfg.search.algorithm, scheduler, run_dir.shown)
     if placement:
         log.info("devices: %s", placement)
@@ -500,7 +520,8 @@ def _group_size_note(size: int, plan) -> str | None:
         return (f"training.group_size {size} needs at least {size + 1} ranks (a coordinator and one group); with 1 "
                 f"process each trial trains on 1 rank (mpiexec -n {size + 1}, or --np {size + 1})")
     if not plan.shared and plan.requested_size > plan.world_size - 1:
-        return (f"training.group_size {plan.requested_size} is more than the {plan.world_size - 1} ranks beside the "
+        beside = "the 1 rank" if plan.world_size == 2 else f"the {plan.world_size - 1} ranks"
+        return (f"training.group_size {plan.requested_size} is more than {beside} beside the "
                 f"coordinator: one group of {plan.world_size - 1}")
     return None
 
@@ -1030,7 +1051,7 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
                                          else f"{o.direction} {o.metric}"),
         f"  parameters  {len(cfg.space)}: " + ", ".join(_describe_param(p) for p in cfg.space.params),
         f"  search      {cfg.search.algorithm}{_algorithm_settings(cfg.search, bool(cfg.objective.pareto))}"
-        + f", budget {cfg.search.trials} trials, seed {cfg.search.seed}"
+        + f", budget {_trials(cfg.search.trials)}, seed {cfg.search.seed}"
         + (f", target {cfg.search.target}" if cfg.search.target is not None else ""),
         f"  scheduler   {_make_scheduler(cfg).describe()}",
         f"  training    {_training_line(cfg)}",

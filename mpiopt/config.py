@@ -941,7 +941,7 @@ def import_callable(ref: str, base_dir: Path, *, source: str, field: str) -> Cal
     if not target or not attr:
         raise ConfigError(f"expected 'file.py:name' or 'package.module:name', got {ref!r}", source=source, field=field)
     if target.endswith(".py") or "/" in target or os.sep in target:
-        file = (base_dir / target).resolve()
+        file = (base_dir / os.path.expanduser(target)).resolve()
         if not file.is_file():
             raise ConfigError(f"no such file {str(file)!r} (paths are relative to the YAML file's folder)",
                               source=source, field=field)

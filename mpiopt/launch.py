@@ -112,12 +112,13 @@ def prepare_threads() -> None:
 
 
 # -- under MPI ---------------------------------------------------------------------------------
-def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: bool) -> int:
+def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: bool, interrupted: str) -> int:
     """Start MPI and run `command(comm, placement)` on every rank; returns this rank's exit code.
 
     `placement` is the device plan, on world rank 0 only. `coordinator`: world rank 0 coordinates
     (a search) and gets no device when there are several ranks. A ConfigError that `command`
-    raises must be raised on every rank alike (see `agree_or_raise`)."""
+    raises must be raised on every rank alike (see `agree_or_raise`). `interrupted`: what rank 0
+    says after Ctrl-C or SIGTERM."""
     from . import transport
 
     try:
@@ -128,11 +129,11 @@ def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: boo
     if comm.Get_size() > 1:
         log.debug("waits: %s", transport.configure_waits(comm))
     signal.signal(signal.SIGTERM, _terminate)
-    code = _run_rank(comm, cfg, command, coordinator)
+    code = _run_rank(comm, cfg, command, coordinator, interrupted)
     return end_rank(comm, code) if comm.Get_size() > 1 else code
 
 
-def _run_rank(comm, cfg, command: Callable[[Any, str | None], int], coordinator: bool) -> int:
+def _run_rank(comm, cfg, command: Callable[[Any, str | None], int], coordinator: bool, interrupted: str) -> int:
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
         placement = place_devices(comm, cfg, coordinator=0 if coordinator and size > 1 else None)
@@ -143,7 +144,7 @@ def _run_rank(comm, cfg, command: Callable[[Any, str | None], int], coordinator:
         return 2
     except KeyboardInterrupt:
         if rank == 0:
-            print("mpiopt: interrupted; the journal is intact: continue with --resume", file=sys.stderr, flush=True)
+            print(f"mpiopt: interrupted; {interrupted}", file=sys.stderr, flush=True)
         return 130
     except Exception as exc:  # a bug, a full disk, a lost file: never leave the other ranks blocked
         _internal_error(comm, exc)

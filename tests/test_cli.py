@@ -69,6 +69,9 @@ def test_search_resume_and_results(write_yaml, tmp_path):
     assert "changed since the search last ran: search.seed 0 -> 3" in logged and "budget: 11 trials" in logged
     assert "changed since" not in run_cli(["search", space, "--resume", "--trials", "12"], cwd=tmp_path).stderr
     assert len(mpiopt.load_results(out)) == 12 and "trials: 12" in (out / "config.yaml").read_text()
+    p = run_cli(["search", space, "--resume"], cwd=tmp_path)  # nothing left: it says how to run more
+    assert p.returncode == 0 and "the budget of 12 trials is spent (all 12 finished): nothing is left to run; " \
+        "--resume --trials N runs more" in p.stderr
     write_yaml(SPACE.replace("seed: 0", "seed: 5"))  # a refused resume says nothing of what it would change
     one_error_line(run_cli(["search", space, "--resume", "--trials", "5"], cwd=tmp_path), "--trials: 5 is fewer")
 

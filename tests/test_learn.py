@@ -282,3 +282,18 @@ def test_weights_gone_nan_with_a_finite_loss_end_the_run_diverged():
     epochs = _Epochs(Job(build=None, model_kwargs={}, source=None, training={}), writer=False)
     epochs.add({"epoch": 1, "loss": 1.09, "val_loss": 1.1}, np.array([0.5, np.nan]), np.zeros(1))
     assert epochs.stopped == "diverged"
+
+
+def test_data_paths_take_the_home_folder_as_a_shell_does(tmp_path, monkeypatch):
+    from mpiopt.learn._data import file_list
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "d").mkdir()
+    for name in ("a.h5", "b.h5"):
+        (tmp_path / "d" / name).write_bytes(b"")
+    (tmp_path / "list.txt").write_text("d/a.h5\n")
+    elsewhere = tmp_path / "yaml_folder"
+    want = [(tmp_path / "d" / n).resolve() for n in ("a.h5", "b.h5")]
+    assert file_list("~/d/*.h5", elsewhere, "train") == want
+    assert file_list(["~/d/a.h5", "~/d/b.h5"], elsewhere, "train") == want
+    assert file_list("~/list.txt", elsewhere, "train") == want[:1]
