@@ -273,6 +273,14 @@ def test_a_misspelt_option_is_named(argv, expected):
     assert str(info.value) == f"unrecognized arguments: {expected}"
 
 
+def test_a_misspelt_command_is_named():
+    from mpiopt.cli import build_parser
+
+    with pytest.raises(ConfigError) as info:
+        build_parser().parse_args(["serch", "s.yaml"])
+    assert str(info.value).endswith("(did you mean 'search'?) (see `mpiopt --help`)")
+
+
 def test_results_records_are_json_ready():
     import numpy as np
     import pandas as pd
