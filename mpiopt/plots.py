@@ -193,9 +193,10 @@ def plot_pareto(df, goals):
     done = df[df["status"] == "completed"]
     pairs = [(a, b) for i, a in enumerate(goals) for b in goals[i + 1:]][:3]
     missing = [m for m, _ in goals if m not in done.columns]
-    if done.empty or "pareto" not in done.columns or missing:
-        raise PlotUnavailable("no completed trial yet" if done.empty or "pareto" not in done.columns
-                              else f"no column for {', '.join(missing)}")
+    if "pareto" not in df.columns:
+        raise PlotUnavailable("not a Pareto search (its table has no pareto column: objective.pareto makes one)")
+    if done.empty or missing:
+        raise PlotUnavailable("no completed trial yet" if done.empty else f"no column for {', '.join(missing)}")
     fig = _figure(5.0 * len(pairs) + 1.0, 4.5)
     axes = np.atleast_1d(fig.subplots(1, len(pairs)))
     on = done[done["pareto"].astype(bool)]

@@ -566,6 +566,8 @@ def test_plot_pareto_takes_the_goals_as_the_file_gives_them():
                                                                       "got 'min'")]:
         with pytest.raises(ValueError, match=message):
             plots.plot_pareto(df, goals)
+    with pytest.raises(plots.PlotUnavailable, match="not a Pareto search"):
+        plots.plot_pareto(df.drop(columns="pareto"), {"objective": "minimize", "size": "minimize"})
 
 
 def test_the_summary_leaves_out_a_utilization_it_cannot_tell(tmp_path):
