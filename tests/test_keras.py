@@ -43,6 +43,7 @@ def test_model_trial_learns_and_writes_history(model_space, tmp_path):
     assert out.epochs == 3 and 0.7 < out.objective <= 1.0
     assert set(out.metrics) == {"loss", "accuracy", "val_loss", "val_accuracy", "params"}
     assert out.metrics["params"] == (8 * 8 + 8) + (8 * 2 + 2)  # Dense(8) on 8 inputs, then Dense(2)
+    assert open(tmp_path / "t0" / "history.csv").readline() == "epoch,loss,accuracy,val_loss,val_accuracy\n"
     rows = list(csv.DictReader(open(tmp_path / "t0" / "history.csv")))
     assert [r["epoch"] for r in rows] == ["1", "2", "3"]
     assert max(float(r["val_accuracy"]) for r in rows) == pytest.approx(out.objective)

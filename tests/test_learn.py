@@ -297,3 +297,14 @@ def test_data_paths_take_the_home_folder_as_a_shell_does(tmp_path, monkeypatch):
     assert file_list("~/d/*.h5", elsewhere, "train") == want
     assert file_list(["~/d/a.h5", "~/d/b.h5"], elsewhere, "train") == want
     assert file_list("~/list.txt", elsewhere, "train") == want[:1]
+
+
+@pytest.mark.parametrize("reported", [
+    ["epoch", "loss", "accuracy", "val_loss", "val_accuracy"],  # one process
+    ["epoch", "accuracy", "loss", "val_loss", "val_accuracy"],  # downpour, easgd, gem
+    ["epoch", "accuracy", "loss", "val_accuracy", "val_loss"],  # allreduce
+])
+def test_history_columns_are_in_one_order_whatever_the_mode_reports(reported):
+    from mpiopt.learn._engine import _history_columns
+
+    assert _history_columns(dict.fromkeys(reported, 0.0)) == ["epoch", "loss", "accuracy", "val_loss", "val_accuracy"]

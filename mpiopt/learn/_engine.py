@@ -164,6 +164,16 @@ def _finite(row: dict[str, float]) -> bool:
     return all(math.isfinite(v) for k, v in row.items() if k != "epoch")
 
 
+def _history_columns(row: dict[str, float]) -> list[str]:
+    """history.csv's columns in one order whatever the mode reports them in: the epoch, the
+    training metrics, then the validation ones, each with the loss first and the rest by name."""
+    def rank(name: str) -> tuple:
+        base = name.removeprefix("val_")
+        return name != "epoch", name.startswith("val_"), base != "loss", base
+
+    return sorted(row, key=rank)
+
+
 class _Epochs:
     """The per-epoch bookkeeping of the rank that decides (master, or every allreduce rank alike)."""
 
@@ -249,7 +259,7 @@ class _Epochs:
         new = self._csv is None
         if new:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._columns = list(row)
+            self._columns = _history_columns(row)
             self._csv = open(path, "w")
             self._csv.write(",".join(self._columns) + "\n")
             for old in self.history[:-1]:  # rows restored from a checkpoint
