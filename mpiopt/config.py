@@ -449,7 +449,19 @@ def _check_metric_names(objective: Objective, training: dict[str, Any], source: 
     for name, where in metric_names_read(objective, training):
         if name not in known:
             raise ConfigError(f"{name!r} is not a metric this model reports (it has: {', '.join(sorted(known))})"
-                              f"{did_you_mean(name, known)}", source=source, field=where)
+                              f"{_which_is_misspelt(name, known, objective.metrics)}", source=source, field=where)
+
+
+def _which_is_misspelt(name: str, known: set[str], metrics: list) -> str:
+    """The hint for a metric read under a name close to one the model reports: where the close
+    one comes from objective.metrics, that list may be the misspelt one (metrics: [acuracy])."""
+    match = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    if not match:
+        return ""
+    listed = match[0].removeprefix("val_")
+    if listed in metrics and listed != "loss":
+        return f" (did you mean {match[0]!r}, or is objective.metrics' {listed!r} misspelt?)"
+    return f" (did you mean {match[0]!r}?)"
 
 
 def _check_folds(objective: Objective, search: SearchSettings, source: str) -> None:

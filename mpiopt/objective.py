@@ -566,6 +566,30 @@ def _check_loss_name(o) -> None:
                               "objective.loss") from None
 
 
+# names Keras' compile resolves by the labels (any case), which keras.metrics.get does not all know
+_COMPILE_METRIC_ALIASES = ("accuracy", "acc")
+
+
+def _check_metric_identifiers(o) -> None:
+    """objective.metrics names metrics Keras knows: a misspelt one is Keras' error on the first
+    training step ('Could not interpret metric identifier'), which reads as a model that does not
+    fit its data. (A dict of lists, for several outputs, is left to compile.)"""
+    import keras
+
+    from .config import did_you_mean
+
+    for name in o.metrics if isinstance(o.metrics, (list, tuple)) else ():
+        if not isinstance(name, str) or name.lower() in _COMPILE_METRIC_ALIASES:
+            continue
+        try:
+            keras.metrics.get(name)
+        except (ValueError, TypeError):
+            known = [*_COMPILE_METRIC_ALIASES,
+                     *(n for n in dir(keras.metrics) if not n.startswith("_") and n.islower())]
+            raise _PreflightError(f"Keras knows no metric {name!r}{did_you_mean(name, known)}",
+                                  "objective.metrics") from None
+
+
 def _refuse_optimizer_keys_a_compiled_model_ignores(cfg: Config, kwargs: dict, optimizer: str) -> None:
     """A model build_model compiled with its own optimizer trains with it: a searched `optimizer`
     or `learning_rate` that build_model does not take (to compile with), or one given in the
@@ -604,6 +628,7 @@ def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, param
         return model
 
     _check_loss_name(o)
+    _check_metric_identifiers(o)
     job = Job(build=build, model_kwargs=kwargs, source=source, training=training, loss=o.loss,
               metrics=o.metrics, seed=cfg.search.seed * 100003)
     try:

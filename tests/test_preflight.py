@@ -258,6 +258,16 @@ def test_a_misspelt_loss_name_is_named_as_such(space):
     passes(space(data="objs.py:two_classes", extra="loss: sparse_categorical_crossentropy, metrics: [acc]"))
 
 
+def test_a_misspelt_metric_name_is_named_as_such(space):
+    msg = preflight_error(space(extra="loss: sparse_categorical_crossentropy, metrics: [acuracy], "
+                                      "maximize: val_acuracy"))
+    assert msg.endswith("objective.metrics: Keras knows no metric 'acuracy' (did you mean 'accuracy'?)")
+    with pytest.raises(ConfigError) as info:  # read under its right name: either may be the misspelt one
+        load_config(space(extra="loss: sparse_categorical_crossentropy, metrics: [acuracy], maximize: val_accuracy"))
+    assert str(info.value).endswith("(did you mean 'val_acuracy', or is objective.metrics' 'acuracy' misspelt?)")
+    passes(space(data="objs.py:two_classes", extra="loss: sparse_categorical_crossentropy, metrics: [ACC]"))
+
+
 def test_a_loss_of_the_users_own_fails_on_the_real_training_step(space):
     msg = preflight_error(space(model="build_with_own_loss", extra=""))
     assert "does not fit the data (a training step on 16 samples)" in msg
