@@ -884,7 +884,9 @@ def _parse_objective(raw: Any, source: str) -> Objective:
         _check_keys(data, ("train", "val", "features", "labels"), source, "objective.data")
         for key in ("train", "val"):
             if key not in data:
-                raise ConfigError("missing: HDF5 data needs `train` and `val` (a glob, a list, or a .txt list)",
+                # k-fold trials validate on their folds, but `mpiopt train` of the best on the validation data
+                why = " (with folds too: mpiopt train validates on them)" if key == "val" and "folds" in raw else ""
+                raise ConfigError(f"missing: HDF5 data needs `train` and `val` (a glob, a list, or a .txt list){why}",
                                   source=source, field=f"objective.data.{key}")
             v = data[key]
             if not (isinstance(v, str) or (isinstance(v, list) and v and all(isinstance(x, str) for x in v))):

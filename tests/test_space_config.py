@@ -95,6 +95,8 @@ BAD = [
      ["training.min_epochs: a key of `search`, not of `training`: move it to search.min_epochs"]),
     (GOOD + "scheduler: asha\n", ["scheduler: a key of `search`, not of the top level: move it to search.scheduler"]),
     (GOOD + "search: {epochs: 3}\n", ["search.epochs: a key of `training`, not of `search`"]),
+    ("objective: {model: m.py:build, data: {train: t.h5}, folds: 3}\nparameters: {x: {type: real, low: 0, high: 1}}\n",
+     ["objective.data.val: missing", "(with folds too: mpiopt train validates on them)"]),
     # a function's unknown key offers the few keys a function reads, not a model's
     (GOOD + "training: {epoch: 3}\n", ["training.epoch", "(allowed: group_size, ranks_per_gpu, time_limit)"]),
     ("objective: {function: objectives.py:branin}\nparameters: {x: {low: 0, high: 1}}\n",
