@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import _env
@@ -15,6 +17,7 @@ from .trial import Report, Task, TrialResult, TrialStatus
 SUCCESSFUL = (TrialStatus.COMPLETED, TrialStatus.PAUSED, TrialStatus.PRUNED)
 
 log = logging.getLogger(__name__)
+STRAGGLER_NOTE_S = 60.0  # the group's first rank says so once the others are this late after its own part
 
 
 def merge(results: list[TrialResult], ranks: list[int] | None = None) -> TrialResult:
@@ -120,8 +123,28 @@ def serve(channel, runner_factory) -> int:
                 comm.notify_failure()
         finally:
             comm.close()
-        every_rank = channel.gather_results(mine)
+        with _note_a_straggler(channel, task, runner.cfg.trial_training(task.params).get("time_limit")):
+            every_rank = channel.gather_results(mine)
         if every_rank is not None:
             channel.send_result(merge(every_rank).reported(task.trial, start, time.time(), wait))
         sent = time.perf_counter()
         done += 1
+
+
+@contextmanager
+def _note_a_straggler(channel, task: Task, time_limit: float | None) -> Iterator[None]:
+    """On the group's first rank, without a time limit: a warning once another rank's part of
+    the trial has run STRAGGLER_NOTE_S past this rank's, since a rank that never returns would
+    hold the group (and the search's end) without a word."""
+    if channel.rank != 0 or channel.comm.Get_size() == 1 or time_limit:
+        yield
+        return
+    note = threading.Timer(STRAGGLER_NOTE_S, log.warning, args=(
+        "trial %d: this rank's part ended %.0f s ago, and another rank of the group is still running its part; "
+        "a rank that never returns holds the group (training.time_limit bounds a trial)", task.trial, STRAGGLER_NOTE_S))
+    note.daemon = True
+    note.start()
+    try:
+        yield
+    finally:
+        note.cancel()

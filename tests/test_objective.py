@@ -285,3 +285,25 @@ def test_a_peer_rank_that_diverged_is_named():
     theirs = TrialResult(status=TrialStatus.DIVERGED, epochs=2, error="objective is nan at step 2")
     merged = merge([mine, theirs])
     assert (merged.status, merged.error) == (TrialStatus.DIVERGED, "group rank 1: objective is nan at step 2")
+
+
+def test_the_groups_first_rank_warns_of_a_rank_still_running_long_after_its_own_part(monkeypatch, caplog):
+    import time
+    from types import SimpleNamespace
+
+    from mpiopt import group
+    from mpiopt.trial import Task
+
+    monkeypatch.setattr(group, "STRAGGLER_NOTE_S", 0.05)
+    comm = SimpleNamespace(Get_size=lambda: 2)
+    with caplog.at_level("WARNING", logger="mpiopt.group"):
+        with group._note_a_straggler(SimpleNamespace(rank=0, comm=comm), Task(7, {}), time_limit=None):
+            time.sleep(0.3)
+        with group._note_a_straggler(SimpleNamespace(rank=0, comm=comm), Task(8, {}), time_limit=600):
+            time.sleep(0.3)  # a time limit ends it: no word
+        with group._note_a_straggler(SimpleNamespace(rank=0, comm=comm), Task(9, {}), time_limit=None):
+            pass  # the others came in at once
+        time.sleep(0.2)
+    assert [r.getMessage() for r in caplog.records] == [
+        "trial 7: this rank's part ended 0 s ago, and another rank of the group is still running its part; a rank "
+        "that never returns holds the group (training.time_limit bounds a trial)"]
