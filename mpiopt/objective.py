@@ -125,11 +125,10 @@ def judge(value: Any, direction: str, metric: str, goals: tuple[tuple[str, str],
     """Turn what a function returned into an outcome: completed, diverged or failed. In a Pareto
     search (`goals`) it must return every goal but those mpiopt measures."""
     needed = [metric] + [g for g, _ in goals if g != metric and g not in MEASURED]
-    if isinstance(value, numbers.Real) and not isinstance(value, bool) and len(needed) == 1:
-        metrics = {metric: float(value)}
+    if _number(value) is not None and len(needed) == 1:
+        metrics = {metric: _number(value)}
     elif isinstance(value, dict):
-        metrics = {str(k): float(v) for k, v in value.items()
-                   if isinstance(v, numbers.Real) and not isinstance(v, bool)}
+        metrics = {str(k): _number(v) for k, v in value.items() if _number(v) is not None}
         problem = _missing_goal(value, metrics, needed) or _clash(metrics)
         if problem:
             return TrialResult(status=TrialStatus.FAILED, metrics=metrics, misuse=True, error=problem)
@@ -141,6 +140,24 @@ def judge(value: Any, direction: str, metric: str, goals: tuple[tuple[str, str],
     if bad is not None:
         return TrialResult(status=TrialStatus.DIVERGED, metrics=metrics, error=f"{bad} is {metrics[bad]}")
     return TrialResult(objective=metrics[metric], metrics=metrics)
+
+
+def _number(value: Any) -> float | None:
+    """`value` as a float where it is one number: a Python or numpy number, or a 0-d array or
+    tensor of numbers (`loss.numpy()` left out, a `np.mean` kept as an array); else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, (str, bytes, dict, list, tuple)) or value is None:
+        return None
+    import numpy as np
+
+    try:
+        a = np.asarray(value)
+    except Exception:  # an object numpy cannot read is no number
+        return None
+    return float(a) if a.ndim == 0 and a.dtype.kind in "iuf" else None
 
 
 def _missing_goal(value: dict, metrics: dict[str, float], needed: list[str]) -> str | None:
@@ -253,7 +270,7 @@ class TrialContext:
         """The metrics after `step` (1, 2, ...), with the figure of merit among them. A metric
         that is not finite (NaN, inf) ends the trial as diverged: `should_stop()` says so."""
         self._check(step, metrics)
-        self.steps, self.last = int(step), {k: float(v) for k, v in metrics.items()}
+        self.steps, self.last = int(step), {k: _number(v) for k, v in metrics.items()}
         bad = next((k for k, v in self.last.items() if not math.isfinite(v)), None)
         if bad is not None and self.diverged is None:
             self.diverged, self.diverged_on = f"{bad} is {self.last[bad]} at step {step}", self._rank
@@ -304,7 +321,7 @@ class TrialContext:
         if step <= self.steps:
             return f"step {step} comes after step {self.steps}: each step must be later than the last"
         for k, v in metrics.items():
-            if not isinstance(v, numbers.Real) or isinstance(v, bool):
+            if _number(v) is None:
                 return f"{k}={v!r:.40} is not a number"
         if self._metric is not None and self._metric not in metrics:
             return (f"it reports no {self._metric!r}, the figure of merit "

@@ -26,6 +26,16 @@ def test_judge_values():
     assert missing.status == "failed" and "without 'acc'" in missing.error
 
 
+def test_judge_takes_one_number_in_an_array_or_tensor():
+    import numpy as np
+
+    assert judge(np.array(1.5), "minimize", "objective").objective == 1.5  # np.mean(...) of an array
+    assert judge({"acc": np.array(0.9, np.float32), "n": np.int64(3)}, "maximize", "acc").metrics == \
+        {"acc": pytest.approx(0.9), "n": 3.0}
+    assert judge(np.array([1.5]), "minimize", "objective").status == "failed"  # not one number
+    assert judge(np.array(True), "minimize", "objective").status == "failed"
+
+
 def test_judge_a_pareto_functions_goals():
     goals = (("cost", "minimize"), ("err", "minimize"), ("duration_s", "minimize"))
     ok = judge({"cost": 2.0, "err": 0.5}, "minimize", "cost", goals)
