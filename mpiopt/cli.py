@@ -498,7 +498,8 @@ def _plan_notes(cfg, plan) -> list[str]:
     budget make do something else than they seem to."""
     notes = [_group_size_note(cfg.training["group_size"], plan), _idle_ranks_note(cfg, plan),
              _initial_points_note(cfg), _direction_note(cfg), _accuracy_of_a_regression_note(cfg),
-             _uneven_groups_note(cfg, plan), _searched_training_keys_note(cfg)]
+             _uneven_groups_note(cfg, plan), _searched_training_keys_note(cfg), _training_metric_note(cfg),
+             _unread_mode_keys_note(cfg)]
     return [n for n in notes if n is not None]
 
 
@@ -576,6 +577,33 @@ def _direction_note(cfg) -> str | None:
     best = "highest" if o.direction == "maximize" else "lowest"
     return (f"objective: {o.direction} {o.metric}: the search takes its {best} value as the best (did you mean "
             f"{expected}?)")
+
+
+def _unread_mode_keys_note(cfg) -> str | None:
+    """Keys of `training` the file gives that no trial's mode reads (kappa under downpour, any of
+    them on groups of one rank): as searched they are refused, given once they only do nothing."""
+    from .config import MODE_KEYS
+
+    raw = cfg.raw.get("training") if isinstance(cfg.raw.get("training"), dict) else {}
+    modes = list(cfg.space["mode"].choices) if "mode" in cfg.space.names else [cfg.training["mode"]]
+    unread = [key for key, readers in MODE_KEYS.items() if key in raw and key not in cfg.space.names
+              and (cfg.training["group_size"] == 1 or not {str(m).lower() for m in modes} & set(readers))]
+    if cfg.objective.kind != "model" or not unread:
+        return None
+    why = "training.group_size is 1" if cfg.training["group_size"] == 1 else \
+        f"training.mode is {modes[0]}" if len(modes) == 1 else f"the searched modes are {', '.join(map(str, modes))}"
+    they = "they change" if len(unread) > 1 else "it changes"
+    return f"{', '.join(f'training.{k}' for k in unread)}: not read where {why}, so {they} nothing"
+
+
+def _training_metric_note(cfg) -> str | None:
+    """A model judged by a metric of its training data (accuracy, loss) is most likely a slip
+    for the validation one: it rewards models that memorise."""
+    o = cfg.objective
+    if o.kind != "model" or o.pareto or o.metric.startswith("val_") or o.metric not in ("loss", *o.metrics):
+        return None
+    return (f"objective: {o.direction} {o.metric}: a metric of the training data, which rewards a model that "
+            f"memorises it (val_{o.metric} judges the model on the validation data)")
 
 
 # Keras losses of a regression, whose continuous labels an accuracy counts as exact matches only

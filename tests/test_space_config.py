@@ -387,3 +387,27 @@ def test_import_error_in_user_module(tmp_path):
                                      "parameters: {x: {type: real, low: 0, high: 1}}\n")
     with pytest.raises(ConfigError, match="cannot import broken.py: ModuleNotFoundError"):
         load_config(tmp_path / "s.yaml")
+
+
+def test_notes_of_a_training_metric_judged_and_of_mode_keys_no_mode_reads(write_yaml):
+    from mpiopt.cli import _training_metric_note, _unread_mode_keys_note
+
+    def cfg(objective="maximize: val_accuracy", training="group_size: 2, mode: allreduce, sync_every: 2, kappa: 1.5",
+            params=""):
+        return load_config(write_yaml(
+            f"objective: {{model: m.py:build, data: m.py:load, loss: mse, metrics: [accuracy], {objective}}}\n"
+            f"parameters:\n  units: {{type: integer, low: 2, high: 8}}\n{params}training: {{{training}}}\n"),
+            resolve=False)
+
+    assert _training_metric_note(cfg("maximize: accuracy")) == (
+        "objective: maximize accuracy: a metric of the training data, which rewards a model that memorises it "
+        "(val_accuracy judges the model on the validation data)")
+    assert _training_metric_note(cfg()) is None and _training_metric_note(cfg("minimize: val_loss")) is None
+    assert _unread_mode_keys_note(cfg()) == ("training.kappa, training.sync_every: not read where training.mode is "
+                                             "allreduce, so they change nothing")
+    assert _unread_mode_keys_note(cfg(training="group_size: 1, kappa: 1.5")) == (
+        "training.kappa: not read where training.group_size is 1, so it changes nothing")
+    assert _unread_mode_keys_note(cfg(training="group_size: 2, mode: gem, kappa: 1.5, "
+                                               "optimizer: {name: sgd, momentum: 0.9}")) is None
+    searched = cfg(training="group_size: 2, kappa: 1.5", params="  mode: {choices: [downpour, gem]}\n")
+    assert _unread_mode_keys_note(searched) is None  # a gem trial reads it
