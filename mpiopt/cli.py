@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "--trial's)")
     t.add_argument("--trial", metavar="N", help="train with trial N's values and seed (N, or 'best') from the search "
                                                 "in --from")
-    t.add_argument("--from", metavar="DIR", dest="from_dir", help="the run directory of --trial (default runs/<name>)")
+    t.add_argument("--from", metavar="DIR", dest="from_dir",
+                   help="the run directory of --trial (default runs/<name>); alone, it means --trial best")
     t.add_argument("--out", metavar="DIR",
                    help="where history.csv goes (default runs/<name>/train, or DIR/train-trial-N with --trial)")
     t.add_argument("--np", type=int, metavar="N", help="launch N ranks with this environment's mpiexec")
