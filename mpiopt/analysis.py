@@ -310,7 +310,7 @@ def best_trial(path: str | os.PathLike) -> int:
     sign = 1.0 if direction == "minimize" else -1.0
     done = [t for t in _trials(p).values() if t.status.value == "completed" and t.objective is not None]
     if not done:
-        raise ConfigError("no completed trial yet", source=str(path))
+        raise ConfigError("no trial has completed", source=str(path))
     return min(done, key=lambda t: (sign * t.objective, t.trial)).trial
 
 

@@ -1207,7 +1207,7 @@ def cmd_results(args) -> int:
     if args.best:
         top = top[top.status == "completed"]
         if top.empty:
-            raise ConfigError("no completed trial yet", source=args.dir)
+            raise ConfigError("no trial has completed", source=args.dir)
     if args.format == "csv":
         sys.stdout.write(view.as_csv(top))
     elif args.format == "json":
@@ -1266,7 +1266,7 @@ def _print_front(args, df, goals) -> int:
         print(f"{args.dir}: {len(df)} trials ({done} completed); Pareto front of "
               + ", ".join(f"{d} {m}" for m, d in goals) + f": {len(on)} trials"
               + (f", the first {len(top)} shown (--top)" if len(top) < len(on) else ""))
-        print(view.table(top, [m for m, _ in goals]) if len(top) else "(no completed trial yet)")
+        print(view.table(top, [m for m, _ in goals]) if len(top) else "(no trial has completed)")
     return 0
 
 

@@ -460,7 +460,7 @@ def _which_is_misspelt(name: str, known: set[str], metrics: list) -> str:
         return ""
     listed = match[0].removeprefix("val_")
     if listed in metrics and listed != "loss":
-        return f" (did you mean {match[0]!r}, or is objective.metrics' {listed!r} misspelt?)"
+        return f" (did you mean {match[0]!r}? objective.metrics lists {listed!r}: one of the two is misspelt)"
     return f" (did you mean {match[0]!r}?)"
 
 

@@ -758,6 +758,7 @@ class Coordinator:
             self.scheduler.promote(n)
             self._paused.discard(n)
             self.searcher.add_pending(n, params)  # it runs again
+            trial_log.info("trial %d promoted: goes on from epoch %s [group %s]", n, self.trials[n].epochs, group)
         elif self._rerun:
             n = self._rerun.popleft()
             params = self.trials[n].params
@@ -960,7 +961,7 @@ class Coordinator:
         best = self.best()
         if self.loss(rec) is not None and (best is None or (self.loss(rec), n) < (self.loss(best), best.trial)):
             self._best = best = rec
-        what = (f" objective={rec.objective:.6g}" if rec.objective is not None
+        what = (f" {self.cfg.objective.metric}={rec.objective:.6g}" if rec.objective is not None
                 else f" at epoch {rec.epochs}" if rec.status == TrialStatus.PRUNED else f": {_first_line(rec.error)}")
         best_txt = _best_text(best)
         trial_log.info("trial %d %s%s [group %s, %.2f s] %d/%d, %s", n, rec.status.value, what, rec.group,

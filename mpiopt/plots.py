@@ -57,7 +57,7 @@ def _completed(df, metric: str = "objective"):
         df = df.assign(objective=df[metric])
     done = df[(df["status"] == "completed") & df["objective"].notna()]
     if done.empty:
-        raise PlotUnavailable("no completed trial yet")
+        raise PlotUnavailable("no trial has completed")
     return done
 
 
@@ -196,7 +196,7 @@ def plot_pareto(df, goals):
     if "pareto" not in df.columns:
         raise PlotUnavailable("not a Pareto search (its table has no pareto column: objective.pareto makes one)")
     if done.empty or missing:
-        raise PlotUnavailable("no completed trial yet" if done.empty else f"no column for {', '.join(missing)}")
+        raise PlotUnavailable("no trial has completed" if done.empty else f"no column for {', '.join(missing)}")
     fig = _figure(5.0 * len(pairs) + 1.0, 4.5)
     axes = np.atleast_1d(fig.subplots(1, len(pairs)))
     on = done[done["pareto"].astype(bool)]

@@ -277,7 +277,7 @@ def _best_lines(run: Path, trials: list[TrialRecord]) -> list[str]:
     direction, metric = direction_of(run)
     done = [t for t in trials if t.status == TrialStatus.COMPLETED and t.objective is not None]
     if not done:
-        return ["best: no completed trial yet"]
+        return ["best: no trial has completed"]
     pick = min if direction == "minimize" else max
     best = pick(done, key=lambda t: t.objective)
     params = ", ".join(f"{k}={v}" for k, v in best.params.items())

@@ -264,7 +264,8 @@ def test_a_misspelt_metric_name_is_named_as_such(space):
     assert msg.endswith("objective.metrics: Keras knows no metric 'acuracy' (did you mean 'accuracy'?)")
     with pytest.raises(ConfigError) as info:  # read under its right name: either may be the misspelt one
         load_config(space(extra="loss: sparse_categorical_crossentropy, metrics: [acuracy], maximize: val_accuracy"))
-    assert str(info.value).endswith("(did you mean 'val_acuracy', or is objective.metrics' 'acuracy' misspelt?)")
+    assert str(info.value).endswith("(did you mean 'val_acuracy'? objective.metrics lists 'acuracy': one of the two "
+                                    "is misspelt)")
     passes(space(data="objs.py:two_classes", extra="loss: sparse_categorical_crossentropy, metrics: [ACC]"))
 
 

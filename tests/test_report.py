@@ -278,7 +278,7 @@ def test_report_of_a_killed_search_with_no_completed_trial_says_why(tmp_path):
     # a kill leaves the journal's first lines, and the last one torn
     (run / "trials.jsonl").write_text("\n".join(lines[:first_completed]) + "\n" + lines[first_completed][:20])
     page = write_report(run, tmp_path / "elsewhere").read_text()
-    assert page.count("Not drawn: no completed trial yet") == 4  # history, importance, parallel, slices
+    assert page.count("Not drawn: no trial has completed") == 4  # history, importance, parallel, slices
     assert page.count('<img src="data:image/png;base64,') == 2  # curves and timeline still drawn
     assert "interrupted" in page
     shown = mpiopt.load_results(run).status

@@ -317,7 +317,7 @@ class _Epochs:
             return 0, None
         start_epoch, weights[:], state = restored
         if self.writer:
-            log.info("resuming training from its checkpoint at epoch %d", start_epoch)
+            log.info("%s: resuming training from its checkpoint at epoch %d", self.job.name, start_epoch)
         return start_epoch, state
 
     def restore(self, opt) -> tuple[int, np.ndarray, np.ndarray] | None:
