@@ -120,7 +120,8 @@ def merge_folds(runs: list[FoldRun], folds: int, parallel: bool) -> TrialResult:
     if bad is not None:
         res = per_fold[bad]
         return TrialResult(status=res.status, metrics=res.metrics, epochs=res.epochs, misuse=res.misuse,
-                           error=f"fold {bad + 1} of {folds}: {res.error}", detail=res.detail, resumed_s=resumed)
+                           misuse_field=res.misuse_field, error=f"fold {bad + 1} of {folds}: {res.error}",
+                           detail=res.detail, resumed_s=resumed)
     results = list(per_fold.values())
     values = [res.objective for res in results]
     mean = sum(values) / len(values)

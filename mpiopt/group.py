@@ -37,7 +37,7 @@ def merge(results: list[TrialResult], ranks: list[int] | None = None) -> TrialRe
     details = "\n".join(f"== group rank {name[k]} ==\n{b.detail}" for k, b in (own or bad) if b.detail)
     return TrialResult(status=o.status, metrics=lead.metrics, epochs=lead.epochs,
                        error=f"group rank {name[r]}: {o.error}", detail=details or None, misuse=o.misuse,
-                       resumed_s=lead.resumed_s)
+                       misuse_field=o.misuse_field, resumed_s=lead.resumed_s)
 
 
 class Progress:

@@ -365,7 +365,10 @@ class TrialRunner:
                 return self._train(params, training, comm, trial, trial_dir, reporter, began)
         except TrialTimeout as exc:
             return TrialResult(status=TrialStatus.TIMEOUT, error=str(exc))
-        except (UnknownParameter, ReportMisuse, GroupPeerReturned, DataError) as exc:
+        except DataError as exc:
+            return TrialResult(status=TrialStatus.FAILED, error=exc.line(), detail=error_detail(exc), misuse=True,
+                               misuse_field="objective.data")
+        except (UnknownParameter, ReportMisuse, GroupPeerReturned) as exc:
             return TrialResult(status=TrialStatus.FAILED, error=exc.line(), detail=error_detail(exc), misuse=True)
         except Exception as exc:  # user code: any exception fails the trial, never the search
             return TrialResult(status=TrialStatus.FAILED, error=error_text(exc), detail=error_detail(exc))

@@ -90,6 +90,7 @@ class TrialResult:
     detail: str | None = None  # the full text and traceback
     resumed_s: float | None = None  # training time of earlier attempts, carried by the checkpoint resumed from
     misuse: bool = False  # the objective broke its contract (wrong return type): the search stops, exit 2
+    misuse_field: str = "objective"  # the file's field a misuse is the fault of (objective.data: unreadable data)
     trial: int | None = None
     start: float | None = None  # when the group began and ended it (its clock, seconds since the epoch)
     end: float | None = None

@@ -88,7 +88,7 @@ def test_failures_of_model_objectives(model_space):
     inf = model_space("{model: tiny_model.py:build_regressor, data: tiny_model.py:load_inf_data, loss: mse}",
                       "units: {type: integer, low: 2, high: 16}")
     out = TrialRunner(inf).run({"units": 4}, None)  # the data, not the training: named, not diverged
-    assert (out.status, out.misuse) == ("failed", True)
+    assert (out.status, out.misuse, out.misuse_field) == ("failed", True, "objective.data")
     assert out.error == ("tiny_model.py:load_inf_data: train labels: sample 5 holds NaN or inf (drop or repair "
                          "such samples)")
     blows_up = model_space("{model: tiny_model.py:build_regressor, data: tiny_model.py:load_data, loss: mse}",

@@ -173,6 +173,11 @@ def test_merge_names_the_rank_that_failed():
     assert merge([ok, ok]).status == "completed"
     m = merge([echo, own, ok])
     assert m.status == "failed" and m.error.startswith("group rank 1: RuntimeError: rank 1 broke")
+    data = TrialResult(status=TrialStatus.FAILED, error="x.h5: features: sample 3 holds NaN or inf", misuse=True,
+                       misuse_field="objective.data")
+    m = merge([echo, data])  # what the search's stop line names: the data, not the model
+    assert (m.misuse, m.misuse_field, m.error) == (True, "objective.data",
+                                                   "group rank 1: x.h5: features: sample 3 holds NaN or inf")
 
 
 TF_ERROR = """Graph execution error:
