@@ -785,7 +785,7 @@ def _h5_scan(files: list[Path], features, labels, n: int, first: dict, whole: bo
     or inf (the validation files, which each trial reads whole anyway); read the first `n` samples."""
     import h5py
 
-    from .learn._data import _check_arrays, _check_lengths, concat, h5_datasets, refuse_not_finite, take
+    from .learn._data import refuse_non_numbers, _check_lengths, concat, h5_datasets, refuse_not_finite, take
 
     parts = []
     need = n
@@ -797,7 +797,7 @@ def _h5_scan(files: list[Path], features, labels, n: int, first: dict, whole: bo
                 if nx != ny:
                     raise TrialFailed(f"{f}: features have {nx} samples but labels have {ny}")
                 for struct, what in ((x, "features"), (y, "labels")):
-                    _check_arrays(struct, f"{f}: {what}")
+                    refuse_non_numbers(struct, f"{f}: {what}")
                     if whole:
                         refuse_not_finite(struct, f"{f}: {what}")
                 f0, layout0 = first.setdefault("file", (f, _layout(x, y)))

@@ -63,7 +63,7 @@ def concat(parts: list[Any]) -> Any:
     return keras.tree.map_structure(lambda *leaves: np.concatenate(leaves), *parts)
 
 
-def _check_arrays(struct: Any, where: str) -> None:
+def refuse_non_numbers(struct: Any, where: str) -> None:
     """DataError where a leaf of `struct` is a single value (a list of numbers where an array
     belongs: its numbers would be taken for inputs), or holds what is not a number."""
     for path, leaf in leaves(struct):
@@ -156,7 +156,7 @@ def read_h5(f: Path, features, labels) -> tuple[Any, Any]:
     if nx != ny:
         raise DataError(f"{f}: features have {nx} samples but labels have {ny}")
     for struct, what in ((x, "features"), (y, "labels")):
-        _check_arrays(struct, f"{f}: {what}")
+        refuse_non_numbers(struct, f"{f}: {what}")
         refuse_not_finite(struct, f"{f}: {what}")
     return x, y
 
@@ -271,7 +271,7 @@ def load_source(data: Any, base_dir: Path, loader=None) -> DataSource:
                               f"got {type(out).__name__}") from None
         for x, y, which in ((xt, yt, "train"), (xv, yv, "val")):
             for struct, what in ((x, "features"), (y, "labels")):
-                _check_arrays(struct, f"{data}: {which} {what}")
+                refuse_non_numbers(struct, f"{data}: {which} {what}")
             nx, ny = _check_lengths(x, f"{which} features"), _check_lengths(y, f"{which} labels")
             if nx != ny:
                 raise DataError(f"{data}: {which} features have {nx} samples but labels have {ny}")
