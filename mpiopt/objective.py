@@ -785,7 +785,7 @@ def _h5_scan(files: list[Path], features, labels, n: int, first: dict, whole: bo
     or inf (the validation files, which each trial reads whole anyway); read the first `n` samples."""
     import h5py
 
-    from .learn._data import refuse_non_numbers, _check_lengths, concat, h5_datasets, refuse_not_finite, take
+    from .learn._data import _check_lengths, concat, h5_datasets, refuse_non_numbers, refuse_not_finite, take
 
     parts = []
     need = n
