@@ -74,6 +74,7 @@ SETTINGS: dict[str, tuple] = {
     "MPIOPT_SPIN": (env_float, 0.0001, (), "how long (s) a waiting rank polls before it backs off"),
     "MPIOPT_COLLECTIVE_SPIN": (env_float, 0.02, (), "the same inside a group's collectives"),
     "MPIOPT_PROGRESS_S": (env_float, 60.0, (), "least seconds between a training trial's progress lines"),
+    "MPIOPT_STRAGGLER_S": (env_float, 60.0, (), "a group's first rank warns of a rank this late after its own part"),
     # at least a few of the coordinator's pulses (every 2 s) long, or a healthy job would end
     "MPIOPT_COORDINATOR_SILENT_S": (env_float, 30.0, (6.0,), "groups end the job after this long without word"),
     "MPIOPT_TF_LOGS": (env_choice, "0", (("0", "1"),), "1: keep TensorFlow's start-up lines on stderr"),

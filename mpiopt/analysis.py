@@ -359,13 +359,13 @@ def load_model(path: str | os.PathLike, trial: int | str = "best"):
     the number of the trial it retrained is not needed: `load_model("runs/x/train-trial-7")`.
     """
     p = Path(path)
-    weights = p / "best.weights.h5"
+    weights = p.absolute() / "best.weights.h5"  # read after build_model ran, which may chdir
     if weights.exists():  # a folder of `mpiopt train`
         cfg, params = _train_config(p)
     else:
         params, number = trial_params(p, trial)
         cfg = run_config(p)
-        weights = p / "trials" / str(number) / "best.weights.h5"
+        weights = p.absolute() / "trials" / str(number) / "best.weights.h5"
         if not weights.exists() and (weights.parent / "fold_1").is_dir():
             trained = p / f"train-trial-{number}"  # where `mpiopt train --trial N --from DIR` writes
             fix = f"mpiopt.load_model({str(trained)!r}) loads the one `mpiopt train` trained on all of it" \

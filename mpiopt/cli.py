@@ -921,6 +921,7 @@ def _origin_of_values(job: _Job) -> str:
 def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     """Every rank of `mpiopt train`: one group of all ranks trains the job's values once."""
     from .group import Reporter, merge
+    from .learn._engine import history_columns
     from .objective import TrialRunner, preflight
     from .transport import GroupComm
     from .trial import Task
@@ -932,9 +933,9 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     if rank == 0:
         try:
             preflight(cfg, params)  # a model that cannot train on its data is one line and exit 2, as for a search
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "error.txt").unlink(missing_ok=True)  # an earlier failed training's
-            _write_train_info(out, cfg, params)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "error.txt").unlink(missing_ok=True)  # an earlier failed training's
+            _write_train_info(folder, cfg, params)
         except ConfigError as exc:
             error = exc
         except OSError as exc:
@@ -952,7 +953,7 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     steps: list[dict[str, float]] = []  # a function's reports (a model's training writes its own history.csv)
 
     def progress(epoch: int, row: dict[str, float]) -> None:
-        log.info("epoch %d: %s", epoch, "  ".join(f"{k}={v:.4g}" for k, v in row.items() if k != "epoch"))
+        log.info("epoch %d: %s", epoch, "  ".join(f"{k}={row[k]:.4g}" for k in history_columns(row) if k != "epoch"))
         steps.append(row)
 
     trial = job.trial or 0
@@ -1006,6 +1007,11 @@ def _say_training_outcome(cfg, out: Path, folder: Path, outcome, runner, wall_s:
     if outcome.detail:
         (folder / "error.txt").write_text(outcome.detail, encoding="utf-8")
         where = f" (the whole text in {out / 'error.txt'})"
+    if outcome.misuse:  # data it cannot read, or a function that breaks its contract: the input's fault
+        field = f"{outcome.misuse_field}: " if outcome.misuse_field == "objective.data" else \
+            f"objective: {cfg.objective.function or cfg.objective.model}: "
+        print(f"mpiopt: error: {cfg.source or cfg.path}: {field}{outcome.error}{where}", file=sys.stderr, flush=True)
+        return 2
     print(f"training {outcome.status.value}: {outcome.error}{where}", file=sys.stderr, flush=True)
     return 1
 

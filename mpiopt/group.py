@@ -121,9 +121,12 @@ def serve(channel, runner_factory) -> int:
             mine, start, _ = run_task(runner, task, comm, send)
             if mine.status not in SUCCESSFUL and comm.failed_peer is None:
                 comm.notify_failure()
-        finally:
+        except BaseException:
             comm.close()
+            raise
+        # closing the trial's communicator waits for every rank's part, as the gather does
         with _note_a_straggler(channel, task, runner.cfg.trial_training(task.params).get("time_limit")):
+            comm.close()
             every_rank = channel.gather_results(mine)
         if every_rank is not None:
             channel.send_result(merge(every_rank).reported(task.trial, start, time.time(), wait))
@@ -134,14 +137,15 @@ def serve(channel, runner_factory) -> int:
 @contextmanager
 def _note_a_straggler(channel, task: Task, time_limit: float | None) -> Iterator[None]:
     """On the group's first rank, without a time limit: a warning once another rank's part of
-    the trial has run STRAGGLER_NOTE_S past this rank's, since a rank that never returns would
+    the trial has run MPIOPT_STRAGGLER_S past this rank's, since a rank that never returns would
     hold the group (and the search's end) without a word."""
     if channel.rank != 0 or channel.comm.Get_size() == 1 or time_limit:
         yield
         return
-    note = threading.Timer(STRAGGLER_NOTE_S, log.warning, args=(
+    late_s = _env.get("MPIOPT_STRAGGLER_S")
+    note = threading.Timer(late_s, log.warning, args=(
         "trial %d: this rank's part ended %.0f s ago, and another rank of the group is still running its part; "
-        "a rank that never returns holds the group (training.time_limit bounds a trial)", task.trial, STRAGGLER_NOTE_S))
+        "a rank that never returns holds the group (training.time_limit bounds a trial)", task.trial, late_s))
     note.daemon = True
     note.start()
     try:

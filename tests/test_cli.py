@@ -403,6 +403,23 @@ def test_train_refuses_what_a_search_refuses_and_a_search_folder(write_yaml, tmp
     one_error_line(run_cli(["train", model, "--out", "t"], cwd=tmp_path),
                    "train features have 500 samples but labels have 497")
     assert not (tmp_path / "t").exists()
+    # NaN in a training file the preflight does not read whole: found as training reads it, exit 2
+    import h5py
+    import numpy as np
+
+    (tmp_path / "d").mkdir()
+    for i, bad in enumerate((False, True, False)):
+        x = np.random.default_rng(i).normal(size=(100, 8)).astype(np.float32)
+        x[50, 3] = np.nan if bad else x[50, 3]
+        with h5py.File(tmp_path / "d" / f"t{i}.h5", "w") as h:
+            h["features"], h["labels"] = x, (x[:, 0] > 0).astype(np.int64)
+    h5 = write_yaml(TINY_MODEL.replace("data: tiny_model.py:load_bad_data",
+                                       "data: {train: [d/t0.h5, d/t1.h5], val: d/t2.h5}"), "h5.yaml")
+    p = run_cli(["train", h5, "--out", "nan"], cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("mpiopt: error: ") and "h5.yaml: objective.data: " in last
+    assert "t1.h5: features: sample 50 holds NaN or inf" in last
     # a search's folder, whose best.weights.h5 load_model would take for the search's best
     p = run_cli(["search", write_yaml(SPACE)], cwd=tmp_path)
     assert p.returncode == 0, p.stderr

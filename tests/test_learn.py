@@ -305,6 +305,6 @@ def test_data_paths_take_the_home_folder_as_a_shell_does(tmp_path, monkeypatch):
     ["epoch", "accuracy", "loss", "val_accuracy", "val_loss"],  # allreduce
 ])
 def test_history_columns_are_in_one_order_whatever_the_mode_reports(reported):
-    from mpiopt.learn._engine import _history_columns
+    from mpiopt.learn._engine import history_columns
 
-    assert _history_columns(dict.fromkeys(reported, 0.0)) == ["epoch", "loss", "accuracy", "val_loss", "val_accuracy"]
+    assert history_columns(dict.fromkeys(reported, 0.0)) == ["epoch", "loss", "accuracy", "val_loss", "val_accuracy"]

@@ -94,6 +94,19 @@ def test_five_ranks_groups_of_two_get_their_own_communicator(write_yaml, tmp_pat
     assert (df.objective - (df.params_x + df.params_y)).abs().max() < 1e-9
 
 
+def test_a_rank_running_long_after_its_groups_first_is_warned_of(write_yaml, tmp_path):
+    space = write_yaml("""
+        objective: {function: objectives.py:late_rank}
+        parameters: {x: {type: real, low: 0.0, high: 1.0}}
+        search: {trials: 1}
+        training: {group_size: 2}
+    """)
+    p = run_cli(["search", space], cwd=tmp_path, np=3, env={"MPIOPT_TEST_SLEEP": "4", "MPIOPT_STRAGGLER_S": "1"})
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("trial 0: this rank's part ended 1 s ago, and another rank of the group is still running "
+                          "its part") == 1, p.stderr
+
+
 def test_a_failing_rank_does_not_hang_its_group(write_yaml, tmp_path):
     p = run_cli(["search", space(write_yaml, "fail", fn="failing_rank", trials=12, group_size=2)], cwd=tmp_path,
                 np=3, timeout=120)

@@ -309,7 +309,7 @@ def test_the_groups_first_rank_warns_of_a_rank_still_running_long_after_its_own_
     from mpiopt import group
     from mpiopt.trial import Task
 
-    monkeypatch.setattr(group, "STRAGGLER_NOTE_S", 0.05)
+    monkeypatch.setenv("MPIOPT_STRAGGLER_S", "0.05")
     comm = SimpleNamespace(Get_size=lambda: 2)
     with caplog.at_level("WARNING", logger="mpiopt.group"):
         with group._note_a_straggler(SimpleNamespace(rank=0, comm=comm), Task(7, {}), time_limit=None):

@@ -65,6 +65,13 @@ def lists():
     return (x.tolist(), y.tolist()), (xv.tolist(), yv.tolist())
 
 
+def frames():
+    import pandas as pd
+
+    (x, y), (xv, yv) = two_classes()
+    return (pd.DataFrame(x), y), (pd.DataFrame(xv), yv)
+
+
 def one_hot_three():
     (x, y), (xv, yv) = three_classes()
     return (x, np.eye(3)[y]), (xv, np.eye(3)[yv])
@@ -393,8 +400,11 @@ def test_nan_in_validation_arrays_is_named_with_its_sample(space):
 
 def test_lists_where_arrays_belong_are_named(space):
     msg = preflight_error(space(data="objs.py:lists"))
-    assert msg.endswith("objective.data: objs.py:lists: train features[0][0] is a float, where an array of samples "
-                        "belongs (give numpy arrays, not lists)")
+    assert msg.endswith("objective.data: objs.py:lists: train features[0][0] is a float, where a numpy array of "
+                        "samples belongs (give numpy arrays, not lists)")
+    msg = preflight_error(space(data="objs.py:frames"))
+    assert msg.endswith("objective.data: objs.py:frames: train features is a DataFrame, where a numpy array of "
+                        "samples belongs (np.asarray makes one)")
 
 
 def test_hdf5_values_that_are_not_numbers_nan_in_validation_and_single_values_are_named(space, tmp_path):

@@ -63,13 +63,20 @@ def concat(parts: list[Any]) -> Any:
     return keras.tree.map_structure(lambda *leaves: np.concatenate(leaves), *parts)
 
 
-def refuse_non_numbers(struct: Any, where: str) -> None:
-    """DataError where a leaf of `struct` is a single value (a list of numbers where an array
-    belongs: its numbers would be taken for inputs), or holds what is not a number."""
+def refuse_non_arrays(struct: Any, where: str) -> None:
+    """DataError where a leaf of `load_data`'s `struct` is no numpy array: a list of numbers (whose
+    numbers would be taken for inputs), a DataFrame or a tensor (which a shard cannot index)."""
     for path, leaf in leaves(struct):
-        if isinstance(leaf, (numbers.Number, str, bytes)):
-            raise DataError(f"{where}{path} is a {type(leaf).__name__}, where an array of samples belongs "
-                            "(give numpy arrays, not lists)")
+        if not isinstance(leaf, np.ndarray):
+            hint = "give numpy arrays, not lists" if isinstance(leaf, (numbers.Number, str, bytes)) else \
+                "np.asarray makes one"
+            raise DataError(f"{where}{path} is a {type(leaf).__name__}, where a numpy array of samples belongs "
+                            f"({hint})")
+
+
+def refuse_non_numbers(struct: Any, where: str) -> None:
+    """DataError where an array of `struct` holds what is not a number."""
+    for path, leaf in leaves(struct):
         dtype = np.asarray(leaf[:0]).dtype
         if not (np.issubdtype(dtype, np.number) or dtype == np.bool_) or np.issubdtype(dtype, np.complexfloating):
             kind = {"S": "strings", "U": "strings", "O": "Python objects"}.get(dtype.kind, f"{dtype} values")
@@ -271,6 +278,7 @@ def load_source(data: Any, base_dir: Path, loader=None) -> DataSource:
                               f"got {type(out).__name__}") from None
         for x, y, which in ((xt, yt, "train"), (xv, yv, "val")):
             for struct, what in ((x, "features"), (y, "labels")):
+                refuse_non_arrays(struct, f"{data}: {which} {what}")
                 refuse_non_numbers(struct, f"{data}: {which} {what}")
             nx, ny = _check_lengths(x, f"{which} features"), _check_lengths(y, f"{which} labels")
             if nx != ny:

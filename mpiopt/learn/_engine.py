@@ -164,7 +164,7 @@ def _finite(row: dict[str, float]) -> bool:
     return all(math.isfinite(v) for k, v in row.items() if k != "epoch")
 
 
-def _history_columns(row: dict[str, float]) -> list[str]:
+def history_columns(row: dict[str, float]) -> list[str]:
     """history.csv's columns in one order whatever the mode reports them in: the epoch, the
     training metrics, then the validation ones, each with the loss first and the rest by name."""
     def rank(name: str) -> tuple:
@@ -259,7 +259,7 @@ class _Epochs:
         new = self._csv is None
         if new:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._columns = _history_columns(row)
+            self._columns = history_columns(row)
             self._csv = open(path, "w")
             self._csv.write(",".join(self._columns) + "\n")
             for old in self.history[:-1]:  # rows restored from a checkpoint

@@ -255,3 +255,10 @@ def changes_directory(params, trial):
     os.chdir("elsewhere")
     trial.report(1, objective=1.0)
     return branin(params)
+
+
+def late_rank(params, comm):
+    """Rank 1 goes on for MPIOPT_TEST_SLEEP seconds after rank 0 returned."""
+    if comm.Get_rank() == 1:
+        time.sleep(float(os.environ.get("MPIOPT_TEST_SLEEP", "0")))
+    return params["x"]
