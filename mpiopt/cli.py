@@ -410,7 +410,11 @@ def _keep_a_raised_budget(cfg, ran: dict):
     """A --resume without --trials runs to the larger of the file's budget and the one the search
     `ran` with: a budget raised with --trials outlives a kill."""
     trials = (ran.get("search") or {}).get("trials")
-    if not isinstance(trials, int) or isinstance(trials, bool) or trials <= cfg.search.trials:
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials == cfg.search.trials:
+        return cfg
+    if trials < cfg.search.trials:
+        log.info("budget: %d trials, as the file says (the search last ran with %d: --trials %d keeps that)",
+                 cfg.search.trials, trials, trials)
         return cfg
     log.info("budget: %d trials, as the search last ran (the file says %d; --trials sets another)",
              trials, cfg.search.trials)

@@ -204,7 +204,7 @@ def status_text(path: str, now: float | None = None) -> str:
     last_event = max(map(event_time, events), default=0.0)
     now = now if now is not None else (time.time() if alive.state == "running" else last_event)
     dead = dead_time(events, alive, now)
-    lines = [_state_line(run, alive)]
+    lines = [_state_line(run, alive, budget)]
     lines += _count_lines(list(trials.values()), budget, alive)
     lines += _best_lines(run, list(trials.values()))
     epoch_lines = _epoch_lines(events, trials, budget, ladder_of(info), now, alive, dead)
@@ -214,7 +214,22 @@ def status_text(path: str, now: float | None = None) -> str:
     return "\n".join(lines)
 
 
-def _state_line(run: Path, alive: Liveness) -> str:
+def _file_budget(space: str) -> int | None:
+    """The budget a --resume without --trials reads from the space file (its search.trials or the
+    default), or None where the file cannot tell."""
+    import yaml
+
+    from .config import SEARCH_DEFAULTS
+
+    try:
+        search = (yaml.safe_load(Path(space).read_text("utf-8")) or {}).get("search") or {}
+        trials = search.get("trials", SEARCH_DEFAULTS["trials"])
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        return None
+    return trials if isinstance(trials, int) and not isinstance(trials, bool) else None
+
+
+def _state_line(run: Path, alive: Liveness, budget: int) -> str:
     if alive.state == "running":
         return f"{run}: running ({alive.where}, heartbeat {alive.age_s:.0f} s ago)"
     if alive.state == "starting":
@@ -226,6 +241,9 @@ def _state_line(run: Path, alive: Liveness) -> str:
         why = f": {alive.stopped}" if alive.stopped else ""
         return f"{run}: ended {format_hours(alive.age_s / 3600)} ago{why}"
     command = f"mpiopt search {_shown_path(alive.space) if alive.space else 'SPACE'} --out {run} --resume"
+    in_file = _file_budget(alive.space) if alive.space else None
+    if budget and in_file is not None and budget < in_file:  # a plain --resume keeps only a raised --trials
+        command += f" --trials {budget}"
     go_on = f"`{command}` continues it"
     if alive.nodes and alive.nodes > 1:  # groups follow nodes: --np, all on this machine, would make others
         go_on = (f"`mpiexec -n {alive.ranks} {command}` continues it on {alive.ranks} ranks on the {alive.nodes} "

@@ -92,6 +92,15 @@ def test_search_resume_and_results(write_yaml, tmp_path):
     assert (printed.start == kept.start[printed.index]).all()  # times written alike: ISO 8601, milliseconds
 
 
+def test_a_resume_without_trials_says_it_runs_the_files_budget_over_a_lowered_one(write_yaml, tmp_path):
+    space = write_yaml(SPACE)
+    assert run_cli(["search", space, "--trials", "3"], cwd=tmp_path).returncode == 0
+    p = run_cli(["search", space, "--resume"], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "budget: 8 trials, as the file says (the search last ran with 3: --trials 3 keeps that)" in p.stderr
+    assert len(mpiopt.load_results(tmp_path / "runs" / "cli-branin")) == 8
+
+
 def test_groups_of_several_sizes_under_a_scheduler_are_noted(write_yaml):
     from mpiopt.cli import _plan_notes
     from mpiopt.config import load_config

@@ -387,6 +387,12 @@ def test_status_of_a_killed_search_says_so_and_how_to_go_on(tmp_path):
     assert "--np 5" not in first
     beat(run, "running", 300, ranks=5, nodes=1)
     assert "--resume --np 5` continues it on 5 ranks, as it ran" in status_text(str(run)).splitlines()[0]
+    # a budget lowered by --trials, which a plain --resume would not keep: the command keeps it
+    (tmp_path / "space.yaml").write_text("search: {trials: 60}\n")
+    beat(run, "running", 300, space=str(tmp_path / "space.yaml"))
+    assert "--resume --trials 40` continues it" in status_text(str(run)).splitlines()[0]
+    (tmp_path / "space.yaml").write_text("search: {trials: 30}\n")  # raised: a plain --resume keeps it
+    assert "--resume` continues it" in status_text(str(run)).splitlines()[0]
 
 
 def test_results_of_a_killed_search_rewrite_the_table_it_left_running(tmp_path, capsys):
