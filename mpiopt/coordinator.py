@@ -1028,6 +1028,11 @@ class Coordinator:
             self._warned_steps.add("past top")
             log.warning("trial %d reported up to step %d, past training.epochs (%s), the scheduler's top rung: "
                         "steps after it are not judged", n, result.reported_past_top, self.cfg.training["epochs"])
+        if result.not_numbers and "not numbers" not in self._warned_steps:
+            self._warned_steps.add("not numbers")
+            log.warning("trial %d: %s returned %s, which %s no number: left out of the results table (it keeps "
+                        "numbers only)", n, fn, ", ".join(map(repr, result.not_numbers)),
+                        "is" if len(result.not_numbers) == 1 else "are")
 
 
 def _lost_line(summary: Summary) -> str:

@@ -125,6 +125,7 @@ def judge(value: Any, direction: str, metric: str, goals: tuple[tuple[str, str],
     """Turn what a function returned into an outcome: completed, diverged or failed. In a Pareto
     search (`goals`) it must return every goal but those mpiopt measures."""
     needed = [metric] + [g for g, _ in goals if g != metric and g not in MEASURED]
+    left_out: tuple[str, ...] = ()
     if _number(value) is not None and len(needed) == 1:
         metrics = {metric: _number(value)}
     elif isinstance(value, dict):
@@ -132,6 +133,7 @@ def judge(value: Any, direction: str, metric: str, goals: tuple[tuple[str, str],
         problem = _missing_goal(value, metrics, needed) or _clash(metrics)
         if problem:
             return TrialResult(status=TrialStatus.FAILED, metrics=metrics, misuse=True, error=problem)
+        left_out = tuple(str(k) for k in value if str(k) not in metrics)
     else:
         expected = f"a dict of its goals ({', '.join(needed)})" if len(needed) > 1 else "a float or a dict of metrics"
         return TrialResult(status=TrialStatus.FAILED, misuse=True,
@@ -139,7 +141,7 @@ def judge(value: Any, direction: str, metric: str, goals: tuple[tuple[str, str],
     bad = next((g for g in needed if not math.isfinite(metrics[g])), None)
     if bad is not None:
         return TrialResult(status=TrialStatus.DIVERGED, metrics=metrics, error=f"{bad} is {metrics[bad]}")
-    return TrialResult(objective=metrics[metric], metrics=metrics)
+    return TrialResult(objective=metrics[metric], metrics=metrics, not_numbers=left_out)
 
 
 def _number(value: Any) -> float | None:

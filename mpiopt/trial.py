@@ -99,6 +99,7 @@ class TrialResult:
     # last step it reported after the scheduler had stopped it, and past training.epochs
     reported_after_stop: int | None = None
     reported_past_top: int | None = None
+    not_numbers: tuple[str, ...] = ()  # keys of a function's dict whose values are no numbers: left out
 
     def reported(self, trial: int, start: float, end: float, wait_s: float | None) -> TrialResult:
         """This result as the group reports it: the trial's number and when it ran."""

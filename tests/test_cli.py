@@ -101,6 +101,14 @@ def test_a_resume_without_trials_says_it_runs_the_files_budget_over_a_lowered_on
     assert len(mpiopt.load_results(tmp_path / "runs" / "cli-branin")) == 8
 
 
+def test_a_functions_values_that_are_no_numbers_are_warned_of_once(write_yaml, tmp_path):
+    p = run_cli(["search", write_yaml(SPACE.replace("objectives.py:branin", "objectives.py:with_a_note"))],
+                cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("returned 'note', 'where', which are no number: left out of the results table") == 1
+    assert "note" not in mpiopt.load_results(tmp_path / "runs" / "cli-branin").columns
+
+
 def test_groups_of_several_sizes_under_a_scheduler_are_noted(write_yaml):
     from mpiopt.cli import _plan_notes
     from mpiopt.config import load_config

@@ -262,3 +262,8 @@ def late_rank(params, comm):
     if comm.Get_rank() == 1:
         time.sleep(float(os.environ.get("MPIOPT_TEST_SLEEP", "0")))
     return params["x"]
+
+
+def with_a_note(params):
+    """Returns its value with entries that are no numbers."""
+    return {"objective": branin(params), "note": "fine", "where": {"host": "n1"}}
