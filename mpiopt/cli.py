@@ -386,9 +386,11 @@ def _note_changed_settings(cfg, ran: dict) -> None:
     import yaml
 
     now = yaml.safe_load(_config_text(cfg))
-    changed = [f"{section}.{key} {old!r} -> {now[section].get(key)!r}"
-               for section in ("search", "training") for key, old in (ran.get(section) or {}).items()
-               if (section, key) != ("search", "trials") and key in now[section] and now[section][key] != old]
+    changed = [f"name {ran['name']!r} -> {now.get('name')!r}"] if "name" in ran and ran["name"] != now.get("name") \
+        else []
+    changed += [f"{section}.{key} {old!r} -> {now[section].get(key)!r}"
+                for section in ("search", "training") for key, old in (ran.get(section) or {}).items()
+                if (section, key) != ("search", "trials") and key in now[section] and now[section][key] != old]
     if changed:
         log.info("changed since the search last ran: %s; the trials so far are kept", ", ".join(changed))
 

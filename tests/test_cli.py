@@ -68,6 +68,9 @@ def test_search_resume_and_results(write_yaml, tmp_path):
     logged = (out / "search.log").read_text()  # the lines of the resume's start are in the run's log too
     assert "changed since the search last ran: search.seed 0 -> 3" in logged and "budget: 11 trials" in logged
     assert "changed since" not in run_cli(["search", space, "--resume", "--trials", "12"], cwd=tmp_path).stderr
+    renamed = write_yaml(SPACE.replace("name: cli-branin", "name: other").replace("seed: 0", "seed: 3"), "renamed.yaml")
+    p = run_cli(["search", renamed, "--out", "runs/cli-branin", "--resume"], cwd=tmp_path)
+    assert "changed since the search last ran: name 'cli-branin' -> 'other'" in p.stderr
     assert len(mpiopt.load_results(out)) == 12 and "trials: 12" in (out / "config.yaml").read_text()
     p = run_cli(["search", space, "--resume"], cwd=tmp_path)  # nothing left: it says how to run more
     assert p.returncode == 0 and "the budget of 12 trials is spent (all 12 finished): nothing is left to run; " \
