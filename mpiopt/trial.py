@@ -114,6 +114,7 @@ class TrialResult:
         values = {k: v for k, v in d.items() if k in names}
         values["status"] = TrialStatus.parse(d.get("status"))
         values["metrics"] = dict(values.get("metrics") or {})
+        values["not_numbers"] = tuple(values.get("not_numbers") or ())  # a list in JSON
         return cls(**values)
 
 
