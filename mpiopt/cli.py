@@ -1049,13 +1049,16 @@ def cmd_check(args) -> int:
 
 def _check_under_mpi(args) -> int:
     from . import transport
+    from .launch import place_devices
 
     comm = transport.world()
     nodes, hosts = transport.node_layout(comm), transport.host_names(comm)
+    # every node deals its own GPUs, as the search does (every rank reads the same file)
+    placement = place_devices(comm, _load(args.space, args), coordinator=0)
     lines, error = None, None
     if comm.Get_rank() == 0:  # the preflight trains a model: once, not on every rank
         try:
-            lines = _check_lines(args, comm.Get_size(), nodes, transport.library(), hosts)
+            lines = _check_lines(args, comm.Get_size(), nodes, transport.library(), hosts, placement)
         except ConfigError as exc:
             error = exc
     agree_or_raise(comm, error)
@@ -1065,18 +1068,22 @@ def _check_under_mpi(args) -> int:
 
 
 def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: str | None = None,
-                 hosts: tuple[str, ...] | None = None) -> list[str]:
+                 hosts: tuple[str, ...] | None = None, placement: str | None = None) -> list[str]:
     """What `mpiopt check` prints for `n` ranks on `nodes` (None: one node, MPI not started),
-    their `hosts` named."""
+    their `hosts` named; `placement`: the devices each node dealt (under MPI), else dealt here
+    as one machine of `n` ranks would."""
     from . import devices, transport
     from .objective import preflight
 
     prepare_threads()
     cfg = _load(args.space, args)
     found = devices.node_devices()
-    placement = devices.deal(list(range(n)), found, cfg.training["ranks_per_gpu"], coordinator=0 if n > 1 else None,
-                             node=f"this machine ({n} rank{'s' if n > 1 else ''})", source=cfg.source or str(cfg.path))
-    devices.narrow(None, shared=False, devices=found)  # the preflight runs on the CPU, as the coordinator's does
+    if placement is None:
+        machine = f"this machine ({n} rank{'s' if n > 1 else ''})"
+        placement = devices.deal(list(range(n)), found, cfg.training["ranks_per_gpu"],
+                                 coordinator=0 if n > 1 else None, node=machine,
+                                 source=cfg.source or str(cfg.path)).describe()
+        devices.narrow(None, shared=False, devices=found)  # the preflight runs on the CPU, as the coordinator's does
     preflight(cfg)
     plan = transport.plan_groups(n, cfg.training["group_size"], nodes, hosts)
     out = Path(args.out) if args.out else Path("runs") / cfg.name
@@ -1103,8 +1110,8 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
         lines.append(f"  folds       {_describe_folds(o.folds, plan)}")
     lines += [f"  note        {note}" for note in _plan_notes(cfg, plan)]
     state = _run_dir_state(out)
-    lines.append(f"  devices     {placement.describe()}"
-                 + ("; on a cluster every node deals its own GPUs the same way" if found else ""))
+    lines.append(f"  devices     {placement}"
+                 + ("; on a cluster every node deals its own GPUs the same way" if found and nodes is None else ""))
     lines.append(f"  run dir     {out} ({state})")
     return lines
 
