@@ -93,11 +93,12 @@ def check() -> None:
         get(name)
 
 
-# The launcher's own variables (MPICH/Hydra, Open MPI, PMIx, Intel MPI), first found wins. They
+# The launcher's own variables (MPICH/Hydra, Open MPI, PMIx, Slurm, Intel MPI), first found wins. They
 # are read before MPI starts, so they are not the user's input: one that is not a whole number is
 # passed over, never an error.
+# Slurm's srun over PMIx sets no size variable of PMIx's own: its step's task count stands in.
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MPI_LOCALRANKID")
-SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
+SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "MPI_LOCALNRANKS")
 
 
 def _first_whole_number(names: tuple[str, ...], default: int) -> int:

@@ -250,6 +250,11 @@ def test_the_launcher_rank_and_size_are_read_before_mpi_starts(monkeypatch):
     assert (_env.launcher_rank(), _env.launcher_size()) == (3, 4)
     monkeypatch.setenv("PMI_RANK", "2")
     assert _env.launcher_rank() == 2
+    for name in _env.RANK_VARIABLES + _env.SIZE_VARIABLES:  # srun over PMIx
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PMIX_RANK", "3")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "65")
+    assert (_env.launcher_rank(), _env.launcher_size()) == (3, 65)
 
 
 @pytest.mark.parametrize("command", ["search", "train", "check"])
