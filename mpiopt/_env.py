@@ -81,16 +81,39 @@ SETTINGS: dict[str, tuple] = {
 }
 
 
+_deferred: list[ConfigError] = []  # a bad value this rank saw, for the job's ranks to agree on
+
+
 def get(name: str):
-    """The variable's value, or its default."""
+    """The variable's value, or its default (also where its bad value is deferred)."""
     reader, default, extra, _ = SETTINGS[name]
-    return reader(name, default, *extra)
+    try:
+        return reader(name, default, *extra)
+    except ConfigError:
+        if not _deferred:
+            raise
+        return default
 
 
 def check() -> None:
     """Read every variable once: raises ConfigError on the first bad one."""
     for name in SETTINGS:
         get(name)
+
+
+def defer_check() -> None:
+    """`check` for a rank of an MPI job, whose ranks may see different values (`mpiexec -env` on
+    some): a bad value is kept for the ranks to agree on once MPI started (`deferred`), where a
+    rank that ended alone would leave the others waiting for it; the defaults stand in meanwhile."""
+    try:
+        check()
+    except ConfigError as exc:
+        _deferred.append(ConfigError(f"{exc} (on world rank {launcher_rank()})"))
+
+
+def deferred() -> ConfigError | None:
+    """The bad value `defer_check` kept, or None."""
+    return _deferred[0] if _deferred else None
 
 
 # The launcher's own variables (MPICH/Hydra, Open MPI, PMIx, Slurm, Intel MPI), first found wins. They

@@ -147,7 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
-        _env.check()
+        if env_size() > 1 and args.command in ("search", "train", "check"):
+            _env.defer_check()  # agreed on by every rank once MPI started (launch.mpi_main, _check_under_mpi)
+        else:
+            _env.check()
         _check_args(args)
         setup_logging()
         job = _prepare_job(args) if args.command in ("search", "train") else None
@@ -1052,6 +1055,7 @@ def _check_under_mpi(args) -> int:
     from .launch import place_devices
 
     comm = transport.world()
+    agree_or_raise(comm, _env.deferred())
     nodes, hosts = transport.node_layout(comm), transport.host_names(comm)
     # every node deals its own GPUs, as the search does (every rank reads the same file)
     placement = place_devices(comm, _load(args.space, args), coordinator=0)

@@ -136,6 +136,7 @@ def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: boo
 def _run_rank(comm, cfg, command: Callable[[Any, str | None], int], coordinator: bool, interrupted: str) -> int:
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
+        agree_or_raise(comm, _env.deferred())  # a bad MPIOPT_* value some ranks saw (cli.main)
         placement = place_devices(comm, cfg, coordinator=0 if coordinator and size > 1 else None)
         return command(comm, placement)
     except ConfigError as exc:  # raised on every rank alike (agreed before)

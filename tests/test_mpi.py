@@ -225,6 +225,13 @@ def test_bad_input_under_mpiexec_is_one_line_on_every_rank(write_yaml, tmp_path)
     assert run_cli(["search", good], cwd=tmp_path, np=3).returncode == 0
     p = run_cli(["search", good], cwd=tmp_path, np=3, timeout=60)  # only rank 0 sees the run dir problem
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "already holds a search" in p.stderr
+    # a bad MPIOPT_* value on one rank only (mpiexec -env): the job agrees on it, no rank waits for ever
+    one = [sys.executable, "-m", "mpiopt", "search", str(good), "--out", "other"]
+    p = subprocess.run([str(MPIEXEC), "-n", "2", *one, ":", "-n", "1", "-env", "MPIOPT_THREADS", "0", *one],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        "mpiopt: error: environment: MPIOPT_THREADS: expected a whole number >= 1, got '0' (on world rank 2)"]
+    assert not (tmp_path / "other").exists()
 
 
 def _finished(journal):
