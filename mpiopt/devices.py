@@ -99,7 +99,7 @@ def deal(node_ranks: list[int], devices: tuple[str, ...], ranks_per_gpu: int, *,
     places = len(devices) * ranks_per_gpu
     if len(training) > places:
         raise ConfigError(f"{node}: {len(training)} training ranks for {len(devices)} GPU"
-                          f"{'s' if len(devices) > 1 else ''} x ranks_per_gpu {ranks_per_gpu} = {places} places; "
+                          f"{'s' if len(devices) > 1 else ''} x ranks_per_gpu {ranks_per_gpu} = {places} place{'s' * (places != 1)}; "
                           "raise ranks_per_gpu to pack small trials, or start fewer ranks per node",
                           source=source, field="training.ranks_per_gpu")
     assigned: dict[int, str | None] = {r: None for r in node_ranks if r == coordinator}
@@ -112,13 +112,16 @@ def plan_node(seen: dict[int, tuple[str, ...]], ranks_per_gpu: int, *, coordinat
               node: str = "this node", source: str | None = None) -> NodePlan:
     """The plan of a node from the devices each of its ranks sees (world rank -> devices).
 
-    Ranks that all see the same devices share them out (`deal`). Where they see different ones,
-    the batch system already bound devices to each task (e.g. `srun --gpus-per-task=1` without
+    Training ranks that all see the same devices share them out (`deal`), the coordinator seeing
+    them too or none (a launch that keeps it off the GPUs). Where they see different ones, the
+    batch system already bound devices to each task (e.g. `srun --gpus-per-task=1` without
     device cgroups): every training rank keeps the first device it was given."""
-    lists = list(dict.fromkeys(seen.values()))
-    if len(lists) <= 1:
-        return deal(list(seen), lists[0] if lists else (), ranks_per_gpu, coordinator=coordinator, node=node,
+    lists = list(dict.fromkeys(d for r, d in seen.items() if r != coordinator))
+    own = seen.get(coordinator, ())
+    if len(lists) <= 1 and (not own or own in lists or not lists):
+        return deal(list(seen), lists[0] if lists else own, ranks_per_gpu, coordinator=coordinator, node=node,
                     source=source)
+    lists = list(dict.fromkeys(seen.values()))
     assigned = {r: (d[0] if d and r != coordinator else None) for r, d in seen.items()}
     every = tuple(dict.fromkeys(d for devices in lists for d in devices))
     return NodePlan(node, every, assigned)
