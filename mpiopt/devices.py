@@ -99,7 +99,8 @@ def deal(node_ranks: list[int], devices: tuple[str, ...], ranks_per_gpu: int, *,
     places = len(devices) * ranks_per_gpu
     if len(training) > places:
         raise ConfigError(f"{node}: {len(training)} training ranks for {len(devices)} GPU"
-                          f"{'s' if len(devices) > 1 else ''} x ranks_per_gpu {ranks_per_gpu} = {places} place{'s' * (places != 1)}; "
+                          f"{'s' if len(devices) > 1 else ''} x ranks_per_gpu {ranks_per_gpu} = {places} "
+                          f"place{'s' * (places != 1)}; "
                           "raise ranks_per_gpu to pack small trials, or start fewer ranks per node",
                           source=source, field="training.ranks_per_gpu")
     assigned: dict[int, str | None] = {r: None for r in node_ranks if r == coordinator}
