@@ -24,8 +24,8 @@ def is_set(name: str) -> bool:
     return _raw(name) is not None
 
 
-def env_float(name: str, default: float, low: float = 0.0) -> float:
-    """A number at least `low`."""
+def env_float(name: str, default: float, low: float = 0.0, high: float = float("inf")) -> float:
+    """A number from `low` to `high` (finite)."""
     raw = _raw(name)
     if raw is None:
         return default
@@ -33,8 +33,9 @@ def env_float(name: str, default: float, low: float = 0.0) -> float:
         value = float(raw)
     except ValueError:
         value = float("nan")
-    if not value >= low or value == float("inf"):
-        raise ConfigError(f"expected a number >= {low:g}, got {raw!r}", source="environment", field=name)
+    if not low <= value <= high or value == float("inf"):
+        within = f">= {low:g}" if high == float("inf") else f"from {low:g} to {high:g}"
+        raise ConfigError(f"expected a number {within}, got {raw!r}", source="environment", field=name)
     return value
 
 
@@ -69,10 +70,10 @@ SETTINGS: dict[str, tuple] = {
     "MPIOPT_THREADS": (env_int, 1, (), "TensorFlow/OpenMP threads per rank when several ranks run"),
     "MPIOPT_PREFETCH": (env_choice, "1", (("0", "1"),), "0: ask the surrogate on demand, any number of groups"),
     "MPIOPT_SEND_AHEAD": (env_choice, "1", (("0", "1", "always"),), "0: never send a trial ahead"),
-    "MPIOPT_FRESH_SHARE": (env_float, 0.0, (), "long trials: wait for a round with the latest result"),
-    "MPIOPT_MAX_BACKOFF": (env_float, 0.001, (), "longest sleep (s) between polls of a waiting rank"),
-    "MPIOPT_SPIN": (env_float, 0.0001, (), "how long (s) a waiting rank polls before it backs off"),
-    "MPIOPT_COLLECTIVE_SPIN": (env_float, 0.02, (), "the same inside a group's collectives"),
+    "MPIOPT_FRESH_SHARE": (env_float, 0.0, (0.0, 1.0), "long trials: wait for a round with the latest result"),
+    "MPIOPT_MAX_BACKOFF": (env_float, 0.001, (0.0, 1.0), "longest sleep (s) between polls of a waiting rank"),
+    "MPIOPT_SPIN": (env_float, 0.0001, (0.0, 1.0), "how long (s) a waiting rank polls before it backs off"),
+    "MPIOPT_COLLECTIVE_SPIN": (env_float, 0.02, (0.0, 1.0), "the same inside a group's collectives"),
     "MPIOPT_PROGRESS_S": (env_float, 60.0, (), "least seconds between a training trial's progress lines"),
     "MPIOPT_STRAGGLER_S": (env_float, 60.0, (), "a group's first rank warns of a rank this late after its own part"),
     # at least a few of the coordinator's pulses (every 2 s) long, or a healthy job would end
