@@ -509,7 +509,7 @@ def _plan_notes(cfg, plan) -> list[str]:
     notes = [_group_size_note(cfg.training["group_size"], plan), _idle_ranks_note(cfg, plan),
              _initial_points_note(cfg), _direction_note(cfg), _accuracy_of_a_regression_note(cfg),
              _uneven_groups_note(cfg, plan), _searched_training_keys_note(cfg), _training_metric_note(cfg),
-             _unread_mode_keys_note(cfg)]
+             _unread_mode_keys_note(cfg), _warmup_note(cfg)]
     return [n for n in notes if n is not None]
 
 
@@ -604,6 +604,18 @@ def _unread_mode_keys_note(cfg) -> str | None:
         f"training.mode is {modes[0]}" if len(modes) == 1 else f"the searched modes are {', '.join(map(str, modes))}"
     they = "they change" if len(unread) > 1 else "it changes"
     return f"{', '.join(f'training.{k}' for k in unread)}: not read where {why}, so {they} nothing"
+
+
+def _warmup_note(cfg) -> str | None:
+    """A warm-up (from the base learning rate to the one lr_scaling gives) as long as training:
+    the rate never reaches its scaled value."""
+    t = cfg.training
+    if cfg.objective.kind != "model" or {"warmup_epochs", "epochs"} & set(cfg.space.names):
+        return None
+    if not t["warmup_epochs"] or t["warmup_epochs"] < t["epochs"] or t["lr_scaling"] == "none":
+        return None
+    return (f"training.warmup_epochs {t['warmup_epochs']:g} is not below training.epochs {t['epochs']}: the "
+            "learning rate is still ramping up when training ends")
 
 
 def _training_metric_note(cfg) -> str | None:

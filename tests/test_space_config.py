@@ -411,3 +411,9 @@ def test_notes_of_a_training_metric_judged_and_of_mode_keys_no_mode_reads(write_
                                                "optimizer: {name: sgd, momentum: 0.9}")) is None
     searched = cfg(training="group_size: 2, kappa: 1.5", params="  mode: {choices: [downpour, gem]}\n")
     assert _unread_mode_keys_note(searched) is None  # a gem trial reads it
+    from mpiopt.cli import _warmup_note
+
+    assert _warmup_note(cfg(training="epochs: 2, warmup_epochs: 3, lr_scaling: linear")) == (
+        "training.warmup_epochs 3 is not below training.epochs 2: the learning rate is still ramping up when "
+        "training ends")
+    assert _warmup_note(cfg(training="epochs: 4, warmup_epochs: 1, lr_scaling: linear")) is None
