@@ -70,7 +70,7 @@ SETTINGS: dict[str, tuple] = {
     "MPIOPT_THREADS": (env_int, 1, (), "TensorFlow/OpenMP threads per rank when several ranks run"),
     "MPIOPT_PREFETCH": (env_choice, "1", (("0", "1"),), "0: ask the surrogate on demand, any number of groups"),
     "MPIOPT_SEND_AHEAD": (env_choice, "1", (("0", "1", "always"),), "0: never send a trial ahead"),
-    "MPIOPT_FRESH_SHARE": (env_float, 0.0, (0.0, 1.0), "long trials: wait for a round with the latest result"),
+    "MPIOPT_FRESH_SHARE": (env_float, 0.0, (), "long trials: wait for a round with the latest result"),
     "MPIOPT_MAX_BACKOFF": (env_float, 0.001, (0.0, 1.0), "longest sleep (s) between polls of a waiting rank"),
     "MPIOPT_SPIN": (env_float, 0.0001, (0.0, 1.0), "how long (s) a waiting rank polls before it backs off"),
     "MPIOPT_COLLECTIVE_SPIN": (env_float, 0.02, (0.0, 1.0), "the same inside a group's collectives"),
