@@ -592,16 +592,15 @@ def _direction_note(cfg) -> str | None:
 def _unread_mode_keys_note(cfg) -> str | None:
     """Keys of `training` the file gives that no trial's mode reads (kappa under downpour, any of
     them on groups of one rank): as searched they are refused, given once they only do nothing."""
-    from .config import MODE_KEYS
+    from .config import MODE_KEYS, mode_key_unread
 
     raw = cfg.raw.get("training") if isinstance(cfg.raw.get("training"), dict) else {}
-    modes = list(cfg.space["mode"].choices) if "mode" in cfg.space.names else [cfg.training["mode"]]
-    unread = [key for key, readers in MODE_KEYS.items() if key in raw and key not in cfg.space.names
-              and (cfg.training["group_size"] == 1 or not {str(m).lower() for m in modes} & set(readers))]
+    unread = {key: mode_key_unread(key, cfg.training, cfg.space) for key in MODE_KEYS
+              if key in raw and key not in cfg.space.names}
+    unread = {key: why for key, why in unread.items() if why is not None}
     if cfg.objective.kind != "model" or not unread:
         return None
-    why = "training.group_size is 1" if cfg.training["group_size"] == 1 else \
-        f"training.mode is {modes[0]}" if len(modes) == 1 else f"the searched modes are {', '.join(map(str, modes))}"
+    why = next(iter(unread.values()))  # the same for every key: the group size, or the modes
     they = "they change" if len(unread) > 1 else "it changes"
     return f"{', '.join(f'training.{k}' for k in unread)}: not read where {why}, so {they} nothing"
 
@@ -1029,9 +1028,8 @@ def _say_training_outcome(cfg, out: Path, folder: Path, outcome, runner, wall_s:
         (folder / "error.txt").write_text(outcome.detail, encoding="utf-8")
         where = f" (the whole text in {out / 'error.txt'})"
     if outcome.misuse:  # data it cannot read, or a function that breaks its contract: the input's fault
-        field = f"{outcome.misuse_field}: " if outcome.misuse_field == "objective.data" else \
-            f"objective: {cfg.objective.function or cfg.objective.model}: "
-        print(f"mpiopt: error: {cfg.source or cfg.path}: {field}{outcome.error}{where}", file=sys.stderr, flush=True)
+        print(f"mpiopt: error: {cfg.source or cfg.path}: {cfg.objective.misuse_where(outcome.misuse_field)}: "
+              f"{outcome.error}{where}", file=sys.stderr, flush=True)
         return 2
     print(f"training {outcome.status.value}: {outcome.error}{where}", file=sys.stderr, flush=True)
     return 1
@@ -1069,12 +1067,13 @@ def _check_under_mpi(args) -> int:
     comm = transport.world()
     agree_or_raise(comm, _env.deferred())
     nodes, hosts = transport.node_layout(comm), transport.host_names(comm)
-    # every node deals its own GPUs, as the search does (every rank reads the same file)
-    placement = place_devices(comm, _load(args.space, args), coordinator=0)
+    prepare_threads()
+    cfg = _load(args.space, args)  # every rank reads the same file
+    placement = place_devices(comm, cfg, coordinator=0)  # every node deals its own GPUs, as the search does
     lines, error = None, None
     if comm.Get_rank() == 0:  # the preflight trains a model: once, not on every rank
         try:
-            lines = _check_lines(args, comm.Get_size(), nodes, transport.library(), hosts, placement)
+            lines = _check_lines(args, comm.Get_size(), nodes, transport.library(), hosts, placement, cfg)
         except ConfigError as exc:
             error = exc
     agree_or_raise(comm, error)
@@ -1084,15 +1083,15 @@ def _check_under_mpi(args) -> int:
 
 
 def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: str | None = None,
-                 hosts: tuple[str, ...] | None = None, placement: str | None = None) -> list[str]:
+                 hosts: tuple[str, ...] | None = None, placement: str | None = None, cfg=None) -> list[str]:
     """What `mpiopt check` prints for `n` ranks on `nodes` (None: one node, MPI not started),
     their `hosts` named; `placement`: the devices each node dealt (under MPI), else dealt here
-    as one machine of `n` ranks would."""
+    as one machine of `n` ranks would; `cfg`: the configuration, where already read."""
     from . import devices, transport
     from .objective import preflight
 
     prepare_threads()
-    cfg = _load(args.space, args)
+    cfg = _load(args.space, args) if cfg is None else cfg
     found = devices.node_devices()
     if placement is None:
         machine = f"this machine ({n} rank{'s' if n > 1 else ''})"

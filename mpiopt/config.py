@@ -141,6 +141,11 @@ class Objective:
     pareto: tuple[tuple[str, str], ...] = ()  # a Pareto search's (metric, direction) goals
     folds: int | None = None  # k-fold cross-validation on the training data (a model objective)
 
+    def misuse_where(self, field: str) -> str:
+        """Where a trial's misuse (`TrialResult.misuse_field`) stops a search or a training:
+        unreadable data under their own field, the objective's code by its callable."""
+        return field if field == "objective.data" else f"objective: {self.function or self.model}"
+
 
 @dataclass(frozen=True)
 class SearchSettings:
@@ -505,23 +510,31 @@ def _check_searched_training_keys(space: Space, source: str, keys_read: tuple[st
 MODE_KEYS = {"kappa": ("gem",), "elastic_force": ("easgd",), "sync_every": ("downpour", "easgd", "gem")}
 
 
+def mode_key_unread(key: str, training: dict[str, Any], space: Space) -> str | None:
+    """Why no trial reads the mode key `key` (`MODE_KEYS`), or None where one can: groups of one
+    rank, or no trial's mode (the searched ones, or training.mode) among its readers."""
+    from .space import Categorical
+
+    if training["group_size"] == 1:
+        return "training.group_size is 1"
+    modes = [str(m).lower() for m in space["mode"].choices] if "mode" in space.names and \
+        isinstance(space["mode"], Categorical) else [training["mode"]]
+    if set(modes) & set(MODE_KEYS[key]):
+        return None
+    return f"training.mode is {modes[0]}" if len(modes) == 1 else f"the searched modes are {', '.join(modes)}"
+
+
 def _check_searched_mode_keys(training: dict[str, Any], space: Space, source: str) -> None:
     """Refuse a searched key that no trial's mode reads: a dimension of the search that would
     change nothing (`kappa` under downpour, any of them on groups of one rank)."""
-    from .space import Categorical
-
-    modes = [str(m).lower() for m in space["mode"].choices] if "mode" in space.names and \
-        isinstance(space["mode"], Categorical) else [training["mode"]]
     for key, readers in MODE_KEYS.items():
-        if key not in space.names:
-            continue
-        if training["group_size"] == 1:
-            raise ConfigError(f"read only by groups of workers ({', '.join(readers)}), but training.group_size is 1: "
-                              "each trial trains on one process, so searching it would change nothing",
+        why = mode_key_unread(key, training, space) if key in space.names else None
+        if why == "training.group_size is 1":
+            raise ConfigError(f"read only by groups of workers ({', '.join(readers)}), but {why}: each trial trains "
+                              "on one process, so searching it would change nothing",
                               source=source, field=f"parameters.{key}")
-        if not set(modes) & set(readers):
-            which = f"training.mode is {modes[0]}" if len(modes) == 1 else f"the searched modes are {', '.join(modes)}"
-            raise ConfigError(f"read only by mode {' and '.join(readers)}, but {which}: searching it would change "
+        if why is not None:
+            raise ConfigError(f"read only by mode {' and '.join(readers)}, but {why}: searching it would change "
                               "nothing", source=source, field=f"parameters.{key}")
 
 

@@ -706,10 +706,7 @@ class Coordinator:
         if self._stopping:
             return
         if result.misuse and not self.summary.stopped:
-            o = self.cfg.objective
-            # data no trial can read name their own field; the objective's code is named by its callable
-            where = "objective.data" if result.misuse_field == "objective.data" else \
-                f"objective: {o.function or o.model}"
+            where = self.cfg.objective.misuse_where(result.misuse_field)
             self.summary.stopped = f"{self.cfg.source or self.cfg.path}: {where}: " + _first_line(result.error)
             self.summary.exit_code = 2
             self._stopping = True

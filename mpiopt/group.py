@@ -17,7 +17,6 @@ from .trial import Report, Task, TrialResult, TrialStatus
 SUCCESSFUL = (TrialStatus.COMPLETED, TrialStatus.PAUSED, TrialStatus.PRUNED)
 
 log = logging.getLogger(__name__)
-STRAGGLER_NOTE_S = 60.0  # the group's first rank says so once the others are this late after its own part
 
 
 def merge(results: list[TrialResult], ranks: list[int] | None = None) -> TrialResult:

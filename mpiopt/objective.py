@@ -958,8 +958,9 @@ def _extremes(a, ignore, block: int = 1 << 22):
     """
     import numpy as np
 
-    dtype = np.dtype(a.dtype)
-    if not (np.issubdtype(dtype, np.number) or dtype == np.bool_) or np.issubdtype(dtype, np.complexfloating):
+    from .learn._data import holds_numbers
+
+    if not holds_numbers(a.dtype):
         return False
     if not a.shape:
         return None

@@ -74,11 +74,17 @@ def refuse_non_arrays(struct: Any, where: str) -> None:
                             f"({hint})")
 
 
+def holds_numbers(dtype) -> bool:
+    """Whether values of `dtype` are numbers a model takes: integers, reals or booleans."""
+    dtype = np.dtype(dtype)
+    return (np.issubdtype(dtype, np.number) or dtype == np.bool_) and not np.issubdtype(dtype, np.complexfloating)
+
+
 def refuse_non_numbers(struct: Any, where: str) -> None:
     """DataError where an array of `struct` holds what is not a number."""
     for path, leaf in leaves(struct):
         dtype = np.asarray(leaf[:0]).dtype
-        if not (np.issubdtype(dtype, np.number) or dtype == np.bool_) or np.issubdtype(dtype, np.complexfloating):
+        if not holds_numbers(dtype):
             kind = {"S": "strings", "U": "strings", "O": "Python objects"}.get(dtype.kind, f"{dtype} values")
             raise DataError(f"{where}{path} hold {kind} ({dtype}), not numbers")
 
