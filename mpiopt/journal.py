@@ -135,17 +135,16 @@ def _columns(trials: list[TrialRecord], param_names: list[str],
     rung = ["rung"] if any(t.rung is not None for t in trials) else []  # only where a scheduler judged trials
     marks = ["pareto"] if goals else []
     std = ["objective_std"] if any(t.objective_std is not None for t in trials) else []  # only k-fold searches
-    columns = ["trial", "status", "objective", *std, *marks, *(f"params_{n}" for n in names), *metric_names,
-               "epochs", *rung,
-               "start", "end",
-               "duration_s", "group", "ranks", "dispatch_ms", "wait_ms", "error"]
+    columns = [*_FIRST_COLUMNS, "objective", *std, *marks, *(f"params_{n}" for n in names), *metric_names,
+               "epochs", *rung, *_LAST_COLUMNS]
     return columns, names, metric_names
 
 
+_FIRST_COLUMNS = ("trial", "status")
+_LAST_COLUMNS = ("start", "end", "duration_s", "group", "ranks", "dispatch_ms", "wait_ms", "error")
 # the table's own columns, which no metric may be named (`objective` and `epochs` a function may
 # return: they are what the table holds under those names)
-NOT_METRICS = ("trial", "status", "objective_std", "pareto", "rung", "start", "end", "duration_s", "group", "ranks",
-               "dispatch_ms", "wait_ms", "error")
+NOT_METRICS = (*_FIRST_COLUMNS, "objective_std", "pareto", "rung", *_LAST_COLUMNS)
 
 
 def column_clash(names) -> str | None:
