@@ -120,7 +120,7 @@ def test_devices_the_batch_system_bound_to_each_task_are_kept():
     # the same list everywhere is dealt as usual
     assert devices.plan_node({4: ("0", "1"), 5: ("0", "1")}, 1).assigned == {4: "0", 5: "1"}
     # a coordinator launched without GPUs (mpiexec -n 1 -env CUDA_VISIBLE_DEVICES "" : -n 4 ...):
-    # the training ranks' one list is dealt, ranks_per_gpu and all (they had all shared GPU 0)
+    # the training ranks' one list is dealt, ranks_per_gpu and all
     assert devices.plan_node({0: (), 1: ("0", "1"), 2: ("0", "1")}, 1).assigned == {0: None, 1: "0", 2: "1"}
     with pytest.raises(ConfigError, match="4 training ranks for 2 GPUs"):
         devices.plan_node({0: (), 1: ("0", "1"), 2: ("0", "1"), 3: ("0", "1"), 4: ("0", "1")}, 1)

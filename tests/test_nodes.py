@@ -184,8 +184,7 @@ def test_check_under_mpiexec_shows_groups_that_keep_to_their_nodes(write_yaml, t
     assert "group 0: world ranks 1-3 on node 0" in out and "group 2: world ranks 8-11 on node 2" in out
     assert re.search(r"node 1 \(\S+\): world ranks 4-7", out) and "MPI         MPICH" in out  # the host named
     assert out.count("space.yaml: OK") == 1  # printed once, by world rank 0
-    # GPUs: every node deals its own, as the search does (it had dealt rank 0's to all 12 ranks:
-    # "11 training ranks for 2 GPUs")
+    # GPUs: every node deals its own, as the search does
     job = on_nodes("nodeA:4,nodeB:4,nodeC:4", 12, ["check", write_yaml(SLEEPY.format(name="gpus", trials=4,
                                                                                         group_size=1))],
                    cwd=tmp_path, extra=["-genv", "CUDA_VISIBLE_DEVICES", "0,1,2,3"])
