@@ -8,6 +8,7 @@ exits with code 2 and one line, before MPI starts). An empty value counts as uns
 """
 from __future__ import annotations
 
+import difflib
 import os
 
 from ._errors import ConfigError
@@ -110,6 +111,21 @@ def defer_check() -> None:
         check()
     except ConfigError as exc:
         _deferred.append(ConfigError(f"{exc} (on world rank {launcher_rank()})"))
+
+
+def misspelt() -> list[str]:
+    """A warning for each set variable named like one of `SETTINGS` that is none of them
+    (`MPIOPT_THREAD=4` sets nothing). Only near misses: other `MPIOPT_*` names (a test
+    harness's own) are no concern of mpiopt's."""
+    notes = []
+    for name in sorted(os.environ):
+        if name in SETTINGS or not name.upper().startswith("MPIOPT_") or not is_set(name):
+            continue
+        meant = name.upper() if name.upper() in SETTINGS else next(
+            iter(difflib.get_close_matches(name.upper(), SETTINGS, n=1, cutoff=0.8)), None)
+        if meant is not None:
+            notes.append(f"{name} is not a variable mpiopt reads, so it sets nothing (did you mean {meant}?)")
+    return notes
 
 
 def deferred() -> ConfigError | None:

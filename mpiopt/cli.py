@@ -159,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         say_error(str(exc))
         return 2
+    if args.command in ("search", "train", "check"):  # the commands the variables tune
+        for note in _env.misspelt():
+            warn_once(note)
     if args.command == "results":
         return _guard(lambda: cmd_results(args))
     if args.command == "check":

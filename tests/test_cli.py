@@ -239,6 +239,16 @@ def test_tuning_variables_read_empty_as_unset_and_log_levels_in_any_case(monkeyp
         _env.check()
 
 
+def test_a_misspelt_tuning_variable_is_warned_of_with_the_name_meant(write_yaml, tmp_path):
+    out = run_cli(["check", write_yaml(SPACE)], cwd=tmp_path,
+                  env={"MPIOPT_THREAD": "4", "mpiopt_log_level": "debug", "MPIOPT_TEST_SLEEP": "1"})
+    assert out.returncode == 0, out.stderr
+    warned = [line.split("WARNING: ", 1)[1] for line in out.stderr.splitlines() if "is not a variable" in line]
+    assert warned == ["MPIOPT_THREAD is not a variable mpiopt reads, so it sets nothing (did you mean MPIOPT_THREADS?)",
+                      "mpiopt_log_level is not a variable mpiopt reads, so it sets nothing "
+                      "(did you mean MPIOPT_LOG_LEVEL?)"]  # a harness's own MPIOPT_TEST_SLEEP is no near miss
+
+
 def test_the_launcher_rank_and_size_are_read_before_mpi_starts(monkeypatch):
     from mpiopt import _env
 
