@@ -609,12 +609,17 @@ def _unread_mode_keys_note(cfg) -> str | None:
 
 
 def _warmup_note(cfg) -> str | None:
-    """A warm-up (from the base learning rate to the one lr_scaling gives) as long as training:
-    the rate never reaches its scaled value."""
+    """A warm-up (from the base learning rate to the one lr_scaling gives) without a scaling, so
+    with nothing to ramp up to, or as long as training, so the rate never reaches its scaled value."""
     t = cfg.training
-    if cfg.objective.kind != "model" or {"warmup_epochs", "epochs"} & set(cfg.space.names):
+    if cfg.objective.kind != "model" or {"warmup_epochs", "epochs", "lr_scaling"} & set(cfg.space.names):
         return None
-    if not t["warmup_epochs"] or t["warmup_epochs"] < t["epochs"] or t["lr_scaling"] == "none":
+    if not t["warmup_epochs"]:
+        return None
+    if t["lr_scaling"] == "none":
+        return (f"training.warmup_epochs {t['warmup_epochs']:g}: ramps the learning rate up to the one "
+                "training.lr_scaling gives, and lr_scaling is none, so it changes nothing")
+    if t["warmup_epochs"] < t["epochs"]:
         return None
     return (f"training.warmup_epochs {t['warmup_epochs']:g} is not below training.epochs {t['epochs']}: the "
             "learning rate is still ramping up when training ends")

@@ -417,3 +417,8 @@ def test_notes_of_a_training_metric_judged_and_of_mode_keys_no_mode_reads(write_
         "training.warmup_epochs 3 is not below training.epochs 2: the learning rate is still ramping up when "
         "training ends")
     assert _warmup_note(cfg(training="epochs: 4, warmup_epochs: 1, lr_scaling: linear")) is None
+    assert _warmup_note(cfg(training="epochs: 4, warmup_epochs: 1")) == (
+        "training.warmup_epochs 1: ramps the learning rate up to the one training.lr_scaling gives, and lr_scaling "
+        "is none, so it changes nothing")
+    assert _warmup_note(cfg(training="epochs: 4, warmup_epochs: 1",
+                            params="  lr_scaling: {choices: [none, linear]}\n")) is None  # a linear trial ramps
