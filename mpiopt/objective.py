@@ -631,15 +631,25 @@ def _refuse_optimizer_keys_a_compiled_model_ignores(cfg: Config, kwargs: dict, o
 
 def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, params, training) -> None:
     """Build, compile and train the model for one step, as a trial does; `_PreflightError` if it fails."""
-    from .learn._data import n_samples
-    from .learn._engine import Job, _build, _evaluate, compiled_with_an_optimizer
-    from .learn.optimizers import make_master_optimizer
-
     o = cfg.objective
     kwargs = cfg.model_kwargs(params)
-    call = f"{o.model.rsplit(':', 1)[-1]}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+    _check_loss_name(o)
+    _check_metric_identifiers(o)
+    model, flat, spec, own_optimizer = _build_as_a_trial(cfg, runner, source, kwargs, training)
+    if own_optimizer:
+        _refuse_optimizer_keys_a_compiled_model_ignores(cfg, kwargs, spec["name"])
+    reported = _train_one_step(o, model, flat, spec, source, batch, val, training)
+    _check_metrics_reported(o, training, reported, val)
 
-    own_optimizer = []  # whether build_model compiled the model with its own optimizer
+
+def _build_as_a_trial(cfg: Config, runner: TrialRunner, source, kwargs: dict, training: dict):
+    """The training code's own set-up (build, compile, the optimizer's spec): (model, flat model,
+    spec, whether build_model compiled the model with its own optimizer)."""
+    from .learn._engine import Job, _build, compiled_with_an_optimizer
+
+    o = cfg.objective
+    call = f"{o.model.rsplit(':', 1)[-1]}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+    own_optimizer = []
 
     def build(**kw):
         try:
@@ -649,12 +659,10 @@ def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, param
         own_optimizer.append(compiled_with_an_optimizer(model))
         return model
 
-    _check_loss_name(o)
-    _check_metric_identifiers(o)
     job = Job(build=build, model_kwargs=kwargs, source=source, training=training, loss=o.loss,
               metrics=o.metrics, seed=cfg.search.seed * 100003)
     try:
-        model, flat, spec = _build(job)  # the training code's own set-up: compile, optimizer spec
+        model, flat, spec = _build(job)
     except _BuildFailed as exc:
         cause = exc.args[0]
         raise _PreflightError(f"{call} failed: {type(cause).__name__}: {headline(cause)}", "objective.model") from None
@@ -663,8 +671,15 @@ def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, param
     except Exception as exc:
         raise _PreflightError(f"compiling the model from {call} failed: {type(exc).__name__}: {headline(exc)}",
                               "objective.model") from None
-    if own_optimizer and own_optimizer[-1]:
-        _refuse_optimizer_keys_a_compiled_model_ignores(cfg, kwargs, spec["name"])
+    return model, flat, spec, bool(own_optimizer and own_optimizer[-1])
+
+
+def _train_one_step(o, model, flat, spec, source, batch, val, training) -> set[str]:
+    """A forward pass, the labels' check, one optimizer step and a validation, as a trial makes
+    them: the metric names the model reports (`val_` ones included)."""
+    from .learn._data import n_samples
+    from .learn._engine import _evaluate
+    from .learn.optimizers import make_master_optimizer
 
     def misfit(stage: str, exc: Exception) -> _PreflightError:
         return _PreflightError(f"the model from {o.model} does not fit the data ({stage}): "
@@ -698,10 +713,16 @@ def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, param
     except Exception as exc:
         raise misfit(f"a training step on {nb} samples{of_train}", exc) from None
     try:
-        reported |= {f"val_{k}" for k in _evaluate(flat, val[0], val[1], int(training["batch_size"]))}
+        return reported | {f"val_{k}" for k in _evaluate(flat, val[0], val[1], int(training["batch_size"]))}
     except Exception as exc:
         raise misfit(f"validating {n_samples(val[0])} samples{of_val}", exc) from None
+
+
+def _check_metrics_reported(o, training: dict, reported: set[str], val) -> None:
+    """Every metric the search or the training reads (the figure of merit, early stopping's and
+    the target's monitors) is one the model reports."""
     from .config import did_you_mean, metric_names_read
+    from .learn._data import n_samples
 
     empty = " (the validation data are empty)" if n_samples(val[0]) == 0 else ""
     for name, field in metric_names_read(o, training):
