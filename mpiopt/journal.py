@@ -79,6 +79,15 @@ def read_journal(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return events, problems
 
 
+def _is_a_record(line: bytes) -> bool:
+    """Whether one line of the journal is a whole record (a prefix of one is no JSON object)."""
+    try:
+        event = json.loads(line.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(event, dict) and "event" in event
+
+
 def header() -> dict[str, Any]:
     """A journal's first record: its format version, so that an older mpiopt refuses it in one line."""
     from . import __version__
@@ -414,13 +423,20 @@ class RunDir:
                                   "new search in another --out", source=str(self.shown))
 
     def _mend_torn_tail(self) -> None:
-        """Cut a torn last record off the journal (kept aside in trials.jsonl.torn) before appending."""
+        """Cut a torn last record off the journal (kept aside in trials.jsonl.torn) before appending.
+        A whole record that lost only its newline is kept, as `read_journal` keeps it: its newline
+        is written instead."""
         with open(self.journal_path, "rb+") as f:
             data = f.read()
             if not data or data.endswith(b"\n"):
                 return
             cut = data.rfind(b"\n") + 1
             torn = data[cut:]
+            if _is_a_record(torn):
+                f.write(b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+                return
             with open(self.path / (JOURNAL + ".torn"), "ab") as keep:
                 keep.write(torn + b"\n")
             f.truncate(cut)

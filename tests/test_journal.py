@@ -167,6 +167,26 @@ def test_resume_cuts_the_torn_tail_and_keeps_it(tmp_path):
     rd.close()
 
 
+def test_resume_keeps_a_whole_last_record_that_lost_only_its_newline(tmp_path):
+    # readers take it (it is a whole JSON record), so the resumed search must too: cutting it
+    # would run a finished trial again
+    rd = RunDir(tmp_path)
+    rd.open(resume=False, config_text=CONFIG)
+    rd.append(start(0, 0.1))
+    rd.append(finish(0))
+    rd.close()
+    path = tmp_path / "trials.jsonl"
+    path.write_bytes(path.read_bytes()[:-1])
+    before, _ = read_journal(path)
+    rd = RunDir(tmp_path)
+    rd.open(resume=True, config_text=CONFIG)
+    rd.append(start(1, 0.2))
+    rd.close()
+    events, problems = read_journal(path)
+    assert problems == [] and events == [*before, json.loads(json.dumps(start(1, 0.2)))]
+    assert not (tmp_path / "trials.jsonl.torn").exists()
+
+
 def test_the_heartbeat_says_when_this_search_opened_the_directory(tmp_path):
     # `mpiopt status` tells the trials a --resume has started from those a killed run left
     import time
