@@ -400,6 +400,11 @@ class Coordinator:
         leaves a pruned trial, not a lost one)."""
         self._record(n, result)
         self._finished_trials.add(n)
+        self._drop_checkpoint(n)
+
+    def _drop_checkpoint(self, n: int) -> None:
+        """A finished trial's checkpoint goes once the journal holds its result (the group leaves
+        it: a kill before the record continues the trial from it)."""
         if self.run_dir is not None:
             self.run_dir.drop_checkpoint(n)
 
@@ -681,6 +686,8 @@ class Coordinator:
             return
         self._record(n, result)
         self._finished_trials.add(n)
+        if result.status not in (TrialStatus.FAILED, TrialStatus.DIVERGED):  # those keep theirs, to look into
+            self._drop_checkpoint(n)
         self.send_ahead.intakes.append(self._clock() - t_recv)
         self._stop_if_due(n, result)
 

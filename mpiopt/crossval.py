@@ -20,6 +20,7 @@ from typing import Any
 
 from ._errors import TrialTimeout
 from ._files import atomic_write
+from .journal import drop_checkpoint
 from .trial import Report, TrialResult, TrialStatus
 
 FOLD_FILE = "fold.json"
@@ -206,6 +207,7 @@ def _train_fold(runner, source, params, training, comm, team: int, k: int, trial
                                               f"{sub.failed_peer} of fold {k + 1}'s sub-group failed"))
     if lead and folder is not None and run.result.status == TrialStatus.COMPLETED:
         save_fold(folder, run.result, run.history or [], run.earlier_s + (time.monotonic() - t0))
+        drop_checkpoint(folder)  # fold.json stands for it now: a re-run of the trial skips the fold
     return run
 
 

@@ -79,6 +79,12 @@ def read_journal(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return events, problems
 
 
+def drop_checkpoint(folder: Path) -> None:
+    """Delete the training checkpoint in `folder` (a trial's, a fold's), if any."""
+    for name in CHECKPOINT:
+        (folder / name).unlink(missing_ok=True)
+
+
 def _is_a_record(line: bytes) -> bool:
     """Whether one line of the journal is a whole record (a prefix of one is no JSON object)."""
     try:
@@ -533,8 +539,7 @@ class RunDir:
 
     def drop_checkpoint(self, trial: int) -> None:
         """Delete a trial's checkpoint once nothing will continue it (its best weights stay)."""
-        for name in CHECKPOINT:
-            (self.trial_dir(trial) / name).unlink(missing_ok=True)
+        drop_checkpoint(self.trial_dir(trial))
 
     def write_error(self, trial: int, text: str) -> None:
         """Keep a failed trial's whole error text in trials/<id>/error.txt (the table has its headline)."""

@@ -138,8 +138,21 @@ def test_checkpoint_round_trip(tmp_path):
     assert meta["epoch"] == 3 and np.array_equal(got["weights"], arrays["weights"])
     assert np.array_equal(got["opt_m"], arrays["opt_m"])
     assert _checkpoint.load(tmp_path / "none") is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [_checkpoint.NPZ]  # one file: no pair for a kill to tear
     (tmp_path / _checkpoint.NPZ).write_bytes(b"garbage")
     assert _checkpoint.load(tmp_path) is None  # unreadable: train from scratch, never crash
+
+
+def test_a_checkpoint_of_the_two_file_format_is_still_read(tmp_path):
+    # a search resumed by this mpiopt from checkpoints that kept their JSON part in its own file
+    import json
+
+    np.savez(tmp_path / _checkpoint.NPZ, weights=np.arange(3, dtype=np.float32))
+    (tmp_path / _checkpoint.META).write_text(json.dumps({"epoch": 2}))
+    got, meta = _checkpoint.load(tmp_path)
+    assert meta == {"epoch": 2} and np.array_equal(got["weights"], np.arange(3, dtype=np.float32))
+    _checkpoint.save(tmp_path, {"weights": np.zeros(3, dtype=np.float32)}, {"epoch": 3})
+    assert _checkpoint.load(tmp_path)[1] == {"epoch": 3} and not (tmp_path / _checkpoint.META).exists()
 
 
 @pytest.mark.slow
@@ -170,7 +183,7 @@ def test_interrupted_training_resumes_from_its_checkpoint(tmp_path):
 
     with pytest.raises(Killed):
         train(None, job(tmp_path / "cut", die_after_3, began=time.perf_counter() - 30.0))
-    assert (tmp_path / "cut" / _checkpoint.META).exists()
+    assert (tmp_path / "cut" / _checkpoint.NPZ).exists()
     resumed = train(None, job(tmp_path / "cut"))
     assert [r["epoch"] for r in resumed.history] == [1, 2, 3, 4]
     # the time spent before the checkpoint counts in the trial's duration (duration_s), from the
@@ -178,7 +191,14 @@ def test_interrupted_training_resumes_from_its_checkpoint(tmp_path):
     assert whole.resumed_s is None and resumed.resumed_s > 30.0
     for a, b in zip(whole.history, resumed.history, strict=True):
         assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
-    assert not (tmp_path / "cut" / _checkpoint.META).exists()  # removed once training finished
+    # kept until the search records the result (it drops it then): a kill before that goes on
+    # from the end, training nothing again
+    assert (tmp_path / "cut" / _checkpoint.NPZ).exists()
+    told = []
+    again = train(None, job(tmp_path / "cut", lambda epoch, row: told.append(epoch)))
+    assert told == [] and again.history == resumed.history
+    train(None, job(tmp_path / "once", resume=False))  # no search resumes it (mpiopt train): dropped at the end
+    assert not (tmp_path / "once" / _checkpoint.NPZ).exists() and (tmp_path / "once" / "best.weights.h5").exists()
     assert (tmp_path / "cut" / "best.weights.h5").exists()
     assert (tmp_path / "cut" / "history.csv").read_text().count("\n") == 5
 

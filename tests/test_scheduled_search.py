@@ -13,6 +13,7 @@ import re
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -189,6 +190,24 @@ def test_asha_pauses_promotes_and_prunes_within_the_budget(cfg, tmp_path):
         assert t.duration_s == 1.0 + (t.resumed_s or 0.0) and (t.trial not in promoted or t.resumed_s), t
         assert t.wait_s == 0.004, t  # the group's wait for its last stretch, kept by a prune at the end
     assert "rung 3" in coordinator.searcher.report() or "rung 9" in coordinator.searcher.report()
+
+
+def test_a_trials_checkpoint_goes_once_the_journal_holds_its_result(cfg, tmp_path):
+    # the group leaves it in place: a kill before the result's record continues the trial from it,
+    # where it ended, instead of training it again from the start. A failed trial keeps its own.
+    class CheckpointingGroups(CurveGroups):
+        def send_task(self, group, task):
+            folder = Path(task.trial_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "checkpoint.npz").write_bytes(b"weights")
+            super().send_task(group, task)
+
+    _, summary = run(cfg.with_search(trials=12), tmp_path / "run", CheckpointingGroups(3, fail_from=6))
+    kept = {n for n in summary.trials if (tmp_path / "run" / "trials" / str(n) / "checkpoint.npz").exists()}
+    failed = {n for n, t in summary.trials.items() if t.status == TrialStatus.FAILED}
+    assert failed and kept == failed
+    assert {t.status for n, t in summary.trials.items() if n not in failed} == {TrialStatus.COMPLETED,
+                                                                                   TrialStatus.PRUNED}
 
 
 @pytest.mark.parametrize("trials, groups", [(4, 1), (5, 2), (12, 4)])

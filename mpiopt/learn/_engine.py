@@ -357,9 +357,11 @@ class _Epochs:
         if self.writer and self.job.out_dir is not None and self.stopped != "diverged":
             self.job.out_dir.mkdir(parents=True, exist_ok=True)
             flat.model.save_weights(str(self.job.out_dir / "best.weights.h5"))
-        if self.writer and self.job.out_dir is not None and self.stopped not in ("diverged", "paused"):
-            for name in (_checkpoint.NPZ, _checkpoint.META):  # done: the checkpoint has served
-                (self.job.out_dir / name).unlink(missing_ok=True)
+        # A search's trial keeps its checkpoint until the journal holds its result (the search
+        # drops it then): a kill before that continues the trial from it, where it ended. A run no
+        # search resumes (mpiopt train) is done with it here.
+        if self.writer and self.job.out_dir is not None and not self.job.resume and self.stopped != "diverged":
+            _checkpoint.drop(self.job.out_dir)
 
 
 def _schedule(training: dict[str, Any], spec: dict[str, Any], workers: int) -> Schedule:
