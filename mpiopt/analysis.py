@@ -157,7 +157,26 @@ def load_timeline(path: str | os.PathLike):
     events = _events(p)
     df = _typed(pd.DataFrame(stretch_rows(events, live=is_live(p)), columns=STRETCH_COLUMNS))
     df.attrs["lost"] = lost_intervals(events)
+    df.attrs["runs"] = run_spans(events)
     return df
+
+
+def run_spans(events) -> list[tuple[float, float]]:
+    """When the search ran: a (from, until) span for each run of it (the first, each --resume),
+    from its `session` record to its last record, so the time between a kill and its --resume is
+    no part of any; [] for a journal written before those records."""
+    spans: list[list[float]] = []
+    marked = False
+    for e in events:
+        at = e.get("time", e.get("end"))  # a `finish` has the group's end instead
+        if not isinstance(at, (int, float)):
+            continue
+        if e.get("event") == "session" or not spans:  # records before the first: a run of their own
+            marked |= e.get("event") == "session"
+            spans.append([float(at), float(at)])
+        else:
+            spans[-1][1] = max(spans[-1][1], float(at))
+    return [(a, b) for a, b in spans] if marked else []
 
 
 def lost_intervals(events) -> dict[int, list[tuple[float, float | None]]]:
@@ -221,10 +240,12 @@ def timeline(df):
     the busy share. A paused trial continues on whichever group is free, so a trial can count on
     several groups: the groups' `trials` can add up to more than the search's.
 
-    Utilization is busy time over (groups x active time), where active time is the union of the
-    trials' intervals, so the pause between a kill and its --resume is not counted as idle; a
-    group lost with its node (`df.attrs["lost"]`, from `load_timeline`) counts only its time
-    alive, and the summary's `lost` names it.
+    Utilization is busy time over (groups x active time), where active time is the time the
+    search ran (`df.attrs["runs"]`, from `load_timeline`: from each run's first record to its last),
+    so a group waiting for its next trial counts as idle and the pause between a kill and its
+    --resume does not; for a table without them (`load_results`, or a journal from before runs were
+    marked) it is the union of the trials' intervals. A group lost with its node
+    (`df.attrs["lost"]`) counts only its time alive, and the summary's `lost` names it.
     `dispatch_ms` is the coordinator's part of a hand-out (result received -> next trial sent);
     negative for a trial sent ahead, that long before the group's previous result came in (the
     latency is then reported over the hand-outs that did follow a result, and the ones sent ahead
@@ -239,7 +260,8 @@ def timeline(df):
     done = df.dropna(subset=["start", "end", "group"])
     if done.empty:
         return pd.DataFrame(columns=["group", "trials", "stretches", "busy_s", "utilization"]), {}
-    merged = _union(sorted((s.timestamp(), e.timestamp()) for s, e in zip(done.start, done.end, strict=True)))
+    merged = df.attrs.get("runs") or \
+        _union(sorted((s.timestamp(), e.timestamp()) for s, e in zip(done.start, done.end, strict=True)))
     active = sum(e - s for s, e in merged)
     lost = df.attrs.get("lost") or {}
     busy = (done.end - done.start).dt.total_seconds()

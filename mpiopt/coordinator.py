@@ -222,6 +222,7 @@ class Coordinator:
         self._last_ask_wait = 0.0  # the last hand-out's `ask_wait_s`: not the coordinator's time
         self._holding = False  # the searcher held a free group's trial back at the last look
         self._last_recv = self._clock()  # when the latest message came in
+        self._session_marked = False  # whether this run has written its `session` record
         self.scheduler = scheduler if scheduler is not None else Scheduler(epochs=int(cfg.training["epochs"]))
         self._rungs = frozenset(self.scheduler.rung_epochs())
         self._best_so_far: dict[int, float | None] = {}  # per trial: its best reported loss
@@ -268,8 +269,16 @@ class Coordinator:
     def _journal(self, event: dict[str, Any]) -> None:
         # written and flushed at once (safe from a kill); fsynced by a helper thread whenever the
         # loop has nothing waiting (group commit), and before the search ends
-        if self.run_dir is not None:
-            self.run_dir.append(event, sync=False)
+        if self.run_dir is None:
+            return
+        if not self._session_marked:
+            # where this run's stretch of the search begins (its first record): the timeline
+            # counts the groups' time from here to the run's last record, not the gap before
+            # a --resume; not at the start, where a search stopped before its first trial must
+            # leave an empty journal (to start again without --resume)
+            self._session_marked = True
+            self.run_dir.append({"event": "session", "time": time.time()}, sync=False)
+        self.run_dir.append(event, sync=False)
 
     def _table(self, force: bool = False) -> None:
         """Rewrite results.csv if it is behind, not more often than TABLE_EVERY_S (the journal is

@@ -250,7 +250,14 @@ def _numeric(series, log: bool) -> np.ndarray:
         index = {v: i for i, v in enumerate(_categories(series))}
         return series.map(index).to_numpy(float)
     values = series.to_numpy(float)
-    return np.log(values) if log and (values > 0).all() else values
+    return np.log(values) if _in_log_scale(series, log) else values
+
+
+def _in_log_scale(series, log: bool) -> bool:
+    """Whether a numeric parameter asked for in log scale can be: every value it took is
+    positive (a trial where it is inactive, NaN, takes none)."""
+    values = series.to_numpy(float)
+    return log and bool((values[~np.isnan(values)] > 0).all())
 
 
 def plot_importance(df, *, metric: str = "objective", log_params: Iterable[str] = ()):
@@ -323,7 +330,8 @@ def _unit_axis(series, log: bool) -> tuple[np.ndarray, list[tuple[float, str]]]:
         lo, hi = (float(known.min()), float(known.max())) if known.size else (0.0, 0.0)
         span = hi - lo if hi > lo else 1.0
         ends = [(0.0, lo), (1.0, hi)] if hi > lo else [(0.0, lo)] if known.size else []
-        unit, ticks = (raw - lo) / span, [(p, f"{math.exp(v) if log else v:.3g}") for p, v in ends]
+        shown = math.exp if _in_log_scale(series, log) else float
+        unit, ticks = (raw - lo) / span, [(p, f"{shown(v):.3g}") for p, v in ends]
     if inactive.any():
         unit = np.where(inactive, INACTIVE_AT, unit)
         ticks = [*ticks, (INACTIVE_AT, "inactive")]

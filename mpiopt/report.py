@@ -127,9 +127,8 @@ def summary_rows(run: Path, info: dict, df, usage: dict, direction: str, metric:
         params = ", ".join(f"{c[len('params_'):]}={b[c]}" for c in df.columns
                            if c.startswith("params_") and not _missing(b[c]))  # an inactive parameter: left out
         rows.append((f"best {metric} ({direction})", f"{b['objective']:.6g} at trial {int(b['trial'])}: {params}"))
-    if df["start"].notna().any():
-        span = (df[["start", "end"]].max().max() - df["start"].min()).total_seconds()
-        rows.append(("wall time", f"{span / 60:.1f} min"))
+    if usage.get("active_s"):  # the time the search ran (its stretches of training, interrupted ones too)
+        rows.append(("wall time", f"{usage['active_s'] / 60:.1f} min"))
     if math.isfinite(usage.get("utilization", math.nan)):  # none where the trials took no measurable time
         rows.append(("group utilization", f"{usage['utilization']:.0%} of {usage['groups']} groups"))
     scheduler = (info.get("search") or {}).get("scheduler")

@@ -561,6 +561,33 @@ def test_timeline_counts_a_group_lost_with_its_node_only_while_it_lived():
     assert timeline(stretches)[0].utilization.tolist() == [1.0, 0.5]
 
 
+def test_timeline_counts_a_groups_wait_for_its_next_trial_as_idle_but_not_the_gap_before_a_resume():
+    import pandas as pd
+
+    from mpiopt.analysis import run_spans, timeline
+
+    t = pd.Timestamp("2026-11-27T10:00:00", tz="UTC")
+    s = pd.Timedelta(seconds=1)
+    at = [(t + k * s).timestamp() for k in range(200)]
+    # one group: trials of 2 s with 2 s waits for the coordinator between them; killed after 10 s,
+    # resumed at 100 s
+    events = [{"event": "session", "time": at[0]}, {"event": "start", "trial": 0, "time": at[0]},
+              {"event": "finish", "trial": 0, "start": at[0], "end": at[2]},
+              {"event": "start", "trial": 1, "time": at[4]}, {"event": "finish", "trial": 1, "start": at[4], "end": at[6]},
+              {"event": "start", "trial": 2, "time": at[8]}, {"event": "report", "trial": 2, "epoch": 1, "time": at[10]},
+              {"event": "session", "time": at[100]}, {"event": "start", "trial": 2, "time": at[100]},
+              {"event": "finish", "trial": 2, "start": at[100], "end": at[102]}]
+    assert run_spans(events) == [(at[0], at[10]), (at[100], at[102])]
+    assert run_spans([e for e in events if e["event"] != "session"]) == []  # a journal from before runs were marked
+    stretches = pd.DataFrame({"trial": [0, 1, 2, 2], "status": ["completed", "completed", "interrupted", "completed"],
+                              "epochs": [1, 1, 1, 1], "start": [t, t + 4 * s, t + 8 * s, t + 100 * s],
+                              "end": [t + 2 * s, t + 6 * s, t + 10 * s, t + 102 * s], "group": [0] * 4, "ranks": [1] * 4})
+    assert timeline(stretches)[1]["utilization"] == 1.0  # the table alone: only the trials' own intervals
+    stretches.attrs["runs"] = run_spans(events)
+    per, summary = timeline(stretches)
+    assert summary["active_s"] == 12.0 and summary["utilization"] == 8 / 12  # the waits count, the 90 s gap not
+
+
 def test_yaml_numbers_without_a_dot(write_yaml, tmp_path):
     # PyYAML reads 1e-4 as text (YAML 1.1); a user writes it as a number
     from mpiopt.config import load_config

@@ -163,6 +163,20 @@ def test_parallel_coordinates_and_slices_of_a_conditional_space(df):
     assert left < 0 and right > len(kind.get_xticks()) - 1
 
 
+def test_a_conditional_log_uniform_axis_is_in_log_scale_and_labelled_with_its_values(df):
+    cond = df.copy()
+    cond["params_y"] = np.where(cond.trial % 3 == 0, np.nan, 10.0 ** (cond.trial % 4 - 3))  # 0.001 .. 1
+    active = cond.loc[completed(cond).index, "params_y"].dropna()
+    ax = plots.plot_parallel(cond, direction="minimize", log_params=["y"]).axes[0]
+    labels = [t.get_text() for t in ax.texts]
+    assert f"{active.min():.3g}" in labels and f"{active.max():.3g}" in labels  # the values, not their logs
+    on_y = sorted(line.get_ydata()[1] for line in ax.lines if len(line.get_xdata()) == 3)
+    middle = [u for u in on_y if 0 < u < 1]
+    spread = np.log10(sorted(set(active)))
+    assert middle and all(np.isclose((np.log10(v) - spread[0]) / (spread[-1] - spread[0]), middle).any()
+                          for v in set(active) if spread[0] < np.log10(v) < spread[-1])  # evenly in decades
+
+
 def test_slices_draw_one_panel_a_parameter_categorical_ones_too(df):
     fig = plots.plot_slices(df, direction="minimize")
     panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_xlabel() in ("x", "y", "kind")]
