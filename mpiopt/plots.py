@@ -390,6 +390,11 @@ def plot_curves(history, df, *, metric: str = "objective", direction: str | None
                         "table (mpiopt.load_results)")
     if metric == "objective" and metric not in history.columns:  # the reports name the figure of merit
         metric = df.attrs.get("metric", metric)
+    reported = [c for c in history.columns if c not in ("trial", "epoch")]
+    if metric == "objective" and metric not in reported and reported and not history.empty:
+        # a table that is not load_results' own (read from results.csv) does not name its figure of merit
+        raise PlotUnavailable(f"this table does not say which reported metric is the figure of merit: pass metric= "
+                              f"one of {', '.join(reported)}")
     if history.empty or metric not in history.columns:
         raise PlotUnavailable(f"no per-epoch reports of {metric} (the objective does not report, or no trial has yet)")
     direction = _direction(df, direction, metric)
@@ -459,7 +464,7 @@ def plot_timeline(df, *, now=None):
         seen.add(status)
     ax.set_xlabel("minutes since the search started")
     ax.set_ylabel("group")
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one group: its number, no fractions
     ax.invert_yaxis()
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, not on them
     _, summary = timeline(df)

@@ -573,15 +573,18 @@ def test_timeline_counts_a_groups_wait_for_its_next_trial_as_idle_but_not_the_ga
     # resumed at 100 s
     events = [{"event": "session", "time": at[0]}, {"event": "start", "trial": 0, "time": at[0]},
               {"event": "finish", "trial": 0, "start": at[0], "end": at[2]},
-              {"event": "start", "trial": 1, "time": at[4]}, {"event": "finish", "trial": 1, "start": at[4], "end": at[6]},
-              {"event": "start", "trial": 2, "time": at[8]}, {"event": "report", "trial": 2, "epoch": 1, "time": at[10]},
+              {"event": "start", "trial": 1, "time": at[4]},
+              {"event": "finish", "trial": 1, "start": at[4], "end": at[6]},
+              {"event": "start", "trial": 2, "time": at[8]},
+              {"event": "report", "trial": 2, "epoch": 1, "time": at[10]},
               {"event": "session", "time": at[100]}, {"event": "start", "trial": 2, "time": at[100]},
               {"event": "finish", "trial": 2, "start": at[100], "end": at[102]}]
     assert run_spans(events) == [(at[0], at[10]), (at[100], at[102])]
     assert run_spans([e for e in events if e["event"] != "session"]) == []  # a journal from before runs were marked
     stretches = pd.DataFrame({"trial": [0, 1, 2, 2], "status": ["completed", "completed", "interrupted", "completed"],
                               "epochs": [1, 1, 1, 1], "start": [t, t + 4 * s, t + 8 * s, t + 100 * s],
-                              "end": [t + 2 * s, t + 6 * s, t + 10 * s, t + 102 * s], "group": [0] * 4, "ranks": [1] * 4})
+                              "end": [t + 2 * s, t + 6 * s, t + 10 * s, t + 102 * s], "group": [0] * 4,
+                              "ranks": [1] * 4})
     assert timeline(stretches)[1]["utilization"] == 1.0  # the table alone: only the trials' own intervals
     stretches.attrs["runs"] = run_spans(events)
     per, summary = timeline(stretches)

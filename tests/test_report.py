@@ -214,6 +214,14 @@ def test_learning_curves_say_why_without_reports(df):
         plots.plot_curves(mpiopt.load_history(FIXTURE).iloc[0:0], df)
 
 
+def test_learning_curves_of_a_table_read_from_csv_ask_which_metric(df):
+    # results.csv does not say which of a model's reported metrics is the figure of merit
+    history = mpiopt.load_history(FIXTURE).rename(columns={"objective": "val_accuracy"}).assign(val_loss=1.0)
+    with pytest.raises(plots.PlotUnavailable, match="pass metric= one of val_accuracy, loss, val_loss"):
+        plots.plot_curves(history, df.copy())
+    assert plots.plot_curves(history, df, metric="val_accuracy", direction="maximize").axes[0].lines
+
+
 def test_timeline_draws_a_bar_a_trial_on_its_group_with_the_utilization(df):
     fig = plots.plot_timeline(df)
     ax = fig.axes[0]
@@ -221,6 +229,12 @@ def test_timeline_draws_a_bar_a_trial_on_its_group_with_the_utilization(df):
     assert len(bars) == len(df)
     assert {round((b.y0 + b.y1) / 2) for b in bars} == set(df.group.astype(int))
     assert "utilization" in ax.get_title()
+
+
+def test_timeline_of_one_group_labels_the_group_not_fractions(df):
+    ax = plots.plot_timeline(df.assign(group=0)).axes[0]
+    low, high = sorted(ax.get_ylim())
+    assert [t for t in ax.get_yticks() if low <= t <= high] == [0]
 
 
 def big_table(n: int, groups: int):
