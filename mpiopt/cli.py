@@ -1145,6 +1145,7 @@ def _run_dir_state(out: Path) -> str:
 
     refuse_a_file_in_the_way(out)
     run = RunDir(out)
+    run.refuse_a_journal_that_is_no_file()
     if run.holds_search() and is_live(out):
         return "a search is running there now"
     if run.holds_search():

@@ -59,7 +59,10 @@ def read_journal(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """
     events: list[dict[str, Any]] = []
     problems: list[str] = []
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:  # a folder of that name, no permission: the run directory's fault, not mpiopt's
+        raise ConfigError(f"cannot read the journal: {exc.strerror or exc}", source=str(path)) from None
     lines = data.split(b"\n")
     for i, line in enumerate(lines, 1):
         if not line.strip():
@@ -330,7 +333,12 @@ class RunDir:
         self._since: float | None = None  # when this search opened the directory
 
     def holds_search(self) -> bool:
-        return self.journal_path.exists() and self.journal_path.stat().st_size > 0
+        return self.journal_path.is_file() and self.journal_path.stat().st_size > 0
+
+    def refuse_a_journal_that_is_no_file(self) -> None:
+        if self.journal_path.exists() and not self.journal_path.is_file():
+            raise ConfigError(f"{JOURNAL} is not a file (a folder of that name?): this is no run directory of "
+                              "mpiopt's", source=str(self.shown))
 
     def started_here(self) -> bool:
         """Whether a search opened this folder (its config.yaml is here), trials recorded or not."""
@@ -342,6 +350,7 @@ class RunDir:
         run on every rank before MPI and TensorFlow start."""
         where = str(self.shown)
         refuse_a_file_in_the_way(self.shown)
+        self.refuse_a_journal_that_is_no_file()
         # a search stopped before its first trial leaves its config.yaml: --resume starts it, as
         # its interrupted line said (an empty or unknown folder is more likely a mistyped --out)
         if resume and not self.holds_search() and not self.started_here():

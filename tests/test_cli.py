@@ -202,6 +202,24 @@ def test_bad_inputs_exit_2_with_one_line(write_yaml, tmp_path):
                    "objective.function", "has no 'nope'")
 
 
+def test_a_journal_that_is_no_file_is_one_line_for_every_command(write_yaml, tmp_path, capsys):
+    from mpiopt.cli import main
+
+    run = tmp_path / "run"
+    (run / "trials.jsonl").mkdir(parents=True)
+    space = str(write_yaml(SPACE))
+    for argv in (["results", str(run)], ["status", str(run)], ["report", str(run)],
+                 ["search", space, "--out", str(run), "--resume"], ["search", space, "--out", str(run)],
+                 ["check", space, "--out", str(run)]):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("mpiopt: error: ") and "trials.jsonl" in err[0] and \
+            ("cannot read the journal" in err[0] or "is not a file" in err[0]), (argv, err)
+    with pytest.raises(ConfigError, match="Is a directory"):  # the notebook's error for a bad folder
+        mpiopt.load_results(run)
+
+
 @pytest.mark.parametrize("var, value, expected", [
     ("MPIOPT_FRESH_SHARE", "abc", "expected a number >= 0, got 'abc'"),
     ("MPIOPT_SPIN", "-1", "expected a number from 0 to 1, got '-1'"),
