@@ -22,6 +22,12 @@ def format_hours(hours: float) -> str:
     return f"{hours:.1f} h"
 
 
+def params_text(params: dict[str, Any]) -> str:
+    """A trial's parameters on one line for people: reals to 6 significant digits (the table and
+    `--best --format yaml` keep every digit)."""
+    return ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
+
+
 def format_rate(per_hour: float, unit: str) -> str:
     """A rate for people, in the unit of time that keeps its number short: 120 trials/h,
     45 trials/min, 16 trials/s (a search of seconds would say 58840 trials/h)."""

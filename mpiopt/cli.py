@@ -763,8 +763,8 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float, took_s: 
         _say_and_log(f"Pareto front: {len(on)} trials ({', '.join(map(str, sorted(on)))}); "
                      f"mpiopt results {run_dir.shown} lists them")
     elif best is not None and not cfg.objective.pareto:
-        params = ", ".join(f"{k}={v!r}" for k, v in best.params.items())
-        _say_and_log(f"best {cfg.objective.metric} = {best.objective:.6g} at trial {best.trial}: {params}")
+        _say_and_log(f"best {cfg.objective.metric} = {best.objective:.6g} at trial {best.trial}: "
+                     f"{view.params_text(best.params)}")
     elif not summary.stopped:  # a search stopped early has said why
         _say_and_log(f"no trial completed; see `mpiopt results {run_dir.shown}` and trials/<id>/error.txt")
     if not summary.discard:

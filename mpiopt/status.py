@@ -18,8 +18,8 @@ from datetime import datetime
 from pathlib import Path
 
 from ._errors import ConfigError
-from .analysis import _run_info, direction_of, run_directory
-from ._results_view import format_hours, format_rate
+from .analysis import _run_info, direction_of, lost_intervals, run_directory
+from ._results_view import format_hours, format_rate, params_text
 from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, LOCK, read_journal, replay
 from .scheduler import Scheduler, make_scheduler
 from .trial import TrialRecord, TrialStatus, reached_by_state
@@ -211,7 +211,19 @@ def status_text(path: str, now: float | None = None) -> str:
     lines += _rate_lines(list(trials.values()), budget, now, alive, dead, eta=not epoch_lines)
     lines += epoch_lines
     lines += _group_lines(trials, last_signs(events), now, limit, alive)
+    lines += _lost_group_lines(events, now, alive, has_header=any(line == "groups:" for line in lines))
     return "\n".join(lines)
+
+
+def _lost_group_lines(events: list[dict], now: float, alive: Liveness, has_header: bool) -> list[str]:
+    """The groups this run of a running search has lost (their ranks went silent) and not got back."""
+    if alive.state != "running":
+        return []
+    lost = sorted((group, spans[-1][0]) for group, spans in lost_intervals(events).items()
+                  if spans[-1][1] is None and (alive.since is None or spans[-1][0] >= alive.since))
+    out = [f"  group {group}: lost {format_hours((now - at) / 3600)} ago (its ranks went silent: a node lost?); "
+           "the search goes on without it" for group, at in lost]
+    return out if has_header or not out else ["groups:", *out]
 
 
 def _file_budget(space: str) -> int | None:
@@ -281,7 +293,9 @@ def _count_lines(trials: list[TrialRecord], budget: int, alive: Liveness) -> lis
               TrialStatus.PAUSED: "paused"}
     extra = [f"{counts[s]} {label}" for s, label in labels.items() if counts.get(s)]
     extra += [f"{ahead} sent ahead"] if ahead else []
-    return [f"trials: {finished} of {budget} finished{share}" + (f": {done}" if done else "")
+    told = f"{finished} of {budget} finished{share}" if budget else \
+        f"{finished} finished (the budget is unknown: no config.yaml)"
+    return [f"trials: {told}" + (f": {done}" if done else "")
             + ("; " + ", ".join(extra) if extra else "")]
 
 
@@ -298,8 +312,7 @@ def _best_lines(run: Path, trials: list[TrialRecord]) -> list[str]:
         return ["best: no trial has completed"]
     pick = min if direction == "minimize" else max
     best = pick(done, key=lambda t: t.objective)
-    params = ", ".join(f"{k}={v}" for k, v in best.params.items())
-    return [f"best {metric}: {best.objective:.6g} at trial {best.trial} ({params})"]
+    return [f"best {metric}: {best.objective:.6g} at trial {best.trial} ({params_text(best.params)})"]
 
 
 def _rate_lines(trials: list[TrialRecord], budget: int, now: float, alive: Liveness, dead: tuple[float, float] | None,

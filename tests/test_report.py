@@ -397,7 +397,9 @@ def test_status_of_a_finished_search(tmp_path):
     assert dict(summary_rows(run, {}, mpiopt.load_results(run), {}, "minimize", "objective"))["state"] == \
         f"ended: {stopped}"
     assert "40 of 40 finished (100%): 10 completed, 7 failed, 23 pruned" in text
-    assert "best objective: 8.34627 at trial 39" in text and "groups:" not in text
+    assert "best objective: 8.34627 at trial 39 (x=3.6063, y=0.0439723, kind=a)" in text and "groups:" not in text
+    (run / "config.yaml").unlink()  # a run directory copied without it
+    assert "trials: 40 finished (the budget is unknown: no config.yaml): 10 completed" in status_text(str(run))
 
 
 def test_status_of_a_killed_search_says_so_and_how_to_go_on(tmp_path):
@@ -553,6 +555,21 @@ def test_status_of_a_running_search_lists_groups_and_warns_of_a_silent_one(tmp_p
     busy = {starts[n]["group"] for n in starts if n not in finished}
     running = len([n for n in starts if n not in finished]) + 1
     assert counted.endswith(f"; {len(busy)} running, {running - len(busy)} sent ahead"), counted
+
+
+def test_status_of_a_running_search_names_a_group_it_lost(tmp_path):
+    run = copy_run(tmp_path)
+    lines = (run / "trials.jsonl").read_text().splitlines()[:60]
+    last = max(json.loads(line).get("time") or json.loads(line).get("end") or 0 for line in lines)
+    lost = json.dumps({"event": "lost", "group": 7, "time": last - 20})
+    (run / "trials.jsonl").write_text("\n".join([*lines, lost]) + "\n")
+    beat(run, "running", 2)
+    text = status_text(str(run), now=last + 40)
+    assert "  group 7: lost 60 s ago (its ranks went silent: a node lost?); the search goes on without it" in \
+        text.splitlines(), text
+    back = json.dumps({"event": "back", "group": 7, "time": last - 10})
+    (run / "trials.jsonl").write_text("\n".join([*lines, lost, back]) + "\n")
+    assert "group 7: lost" not in status_text(str(run), now=last + 40)
 
 
 def test_the_progress_line_comes_at_a_tenth_of_the_budget_but_not_often():
