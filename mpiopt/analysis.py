@@ -316,8 +316,13 @@ def _events(path: Path) -> list[dict]:
         raise ConfigError(f"holds no search (no {JOURNAL})", source=str(path))
     events, problems = read_journal(journal)
     for msg in problems:
-        log.warning(msg)
+        if msg not in _WARNED:  # once a process: a report reads the journal for each of its views
+            _WARNED.add(msg)
+            log.warning(msg)
     return events
+
+
+_WARNED: set[str] = set()  # the journal problems this process has warned of
 
 
 def _trials(path: Path) -> dict:

@@ -195,7 +195,7 @@ def status_text(path: str, now: float | None = None) -> str:
     run = run_directory(path)
     if not (run / JOURNAL).exists():
         raise ConfigError(f"holds no search (no {JOURNAL})", source=str(path))
-    events, _ = read_journal(run / JOURNAL)
+    events, problems = read_journal(run / JOURNAL)
     trials = replay(events)
     info = _run_info(run)
     budget = int((info.get("search") or {}).get("trials") or 0)
@@ -212,6 +212,7 @@ def status_text(path: str, now: float | None = None) -> str:
     lines += epoch_lines
     lines += _group_lines(trials, last_signs(events), now, limit, alive)
     lines += _lost_group_lines(events, now, alive, has_header=any(line == "groups:" for line in lines))
+    lines += [f"warning: {problem}" for problem in problems]  # a torn or corrupt line, as `mpiopt results` says
     return "\n".join(lines)
 
 

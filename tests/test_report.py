@@ -398,8 +398,12 @@ def test_status_of_a_finished_search(tmp_path):
         f"ended: {stopped}"
     assert "40 of 40 finished (100%): 10 completed, 7 failed, 23 pruned" in text
     assert "best objective: 8.34627 at trial 39 (x=3.6063, y=0.0439723, kind=a)" in text and "groups:" not in text
+    journal = run / "trials.jsonl"
+    journal.write_bytes(journal.read_bytes()[:-30])  # killed mid-write: status says so, as results does
+    assert status_text(str(run)).splitlines()[-1].endswith("skipped a torn last line (the search was stopped "
+                                                           "mid-write)")
     (run / "config.yaml").unlink()  # a run directory copied without it
-    assert "trials: 40 finished (the budget is unknown: no config.yaml): 10 completed" in status_text(str(run))
+    assert "trials: 39 finished (the budget is unknown: no config.yaml): 9 completed" in status_text(str(run))
 
 
 def test_status_of_a_killed_search_says_so_and_how_to_go_on(tmp_path):
