@@ -311,7 +311,7 @@ def _overlap(merged: list[tuple[float, float]], start: float, until: float | Non
 
 def _events(path: Path) -> list[dict]:
     """The events of a run directory's journal (what cannot be read is logged)."""
-    journal = path / JOURNAL
+    journal = run_directory(path) / JOURNAL
     if not journal.exists():
         raise ConfigError(f"holds no search (no {JOURNAL})", source=str(path))
     events, problems = read_journal(journal)

@@ -170,18 +170,27 @@ def plot_history(df, *, direction: str | None = None, metric: str = "objective")
     by_trial.xaxis.set_major_locator(MaxNLocator(integer=True))
     by_trial.set_ylabel(_label(df, metric))
     t0 = df["start"].dropna().min()
+    per, unit = _elapsed_unit((done["end"].max() - t0).total_seconds())
 
-    def minutes(rows):
-        return (rows["end"] - t0).dt.total_seconds().to_numpy() / 60.0
+    def elapsed(rows):
+        return (rows["end"] - t0).dt.total_seconds().to_numpy() / per
 
-    by_time.scatter(minutes(shown), shown["objective"], s=14, color="tab:blue")
-    by_time.step(*_steps(minutes(done), _best_so_far(done["objective"].to_numpy(float), direction)), where="post",
+    by_time.scatter(elapsed(shown), shown["objective"], s=14, color="tab:blue")
+    by_time.step(*_steps(elapsed(done), _best_so_far(done["objective"].to_numpy(float), direction)), where="post",
                  color="tab:red")
-    by_time.set_xlabel("minutes since the search started")
+    by_time.set_xlabel(f"{unit} since the search started")
     others = int((df["status"] != "completed").sum())
     by_trial.legend(title=f"{len(done)} completed, {others} not", fontsize="small")
     fig.suptitle(f"Optimization history ({direction} {_label(df, metric)}{_drawn(shown, done)})")
     return fig
+
+
+def _elapsed_unit(span_s: float) -> tuple[float, str]:
+    """Seconds a unit, and its name, for a time axis spanning `span_s`: seconds, minutes or hours,
+    whichever keeps its ticks short."""
+    if span_s >= 7200:
+        return 3600.0, "hours"
+    return (1.0, "seconds") if span_s < 120 else (60.0, "minutes")  # NaN (no end yet): minutes
 
 
 # -- Pareto front -----------------------------------------------------------------------------------
@@ -364,7 +373,10 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
             ax.set_xlim(-0.5, len(cats) - 0.5)  # every category's tick, whatever the points' spread
         else:
             x = done[c].to_numpy(float)
-            if name in logs and _spans_decades(x, 10):  # a log axis within a decade labels its ticks unreadably
+            taken = np.unique(x[~np.isnan(x)])
+            if len(taken) == 1:  # every point at one value: one tick there (matplotlib's spread them over 1e-3)
+                ax.set_xticks(taken, [f"{taken[0]:.4g}"])
+            elif name in logs and _spans_decades(x, 10):  # a log axis within a decade labels its ticks unreadably
                 ax.set_xscale("log")
                 ax.xaxis.set_minor_formatter(NullFormatter())  # 2x10^-3, 3x10^-3, ... run into each other
             elif is_integer_dtype(done[c]):  # an integer parameter (Int64 in load_results) has whole ticks
@@ -385,6 +397,8 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
 def plot_curves(history, df, *, metric: str = "objective", direction: str | None = None):
     """Every trial's per-epoch `metric` (`mpiopt.load_history`), coloured by the trial's status;
     a trial stopped or paused by a scheduler ends in a cross."""
+    from matplotlib.ticker import MaxNLocator
+
     if "epoch" not in history.columns or "status" not in df.columns:
         raise TypeError("plot_curves(history, df): the per-epoch table (mpiopt.load_history) first, then the results "
                         "table (mpiopt.load_results)")
@@ -419,6 +433,7 @@ def plot_curves(history, df, *, metric: str = "objective", direction: str | None
     ax.legend([Line2D([], [], color=STATUS_COLOURS.get(s, "black")) for s in counts],
               [f"{s} ({n})" for s, n in counts.items()], fontsize="small")
     ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no half epochs on a short curve
     ax.set_ylabel(metric)
     note = f", {len(drawn):,} of {curves.ngroups:,} trials drawn" if drawn is not None else ""
     ax.set_title(f"Learning curves ({direction} {metric}{note})")
@@ -455,14 +470,15 @@ def plot_timeline(df, *, now=None):
     ax = fig.subplots()
     seen: set[str] = set()
     # one collection of bars a group and status (barh would make an artist a trial)
+    per, unit = _elapsed_unit((end.max() - t0).total_seconds())
     for (status, group), rows in started.assign(stop=end).groupby(["status", "group"]):
-        left = (rows["start"] - t0).dt.total_seconds().to_numpy() / 60.0
-        width = (rows["stop"] - rows["start"]).dt.total_seconds().to_numpy() / 60.0
+        left = (rows["start"] - t0).dt.total_seconds().to_numpy() / per
+        width = (rows["stop"] - rows["start"]).dt.total_seconds().to_numpy() / per
         ax.broken_barh(list(zip(left, width, strict=True)), (int(group) - 0.4, 0.8),
                        facecolors=STATUS_COLOURS.get(status, "black"), edgecolor="white", linewidth=0.4,
                        label=None if status in seen else status)
         seen.add(status)
-    ax.set_xlabel("minutes since the search started")
+    ax.set_xlabel(f"{unit} since the search started")
     ax.set_ylabel("group")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one group: its number, no fractions
     ax.invert_yaxis()
