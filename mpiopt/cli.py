@@ -24,7 +24,8 @@ from . import _results_view as view
 from ._errors import ConfigError
 from ._files import refuse_a_file_in_the_way
 from ._log import FILE_ONLY, STATS, HeldLines, log_to_file, set_rank_tag, setup_logging, stop_logging_to
-from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_or_raise, env_size, mpi_main, prepare_threads,
+from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_or_raise, env_size, hold_warnings, mpi_main,
+                     prepare_threads,
                      relaunch, say_error, warn_once)
 from .space import Categorical
 from .trial import TrialRecord, TrialResult, TrialStatus
@@ -153,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _env.check()
         _check_args(args)
         setup_logging()
+        if args.np and args.command in ("search", "train"):
+            hold_warnings()  # the relaunched job's rank 0 says them: once, not twice
         job = _prepare_job(args) if args.command in ("search", "train") else None
         if args.np and args.command in ("search", "train"):
             return relaunch(argv, args.np)
@@ -232,6 +235,8 @@ def _prepare_job(args) -> _Job:
             out = from_dir / f"train-trial-{number}"
         params, training = parse_sets(cfg, args.sets, base)
         cfg = replace(cfg, training=training)
+        if (note := _unread_mode_keys_in_training(cfg, params, args.sets)) is not None:
+            warn_once(note)
         out = Path(args.out) if args.out else out
         _refuse_a_finished_training(out)
         changed = [item.partition("=")[0].strip() for item in args.sets]
@@ -896,6 +901,25 @@ def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tupl
     params, training = _active_only(cfg, params, training, sets)
     check_trained_values(cfg.objective, training, "--set" if sets else cfg.source or str(cfg.path))
     return params, training
+
+
+def _unread_mode_keys_in_training(cfg, params: dict[str, Any], sets: list[str]) -> str | None:
+    """`mpiopt train`'s note of the mode keys it is given (in the file's training, a parameter or a
+    --set) that its one group does not read: on one rank, or under another mode. As `check` notes
+    them for a search."""
+    from .config import MODE_KEYS
+
+    if cfg.objective.kind != "model":
+        return None
+    raw = cfg.raw.get("training") if isinstance(cfg.raw.get("training"), dict) else {}
+    given = set(raw) | set(params) | {item.partition("=")[0].strip() for item in sets}
+    mode, ranks = cfg.training["mode"], env_size()
+    unread = [key for key in MODE_KEYS if key in given and (ranks == 1 or mode not in MODE_KEYS[key])]
+    if not unread:
+        return None
+    where = "mpiopt train runs on 1 rank" if ranks == 1 else f"training.mode is {mode}"
+    they = "they change" if len(unread) > 1 else "it changes"
+    return f"{', '.join(f'training.{k}' for k in unread)}: not read where {where}, so {they} nothing"
 
 
 def _refuse_a_key_a_function_never_reads(cfg, name: str) -> None:

@@ -55,9 +55,17 @@ def say_error(message: str) -> None:
         print(f"mpiopt: error: {message}", file=sys.stderr, flush=True)
 
 
+_held = []  # set: this process relaunches itself under mpiexec (--np), whose rank 0 warns instead
+
+
+def hold_warnings() -> None:
+    """`warn_once` says nothing in this process: it runs again under mpiexec, which says it."""
+    _held.append(True)
+
+
 def warn_once(message: str) -> None:
     """A warning before MPI starts, when every rank says the same: printed by rank 0 only."""
-    if env_rank() == 0:
+    if env_rank() == 0 and not _held:
         log.warning("%s", message)
 
 

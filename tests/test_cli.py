@@ -714,6 +714,32 @@ def test_set_warns_of_what_train_does_not_read_or_the_space_does_not_hold(write_
     assert any("--set x=100.0 is outside the search space" in m for m in said), said
 
 
+def test_train_notes_the_mode_keys_its_one_group_does_not_read(write_yaml, monkeypatch):
+    from dataclasses import replace
+
+    from mpiopt import _env
+    from mpiopt.cli import _unread_mode_keys_in_training, parse_sets
+    from mpiopt.config import load_config
+
+    for name in _env.RANK_VARIABLES + _env.SIZE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    cfg = load_config(write_yaml(TINY_MODEL.replace("training: {epochs: 1}", "training: {epochs: 1, kappa: 2}")),
+                      resolve=False)
+
+    def note(*sets):
+        params, training = parse_sets(cfg, list(sets))
+        return _unread_mode_keys_in_training(replace(cfg, training=training), params, list(sets))
+
+    assert note("mode=easgd", "elastic_force=0.5") == ("training.kappa, training.elastic_force: not read where mpiopt "
+                                                      "train runs on 1 rank, so they change nothing")
+    monkeypatch.setenv("PMI_SIZE", "3")  # under mpiexec -n 3: a master and two workers
+    assert note("mode=easgd", "elastic_force=0.5") == "training.kappa: not read where training.mode is easgd, so " \
+                                                      "it changes nothing"
+    assert note("mode=gem", "optimizer={name: sgd, momentum: 0.9}") is None
+    assert note("mode=allreduce", "sync_every=4") == ("training.kappa, training.sync_every: not read where "
+                                                     "training.mode is allreduce, so they change nothing")
+
+
 def test_set_checks_a_searched_training_key_as_the_file_would(write_yaml):
     from mpiopt.cli import parse_sets
     from mpiopt.config import load_config
