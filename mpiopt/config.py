@@ -807,7 +807,19 @@ def _optimizer(value: Any, source: str, field: str) -> str | dict[str, Any]:
             raise ConfigError(f"expected `option: number` pairs, got {k!r}: {v!r}", source=source,
                               field=f"{field}.{k}")
         out[k] = v
-    return out
+    return _master_can_take(out, source, field)
+
+
+def _master_can_take(spec: dict[str, Any], source: str, field: str) -> dict[str, Any]:
+    """The optimizer spec, once the master's own optimizer takes its options (names, ranges):
+    refused here, in its field, not at the first training step."""
+    from .learn.optimizers import make_master_optimizer
+
+    try:
+        make_master_optimizer(spec, 1)
+    except ValueError as exc:
+        raise ConfigError(str(exc), source=source, field=field) from None
+    return spec
 
 
 def _early_stopping(value: Any, source: str, field: str) -> dict[str, Any] | None:

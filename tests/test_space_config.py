@@ -151,6 +151,9 @@ BAD = [
     (GOOD + "training: {epochs: 2.5}\n", ["training.epochs", "integer >= 1"]),
     (GOOD + "training: {mode: sync}\n", ["training.mode", "downpour, easgd, gem, allreduce"]),
     (GOOD + "training: {optimizer: adamm}\n", ["training.optimizer", "did you mean 'adam'"]),
+    (GOOD + "training: {optimizer: {name: sgd, momentum: 2}}\n", ["training.optimizer", "must be a finite number in "
+                                                                  "[0.0, 1.0], got 2"]),
+    (GOOD + "training: {optimizer: {name: adam, beta_9: 0.3}}\n", ["training.optimizer", "unknown option 'beta_9'"]),
     (GOOD + "training: {early_stopping: {patience: -1}}\n", ["training.early_stopping.patience"]),
     (GOOD + "training: {time_limit: 0}\n", ["training.time_limit", "positive number"]),
     (GOOD + "training: {lr_scaling: quadratic}\n", ["training.lr_scaling", "none, linear, sqrt"]),

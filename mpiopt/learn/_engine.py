@@ -892,7 +892,9 @@ class _Worker:
         for epoch in range(self.start_epoch, int(self.job.training["epochs"])):
             if self.stop:
                 break
-            mine = self._train_epoch(epoch)
+            mine, whole = self._train_epoch(epoch)
+            if not whole:  # broken off by a stop: no row for an epoch half trained
+                break
             self._report_epoch(epoch, mine)
         self.comm.send_bytes(json.dumps({"kind": "done", "reason": self.reason}).encode(), 0, TAG_REPORT)
         _gather_timing(self.comm, self.tracer, self.job, _master_worker_labels(self.size))
@@ -910,8 +912,9 @@ class _Worker:
             with self.tracer.span("wait"):
                 self.stop = self.comm.recv_bytes(0, TAG_DECISION) == b"stop"
 
-    def _train_epoch(self, epoch: int) -> int:
-        """The epoch's batches on this worker's shard, exchanging every `sync` of them; the shard's size."""
+    def _train_epoch(self, epoch: int) -> tuple[int, bool]:
+        """The epoch's batches on this worker's shard, exchanging every `sync` of them: the shard's
+        size, and whether every batch was trained (a stop, or the time limit, breaks it off)."""
         x, y = self.job.source.shard(self.me, self.workers, epoch, self.job.seed)
         mine = n_samples(x)
         self.model.reset_metrics()
@@ -919,7 +922,7 @@ class _Worker:
         for lo in range(0, mine, self.bs):
             if self.deadline.passed():
                 self.stop, self.reason = True, "timeout"
-                break
+                return mine, False
             hi = min(lo + self.bs, mine)
             loss = self._local_step(x, y, lo, hi, epoch)
             k, loss_sum, nb = k + 1, loss_sum + loss, nb + hi - lo
@@ -927,8 +930,8 @@ class _Worker:
                 self._exchange(loss_sum, k, nb)
                 k, loss_sum, nb = 0, 0.0, 0
                 if self.stop:
-                    break
-        return mine
+                    return mine, hi == mine
+        return mine, True
 
     def _local_step(self, x, y, lo: int, hi: int, epoch: int) -> float:
         """The batch [lo, hi): a local step (easgd) or its gradient added to the next contribution; its loss."""
