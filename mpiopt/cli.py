@@ -1284,8 +1284,8 @@ def cmd_results(args) -> int:
                          else view.as_yaml(view.records(top)))
     else:
         counts = df["status"].value_counts().to_dict()
-        print(f"{args.dir}: {len(df)} trials (" + ", ".join(f"{n} {s}" for s, n in counts.items())
-              + f"); {direction} {metric}"
+        by_status = " (" + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")" if counts else ""
+        print(f"{args.dir}: {len(df)} trial{'s' * (len(df) != 1)}{by_status}; {direction} {metric}"
               + (f"; the first {len(top)} shown (--top K)" if len(top) < len(df) and not args.best else ""))
         print(view.table(top) if len(top) else "(no trials)")
     return 0

@@ -254,7 +254,8 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
     rec.objective = event.get("objective")
     rec.objective_std = event.get("objective_std")
     rec.metrics = dict(event.get("metrics") or {})
-    rec.epochs = event.get("epochs")
+    if event.get("epochs") is not None:  # a result that does not say (a failure): as far as its reports got
+        rec.epochs = event.get("epochs")
     rec.error = event.get("error")
     rec.start = event.get("start", rec.start)
     if rec.first_start is None:

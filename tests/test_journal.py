@@ -138,6 +138,14 @@ def test_a_journal_line_is_the_event_made_json_safe(value):
     assert _line(event) == expected
 
 
+def test_a_result_that_does_not_say_its_epochs_keeps_how_far_its_reports_got():
+    # a function that reported step 1 and then raised: the table says it got to epoch 1
+    report = {"event": "report", "trial": 0, "epoch": 1, "metrics": {"objective": 2.0}, "time": 100.5}
+    failed = {**finish(0, status="failed", obj=None), "error": "ValueError: no"}
+    assert replay([start(0, 0.1), report, failed])[0].epochs == 1
+    assert replay([start(0, 0.1), report, {**failed, "epochs": 3}])[0].epochs == 3  # a result's own word stands
+
+
 def test_torn_and_corrupt_lines_are_skipped(tmp_path):
     path = tmp_path / "trials.jsonl"
     good = [json.dumps(e) for e in (start(0, 0.1), finish(0), start(1, 0.2))]
