@@ -154,14 +154,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             _env.check()
         _check_args(args)
         setup_logging()
-        if args.np and args.command in ("search", "train"):
-            hold_warnings()  # the relaunched job's rank 0 says them: once, not twice
+        # under --np the relaunched job's rank 0 says the warnings: once, not twice
+        hold_warnings(bool(args.np) and args.command in ("search", "train"))
         job = _prepare_job(args) if args.command in ("search", "train") else None
         if args.np and args.command in ("search", "train"):
             return relaunch(argv, args.np)
     except ConfigError as exc:
         say_error(str(exc))
         return 2
+    finally:
+        hold_warnings(False)  # reached only where this process did not relaunch itself
     if args.command in ("search", "train", "check"):  # the commands the variables tune
         for note in _env.misspelt():
             warn_once(note)

@@ -55,17 +55,17 @@ def say_error(message: str) -> None:
         print(f"mpiopt: error: {message}", file=sys.stderr, flush=True)
 
 
-_held = []  # set: this process relaunches itself under mpiexec (--np), whose rank 0 warns instead
+_held = [False]  # whether this process relaunches itself under mpiexec (--np), whose rank 0 warns instead
 
 
-def hold_warnings() -> None:
-    """`warn_once` says nothing in this process: it runs again under mpiexec, which says it."""
-    _held.append(True)
+def hold_warnings(held: bool) -> None:
+    """Whether `warn_once` says nothing in this command: it runs again under mpiexec, which says it."""
+    _held[0] = held
 
 
 def warn_once(message: str) -> None:
     """A warning before MPI starts, when every rank says the same: printed by rank 0 only."""
-    if env_rank() == 0 and not _held:
+    if env_rank() == 0 and not _held[0]:
         log.warning("%s", message)
 
 
