@@ -67,9 +67,7 @@ def load_results(path: str | os.PathLike):
     p = run_directory(path)
     journal = p / JOURNAL
     if journal.exists():
-        events, problems = read_journal(journal)
-        for msg in problems:
-            log.warning(msg)
+        events = _events(p)
         params = list((_run_info(p).get("parameters") or {}).keys())
         columns, rows = result_rows(replay(events).values(), params, live=is_live(p), goals=goals_of(p))
         df = pd.DataFrame(rows, columns=columns)

@@ -340,6 +340,8 @@ class Coordinator:
         for n in sorted(self._finished_trials):
             t = self.trials[n]
             self.searcher.tell(n, t.params, self.search_loss(t))
+            if t.status not in (TrialStatus.FAILED, TrialStatus.DIVERGED):
+                self._drop_checkpoint(n)  # one a kill left between the result's record and its deletion
         kept = f"{_count(len(self._finished_trials), 'finished trial')} kept"
         if self._failed_before and self.cfg.search.max_failures is not None:
             kept += (f" ({len(self._failed_before)} of them failed; search.max_failures counts the failures "

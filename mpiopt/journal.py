@@ -547,8 +547,11 @@ class RunDir:
         return self.path / "trials" / str(trial)
 
     def drop_checkpoint(self, trial: int) -> None:
-        """Delete a trial's checkpoint once nothing will continue it (its best weights stay)."""
-        drop_checkpoint(self.trial_dir(trial))
+        """Delete a trial's checkpoints (its own, and its k-fold folds') once nothing will continue
+        it (its best weights stay)."""
+        folder = self.trial_dir(trial)
+        for each in (folder, *folder.glob("fold_*")):
+            drop_checkpoint(each)
 
     def write_error(self, trial: int, text: str) -> None:
         """Keep a failed trial's whole error text in trials/<id>/error.txt (the table has its headline)."""

@@ -124,13 +124,14 @@ def summary_rows(run: Path, info: dict, df, usage: dict, direction: str, metric:
         rows.append(("Pareto front", f"{int(df['pareto'].astype(bool).sum())} trials (the table's pareto column)"))
     if not best.empty:
         b = best.iloc[0]
-        params = ", ".join(f"{c[len('params_'):]}={b[c]}" for c in df.columns
-                           if c.startswith("params_") and not _missing(b[c]))  # an inactive parameter: left out
+        params = view.params_text({c[len("params_"):]: b[c] for c in df.columns
+                                   if c.startswith("params_") and not _missing(b[c])})  # an inactive one: left out
         rows.append((f"best {metric} ({direction})", f"{b['objective']:.6g} at trial {int(b['trial'])}: {params}"))
     if usage.get("active_s"):  # the time the search ran (its stretches of training, interrupted ones too)
         rows.append(("wall time", f"{usage['active_s'] / 60:.1f} min"))
     if math.isfinite(usage.get("utilization", math.nan)):  # none where the trials took no measurable time
-        rows.append(("group utilization", f"{usage['utilization']:.0%} of {usage['groups']} groups"))
+        groups = usage["groups"]
+        rows.append(("group utilization", f"{usage['utilization']:.0%} of {groups} group{'s' * (groups != 1)}"))
     scheduler = (info.get("search") or {}).get("scheduler")
     if scheduler and scheduler != "none":
         rows.append(("scheduler", str(scheduler)))

@@ -561,6 +561,15 @@ def test_status_of_a_running_search_lists_groups_and_warns_of_a_silent_one(tmp_p
     assert counted.endswith(f"; {len(busy)} running, {running - len(busy)} sent ahead"), counted
 
 
+def test_a_torn_journal_line_is_warned_of_once_however_many_views_read_it(tmp_path, caplog):
+    run = copy_run(tmp_path)
+    journal = run / "trials.jsonl"
+    journal.write_bytes(journal.read_bytes()[:-30])
+    with caplog.at_level("WARNING", logger="mpiopt"):
+        mpiopt.load_results(run), mpiopt.load_history(run), mpiopt.load_timeline(run)
+    assert sum("skipped a torn last line" in r.getMessage() for r in caplog.records) == 1
+
+
 def test_status_of_a_running_search_names_a_group_it_lost(tmp_path):
     run = copy_run(tmp_path)
     lines = (run / "trials.jsonl").read_text().splitlines()[:60]
