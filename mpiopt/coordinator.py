@@ -415,8 +415,9 @@ class Coordinator:
 
     def _drop_checkpoint(self, n: int) -> None:
         """A finished trial's checkpoint goes once the journal holds its result (the group leaves
-        it: a kill before the record continues the trial from it)."""
-        if self.run_dir is not None:
+        it: a kill before the record continues the trial from it). Only a model's trials have one:
+        a function's thousands of results make no file-system calls here (slow on a parallel one)."""
+        if self.run_dir is not None and self.cfg.objective.kind == "model":
             self.run_dir.drop_checkpoint(n)
 
     def _room(self) -> bool:
