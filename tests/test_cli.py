@@ -220,6 +220,18 @@ def test_a_journal_that_is_no_file_is_one_line_for_every_command(write_yaml, tmp
         mpiopt.load_results(run)
 
 
+def test_results_of_an_empty_journal_and_the_notebook_of_a_missing_folder(tmp_path, capsys):
+    from mpiopt.cli import main
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "trials.jsonl").write_text("")  # a search stopped before its first trial
+    assert main(["results", str(tmp_path / "run")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"{tmp_path / 'run'}: 0 trials; minimize objective"
+    for load in (mpiopt.load_history, mpiopt.load_timeline, mpiopt.load_results):
+        with pytest.raises(ConfigError, match="no such run directory"):
+            load(tmp_path / "nowhere")
+
+
 @pytest.mark.parametrize("var, value, expected", [
     ("MPIOPT_FRESH_SHARE", "abc", "expected a number >= 0, got 'abc'"),
     ("MPIOPT_SPIN", "-1", "expected a number from 0 to 1, got '-1'"),

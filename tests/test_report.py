@@ -237,6 +237,26 @@ def test_timeline_of_one_group_labels_the_group_not_fractions(df):
     assert [t for t in ax.get_yticks() if low <= t <= high] == [0]
 
 
+def test_a_slice_of_one_value_has_one_tick_and_curves_whole_epochs(df, history):
+    one = df.assign(params_x=2.5)
+    ax = next(a for a in plots.plot_slices(one, direction="minimize").axes if a.get_xlabel() == "x")
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["2.5"]
+    short = history[history.epoch <= 2]
+    ax = plots.plot_curves(short, df).axes[0]
+    low, high = ax.get_xlim()
+    assert all(float(t).is_integer() for t in ax.get_xticks() if low <= t <= high)
+
+
+def test_the_summary_gives_reals_to_six_digits_and_counts_groups(tmp_path):
+    from mpiopt.report import summary_rows
+
+    run = copy_run(tmp_path)
+    table = mpiopt.load_results(run)
+    rows = dict(summary_rows(run, {}, table, {"utilization": 0.5, "groups": 1}, "minimize", "objective"))
+    assert rows["group utilization"] == "50% of 1 group"
+    assert rows["best objective (minimize)"].endswith(": x=3.6063, y=0.0439723, kind=a")
+
+
 def big_table(n: int, groups: int):
     """A results table of `n` completed trials of a 2-parameter search on `groups` groups."""
     import pandas as pd
