@@ -518,7 +518,8 @@ def _plan_notes(cfg, plan) -> list[str]:
     budget make do something else than they seem to."""
     notes = [_group_size_note(cfg.training["group_size"], plan), _idle_ranks_note(cfg, plan),
              _initial_points_note(cfg), _direction_note(cfg), _accuracy_of_a_regression_note(cfg),
-             _uneven_groups_note(cfg, plan), _searched_training_keys_note(cfg), _training_metric_note(cfg),
+             _uneven_groups_note(cfg, plan) or _no_group_of_the_size_note(cfg, plan), _searched_training_keys_note(cfg),
+             _training_metric_note(cfg),
              _unread_mode_keys_note(cfg), _warmup_note(cfg)]
     return [n for n in notes if n is not None]
 
@@ -584,6 +585,21 @@ def _uneven_groups_note(cfg, plan) -> str | None:
         fix = f"{(plan.world_size - 1) // size * size + 1} ranks make groups of {size}"
     return (f"groups of {' and '.join(map(str, sizes))} ranks: the {cfg.search.scheduler} rungs compare trials trained "
             f"on groups of different sizes, and a paused trial goes on only on a group of its own size ({fix})")
+
+
+def _no_group_of_the_size_note(cfg, plan) -> str | None:
+    """The ranks make no group of `training.group_size` (a node's leftover ranks join its groups:
+    5 ranks in groups of 3 make one of 5), where they are enough for one."""
+    size = plan.requested_size
+    sizes = sorted({len(ranks) for ranks in plan.groups}, reverse=True)
+    if plan.shared or size in sizes or size > plan.world_size - 1:  # too few ranks: _group_size_note
+        return None
+    made = " and ".join(map(str, sizes))
+    if plan.n_nodes > 1:
+        fix = f"a multiple of {size} ranks on each node, one more on the coordinator's, make groups of {size}"
+    else:
+        fix = f"{(plan.world_size - 1) // size * size + 1} ranks make groups of {size}"
+    return f"training.group_size {size}: no group has {size} ranks, the ranks make groups of {made} ({fix})"
 
 
 def _direction_note(cfg) -> str | None:

@@ -134,6 +134,14 @@ def test_groups_of_several_sizes_under_a_scheduler_are_noted(write_yaml):
                       "and a paused trial goes on only on a group of its own size (a multiple of 2 ranks on each "
                       "node, one more on the coordinator's, make groups of 2)"]
     assert _plan_notes(load_config(write_yaml(text % "none"), resolve=False), plan_groups(6, 2)) == []
+    # without a scheduler, ranks that make no group of the size asked for (leftovers join groups)
+    three = load_config(write_yaml((text % "none").replace("group_size: 2", "group_size: 3")), resolve=False)
+    assert _plan_notes(three, plan_groups(6, 3)) == [
+        "training.group_size 3: no group has 3 ranks, the ranks make groups of 5 (4 ranks make groups of 3)"]
+    assert _plan_notes(three, plan_groups(7, 3, nodes=[0, 0, 0, 3, 3, 3, 3])) == [  # -hosts a:3,b:4
+        "training.group_size 3: no group has 3 ranks, the ranks make groups of 4 and 2 (a multiple of 3 ranks on "
+        "each node, one more on the coordinator's, make groups of 3)"]
+    assert _plan_notes(three, plan_groups(7, 3)) == []
 
 
 def test_check_names_searched_training_keys_instead_of_their_defaults(write_yaml):
