@@ -175,6 +175,9 @@ def best_yaml(run_dir: str, top, direction: str, metric: str) -> str:
     params, _ = trial_params(run_dir, number)
     cfg = run_config(run_dir)
     training = cfg.trial_training(params)
+    ranks = top.iloc[0].get("ranks")
+    if ranks is not None and ranks == ranks:  # the ranks it trained on: leftover ranks join groups
+        training["group_size"] = int(ranks)
     if cfg.objective.kind == "function":
         training = {k: training[k] for k in function_training_keys(cfg.search.scheduler)}
     head = f"# the best trial of {run_dir}: {direction} {metric} = {float(top.iloc[0]['objective']):.6g}\n"

@@ -257,6 +257,21 @@ def test_the_summary_gives_reals_to_six_digits_and_counts_groups(tmp_path):
     assert rows["best objective (minimize)"].endswith(": x=3.6063, y=0.0439723, kind=a")
 
 
+def test_the_best_trial_as_yaml_gives_the_ranks_it_trained_on(tmp_path):
+    import yaml
+
+    from mpiopt._results_view import best_yaml
+
+    run = copy_run(tmp_path)
+    config = run / "config.yaml"
+    spaces = Path(__file__).parent / "spaces"  # the copy's function path, as the fixture's resolves
+    config.write_text(config.read_text().replace("group_size: 1", "group_size: 2")  # 1 rank a group, as it ran
+                      .replace("../../spaces/", f"{spaces}/"))
+    table = mpiopt.load_results(run)
+    top = table[table.status == "completed"].sort_values("objective").head(1)
+    assert yaml.safe_load(best_yaml(str(run), top, "minimize", "objective"))["training"]["group_size"] == 1
+
+
 def big_table(n: int, groups: int):
     """A results table of `n` completed trials of a 2-parameter search on `groups` groups."""
     import pandas as pd
