@@ -340,8 +340,7 @@ class Coordinator:
         for n in sorted(self._finished_trials):
             t = self.trials[n]
             self.searcher.tell(n, t.params, self.search_loss(t))
-            if t.status not in (TrialStatus.FAILED, TrialStatus.DIVERGED):
-                self._drop_checkpoint(n)  # one a kill left between the result's record and its deletion
+            self._drop_checkpoint(n)  # one a kill left between the result's record and its deletion
         kept = f"{_count(len(self._finished_trials), 'finished trial')} kept"
         if self._failed_before and self.cfg.search.max_failures is not None:
             kept += (f" ({len(self._failed_before)} of them failed; search.max_failures counts the failures "
@@ -415,9 +414,11 @@ class Coordinator:
 
     def _drop_checkpoint(self, n: int) -> None:
         """A finished trial's checkpoint goes once the journal holds its result (the group leaves
-        it: a kill before the record continues the trial from it). Only a model's trials have one:
-        a function's thousands of results make no file-system calls here (slow on a parallel one)."""
-        if self.run_dir is not None and self.cfg.objective.kind == "model":
+        it: a kill before the record continues the trial from it); a failed or diverged trial
+        keeps it, to look into. Only a model's trials have one: a function's thousands of results
+        make no file-system calls here (slow on a parallel one)."""
+        kept = self.trials[n].status in (TrialStatus.FAILED, TrialStatus.DIVERGED)
+        if self.run_dir is not None and self.cfg.objective.kind == "model" and not kept:
             self.run_dir.drop_checkpoint(n)
 
     def _room(self) -> bool:
@@ -698,8 +699,7 @@ class Coordinator:
             return
         self._record(n, result)
         self._finished_trials.add(n)
-        if result.status not in (TrialStatus.FAILED, TrialStatus.DIVERGED):  # those keep theirs, to look into
-            self._drop_checkpoint(n)
+        self._drop_checkpoint(n)
         self.send_ahead.intakes.append(self._clock() - t_recv)
         self._stop_if_due(n, result)
 

@@ -69,10 +69,8 @@ def read_journal(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             continue
         last = i == len(lines)  # no newline after it: torn
         try:
-            event = json.loads(line.decode("utf-8"))
-            if not isinstance(event, dict) or "event" not in event:
-                raise ValueError("not a journal record")
-        except (ValueError, UnicodeDecodeError) as exc:
+            event = _record(line)
+        except ValueError as exc:
             kind = "torn last line (the search was stopped mid-write)" if last else f"corrupt line ({exc})"
             problems.append(f"{path}: line {i}: skipped a {kind}")
             continue
@@ -88,13 +86,21 @@ def drop_checkpoint(folder: Path) -> None:
         (folder / name).unlink(missing_ok=True)
 
 
+def _record(line: bytes) -> dict[str, Any]:
+    """One line of the journal as its record; ValueError where it is none (a prefix of a record
+    is no JSON object; UnicodeDecodeError is a ValueError too)."""
+    event = json.loads(line.decode("utf-8"))
+    if not isinstance(event, dict) or "event" not in event:
+        raise ValueError("not a journal record")
+    return event
+
+
 def _is_a_record(line: bytes) -> bool:
-    """Whether one line of the journal is a whole record (a prefix of one is no JSON object)."""
     try:
-        event = json.loads(line.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+        _record(line)
+    except ValueError:
         return False
-    return isinstance(event, dict) and "event" in event
+    return True
 
 
 def header() -> dict[str, Any]:

@@ -13,7 +13,6 @@ import numpy as np
 
 from .._files import atomic_write
 from ..journal import CHECKPOINT
-from ..journal import drop_checkpoint as drop  # noqa: F401 (the engine's name for it)
 
 NPZ, META = CHECKPOINT  # META: the JSON part's own file, in checkpoints written before it moved into the npz
 _META_ARRAY = "__meta__"  # the JSON part, as bytes, inside the npz

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import GroupPeerFailed, TrialFailed
+from ..journal import drop_checkpoint
 from . import _checkpoint
 from ._control import Deadline, EarlyStopping, Schedule, target_reached
 from ._data import DataSource, n_samples, take
@@ -361,7 +362,7 @@ class _Epochs:
         # drops it then): a kill before that continues the trial from it, where it ended. A run no
         # search resumes (mpiopt train) is done with it here.
         if self.writer and self.job.out_dir is not None and not self.job.resume and self.stopped != "diverged":
-            _checkpoint.drop(self.job.out_dir)
+            drop_checkpoint(self.job.out_dir)
 
 
 def _schedule(training: dict[str, Any], spec: dict[str, Any], workers: int) -> Schedule:
