@@ -22,6 +22,11 @@ def format_hours(hours: float) -> str:
     return f"{hours:.1f} h"
 
 
+def counted(n: int, thing: str) -> str:
+    """'1 paused trial', '3 paused trials'."""
+    return f"{n} {thing}{'s' * (n != 1)}"
+
+
 def params_text(params: dict[str, Any]) -> str:
     """A trial's parameters on one line for people: reals to 6 significant digits (the table and
     `--best --format yaml` keep every digit)."""

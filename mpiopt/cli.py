@@ -408,10 +408,6 @@ def _note_changed_settings(cfg, ran: dict) -> None:
         log.info("changed since the search last ran: %s; the trials so far are kept", ", ".join(changed))
 
 
-def _trials(n: int) -> str:
-    return f"{n} trial{'s' * (n != 1)}"
-
-
 def _note_a_spent_budget(cfg, trials: dict[int, TrialRecord]) -> None:
     """A --resume of a search whose every trial of its budget finished has nothing to run: say
     how to run more (the same command after fixing the objective would repeat the old verdict)."""
@@ -505,8 +501,8 @@ def _retired_text(summary) -> str:
 def _announce(cfg, plan, run_dir, placement: str | None) -> None:
     """The search's first lines: what runs where, and a group size the job cannot give."""
     scheduler = f", {cfg.search.scheduler} scheduler" if cfg.search.scheduler != "none" else ""
-    log.info("search %r: %s; %s, %s search%s; run directory %s", cfg.name, plan.describe(), _trials(cfg.search.trials),
-             cfg.search.algorithm, scheduler, run_dir.shown)
+    log.info("search %r: %s; %s, %s search%s; run directory %s", cfg.name, plan.describe(),
+             view.counted(cfg.search.trials, "trial"), cfg.search.algorithm, scheduler, run_dir.shown)
     if placement:
         log.info("devices: %s", placement)
     for note in _plan_notes(cfg, plan):
@@ -620,15 +616,24 @@ def _unread_mode_keys_note(cfg) -> str | None:
     them on groups of one rank): as searched they are refused, given once they only do nothing."""
     from .config import MODE_KEYS, mode_key_unread
 
-    raw = cfg.raw.get("training") if isinstance(cfg.raw.get("training"), dict) else {}
-    unread = {key: mode_key_unread(key, cfg.training, cfg.space) for key in MODE_KEYS
-              if key in raw and key not in cfg.space.names}
+    given = _training_given(cfg) - set(cfg.space.names)
+    unread = {key: mode_key_unread(key, cfg.training, cfg.space) for key in MODE_KEYS if key in given}
     unread = {key: why for key, why in unread.items() if why is not None}
     if cfg.objective.kind != "model" or not unread:
         return None
-    why = next(iter(unread.values()))  # the same for every key: the group size, or the modes
-    they = "they change" if len(unread) > 1 else "it changes"
-    return f"{', '.join(f'training.{k}' for k in unread)}: not read where {why}, so {they} nothing"
+    return _change_nothing(list(unread), next(iter(unread.values())))  # one reason for all: group size, or modes
+
+
+def _training_given(cfg) -> set[str]:
+    """The keys the file's `training` gives (its defaults left out)."""
+    raw = cfg.raw.get("training")
+    return set(raw) if isinstance(raw, dict) else set()
+
+
+def _change_nothing(keys: list[str], why: str) -> str:
+    """The note of mode keys that no one reads, and why."""
+    they = "they change" if len(keys) > 1 else "it changes"
+    return f"{', '.join(f'training.{k}' for k in keys)}: not read where {why}, so {they} nothing"
 
 
 def _warmup_note(cfg) -> str | None:
@@ -929,15 +934,12 @@ def _unread_mode_keys_in_training(cfg, params: dict[str, Any], sets: list[str]) 
 
     if cfg.objective.kind != "model":
         return None
-    raw = cfg.raw.get("training") if isinstance(cfg.raw.get("training"), dict) else {}
-    given = set(raw) | set(params) | {item.partition("=")[0].strip() for item in sets}
+    given = _training_given(cfg) | set(params) | {item.partition("=")[0].strip() for item in sets}
     mode, ranks = cfg.training["mode"], env_size()
     unread = [key for key in MODE_KEYS if key in given and (ranks == 1 or mode not in MODE_KEYS[key])]
     if not unread:
         return None
-    where = "mpiopt train runs on 1 rank" if ranks == 1 else f"training.mode is {mode}"
-    they = "they change" if len(unread) > 1 else "it changes"
-    return f"{', '.join(f'training.{k}' for k in unread)}: not read where {where}, so {they} nothing"
+    return _change_nothing(unread, "mpiopt train runs on 1 rank" if ranks == 1 else f"training.mode is {mode}")
 
 
 def _refuse_a_key_a_function_never_reads(cfg, name: str) -> None:
@@ -1164,7 +1166,7 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
                                          else f"{o.direction} {o.metric}"),
         f"  parameters  {len(cfg.space)}: " + ", ".join(_describe_param(p) for p in cfg.space.params),
         f"  search      {cfg.search.algorithm}{_algorithm_settings(cfg.search, bool(cfg.objective.pareto))}"
-        + f", budget {_trials(cfg.search.trials)}, seed {cfg.search.seed}"
+        + f", budget {view.counted(cfg.search.trials, 'trial')}, seed {cfg.search.seed}"
         + (f", target {cfg.search.target}" if cfg.search.target is not None else ""),
         f"  scheduler   {_make_scheduler(cfg).describe()}",
         f"  training    {_training_line(cfg)}",
@@ -1303,7 +1305,7 @@ def cmd_results(args) -> int:
     else:
         counts = df["status"].value_counts().to_dict()
         by_status = " (" + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")" if counts else ""
-        print(f"{args.dir}: {len(df)} trial{'s' * (len(df) != 1)}{by_status}; {direction} {metric}"
+        print(f"{args.dir}: {view.counted(len(df), 'trial')}{by_status}; {direction} {metric}"
               + (f"; the first {len(top)} shown (--top K)" if len(top) < len(df) and not args.best else ""))
         print(view.table(top) if len(top) else "(no trials)")
     return 0

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from . import pareto
 from ._log import TRIALS
-from ._results_view import format_hours, format_rate
+from ._results_view import counted, format_hours, format_rate
 from ._send_ahead import SendAhead
 from .config import Config
 from .journal import HEARTBEAT_EVERY_S, RunDir
@@ -341,15 +341,15 @@ class Coordinator:
             t = self.trials[n]
             self.searcher.tell(n, t.params, self.search_loss(t))
             self._drop_checkpoint(n)  # one a kill left between the result's record and its deletion
-        kept = f"{_count(len(self._finished_trials), 'finished trial')} kept"
+        kept = f"{counted(len(self._finished_trials), 'finished trial')} kept"
         if self._failed_before and self.cfg.search.max_failures is not None:
             kept += (f" ({len(self._failed_before)} of them failed; search.max_failures counts the failures "
                      "from now on)")
         if self._paused:
-            kept += f", {_count(len(self._paused), 'paused trial')} waiting for a promotion"
+            kept += f", {counted(len(self._paused), 'paused trial')} waiting for a promotion"
         if self._rerun:
             log.info("resuming: %s, %s to run again (%s)",
-                     kept, _count(len(self._rerun), "interrupted trial"), ", ".join(map(str, self._rerun)))
+                     kept, counted(len(self._rerun), "interrupted trial"), ", ".join(map(str, self._rerun)))
         elif self._finished_trials or self._paused:
             log.info("resuming: %s", kept)
         for n in sorted(stopped):
@@ -886,7 +886,7 @@ class Coordinator:
             which = sorted(n for n in self._paused if self.trials[n].ranks in missing)
             log.warning("%s (%s) trained on groups of %s ranks, which this job does not have: a promotion continues "
                         "%s on groups of %s (run with the same groups to keep them alike)",
-                        _count(len(which), "paused trial"), _listed(which), " and ".join(map(str, missing)),
+                        counted(len(which), "paused trial"), _listed(which), " and ".join(map(str, missing)),
                         "them" if len(which) != 1 else "it", " and ".join(map(str, sorted(sizes))))
 
     def _pause(self, n: int, result: TrialResult) -> None:
@@ -1065,7 +1065,7 @@ def _lost_line(summary: Summary) -> str:
                      f"trial and {'were' if len(stuck) > 1 else 'was'} lost")
     paused = sum(t.status == TrialStatus.PAUSED for t in summary.trials.values())
     if paused:  # kept, not pruned: what the lost groups' trials reach on --resume may promote them
-        parts.append(f"{_count(paused, 'trial')} left paused, which --resume promotes or prunes")
+        parts.append(f"{counted(paused, 'trial')} left paused, which --resume promotes or prunes")
     return "; ".join(parts) + "; the finished trials are in the journal"
 
 
@@ -1126,11 +1126,6 @@ def dispatch_stats(seconds: list[float], first_wave: list[float] = ()) -> str:
     p99 = statistics.quantiles(ms, n=100, method="inclusive")[98] if len(ms) > 1 else ms[0]
     return f"{line}: {statistics.mean(ms):.2f} ms mean, {statistics.median(ms):.2f} ms p50, " \
            f"{p99:.2f} ms p99 coordinator time per dispatch after a result"
-
-
-def _count(n: int, thing: str) -> str:
-    """'1 paused trial', '3 paused trials'."""
-    return f"{n} {thing}{'s' * (n != 1)}"
 
 
 def _listed(numbers: list[int], most: int = 10) -> str:

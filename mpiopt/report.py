@@ -130,8 +130,7 @@ def summary_rows(run: Path, info: dict, df, usage: dict, direction: str, metric:
     if usage.get("active_s"):  # the time the search ran (its stretches of training, interrupted ones too)
         rows.append(("wall time", f"{usage['active_s'] / 60:.1f} min"))
     if math.isfinite(usage.get("utilization", math.nan)):  # none where the trials took no measurable time
-        groups = usage["groups"]
-        rows.append(("group utilization", f"{usage['utilization']:.0%} of {groups} group{'s' * (groups != 1)}"))
+        rows.append(("group utilization", f"{usage['utilization']:.0%} of {view.counted(usage['groups'], 'group')}"))
     scheduler = (info.get("search") or {}).get("scheduler")
     if scheduler and scheduler != "none":
         rows.append(("scheduler", str(scheduler)))
