@@ -126,14 +126,16 @@ def judge(value: Any, direction: str, metric: str, goals: tuple[tuple[str, str],
     search (`goals`) it must return every goal but those mpiopt measures."""
     needed = [metric] + [g for g, _ in goals if g != metric and g not in MEASURED]
     left_out: tuple[str, ...] = ()
-    if _number(value) is not None and len(needed) == 1:
-        metrics = {metric: _number(value)}
+    number = _number(value)
+    if number is not None and len(needed) == 1:
+        metrics = {metric: number}
     elif isinstance(value, dict):
-        metrics = {str(k): _number(v) for k, v in value.items() if _number(v) is not None}
+        read = {str(k): _number(v) for k, v in value.items()}
+        metrics = {k: v for k, v in read.items() if v is not None}
         problem = _missing_goal(value, metrics, needed) or _clash(metrics)
         if problem:
             return TrialResult(status=TrialStatus.FAILED, metrics=metrics, misuse=True, error=problem)
-        left_out = tuple(str(k) for k in value if str(k) not in metrics)
+        left_out = tuple(k for k, v in read.items() if v is None)
     else:
         expected = f"a dict of its goals ({', '.join(needed)})" if len(needed) > 1 else "a float or a dict of metrics"
         return TrialResult(status=TrialStatus.FAILED, misuse=True,

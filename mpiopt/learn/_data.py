@@ -117,17 +117,20 @@ def _check_lengths(struct: Any, where: str) -> int:
 def file_list(spec: str | list[str], base_dir: Path, field: str) -> list[Path]:
     """The files `spec` names (a list, a .txt file of one path a line, or a glob), relative to
     `base_dir`; `~` is the home folder, as in a shell."""
+    def under_base(name: str) -> Path:
+        return base_dir / os.path.expanduser(name)
+
     if isinstance(spec, list):
-        files = [base_dir / os.path.expanduser(s) for s in spec]
+        files = [under_base(s) for s in spec]
     elif spec.endswith(".txt"):
-        txt = base_dir / os.path.expanduser(spec)
+        txt = under_base(spec)
         try:
             lines = txt.read_text("utf-8").splitlines()
         except OSError as exc:
             raise DataError(f"objective.data.{field}: cannot read {txt}: {exc.strerror or exc}") from None
         files = [(txt.parent / s.strip()) for s in lines if s.strip() and not s.startswith("#")]
     else:
-        files = [Path(p) for p in sorted(glob.glob(str(base_dir / os.path.expanduser(spec))))]
+        files = [Path(p) for p in sorted(glob.glob(str(under_base(spec))))]
     files = [f.resolve() for f in files]  # named in messages as data/x.h5, not bad/../data/x.h5
     if not files:
         raise DataError(f"objective.data.{field}: no files match {spec!r}")
