@@ -926,7 +926,7 @@ class Coordinator:
             elif kind == "report" and isinstance(e.get("epoch"), int):
                 self._take_report(n, e["epoch"], e.get("metrics") or {}, e.get("time") or 0.0)
             elif kind == "finish" and e.get("status") != TrialStatus.PAUSED.value:
-                self.scheduler.finished(n)
+                self.scheduler.finished(n, cut_short=TrialStatus.parse(e.get("status")).is_cut_short())
                 self._stop_reports.pop(n, None)
 
     def _failure_limit(self) -> str | None:
@@ -968,7 +968,7 @@ class Coordinator:
         event = finish_event(result, rec, time.time())
         self._journal(event)
         apply_event(self.trials, event)
-        self.scheduler.finished(n)
+        self.scheduler.finished(n, cut_short=rec.status.is_cut_short())
         self.searcher.tell(n, rec.params, self.search_loss(rec))
         self._table_dirty = True
         self._warn_if_unjudged(n, rec)

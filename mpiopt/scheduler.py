@@ -96,8 +96,10 @@ class Scheduler:
         """A group continues this paused trial, on to its next rung."""
         raise ValueError(f"only a paused trial can be promoted, but trial {trial} is not paused.")
 
-    def finished(self, trial: int) -> None:
-        """The trial ended for good: it is never promotable again."""
+    def finished(self, trial: int, cut_short: bool = False) -> None:
+        """The trial ended for good: it is never promotable again. `cut_short`: it ended without a
+        result of its own (failed, diverged, past its time limit), so it gives up its places among
+        the leaders of the rungs it passed, which go to the next (it still counts as a result)."""
 
     def paused(self) -> list[int]:
         """Trials currently paused, ascending."""
@@ -150,7 +152,7 @@ class _Rung:
     def __init__(self, epoch: int):
         self.epoch = epoch
         self.results: dict[int, float | None] = {}
-        self.ranked: list[tuple[bool, float, int]] = []  # _rank_key of each result, best first
+        self.ranked: list[tuple[bool, float, int]] = []  # _rank_key of each result still in the running, best first
         self.waiting: list[tuple[bool, float, int]] = []  # _rank_key of each trial paused here, best first
         self.promoted: set[int] = set()
 
@@ -161,8 +163,9 @@ class _Rung:
             bisect.insort(self.ranked, _rank_key(loss, trial))
 
     def _leader_count(self, reduction_factor: int, closing: bool) -> int:
-        """How many lead: the best floor(n / reduction_factor) (closing: ceil); a non-finite loss never leads."""
-        n = len(self.ranked)
+        """How many lead: the best floor(n / reduction_factor) (closing: ceil) of the n results,
+        a withdrawn trial's included; a non-finite loss never leads."""
+        n = len(self.results)
         return -(-n // reduction_factor) if closing else n // reduction_factor
 
     def leads(self, trial: int, reduction_factor: int) -> bool:
@@ -173,7 +176,16 @@ class _Rung:
     def leads_the_few(self, trial: int, reduction_factor: int) -> bool:
         """Whether `trial` is the best of fewer than `reduction_factor` results here (none lead yet)."""
         key = _rank_key(self.results[trial], trial)
-        return len(self.ranked) < reduction_factor and not key[0] and self.ranked[0] == key
+        return len(self.results) < reduction_factor and not key[0] and self.ranked[0] == key
+
+    def withdraw(self, trial: int) -> None:
+        """A trial that can go no further gives up its place in the ranking: the leaders' places
+        it held go to the trials behind it. Its result stays (the searcher learns from it)."""
+        if trial in self.results:
+            key = _rank_key(self.results[trial], trial)
+            i = bisect.bisect_left(self.ranked, key)
+            if i < len(self.ranked) and self.ranked[i] == key:
+                del self.ranked[i]
 
     def wait(self, trial: int) -> None:
         """The trial (with a result here) is paused at this rung."""
@@ -283,6 +295,7 @@ class _Laddered(Scheduler):
         self._brackets = [_Bracket(b, reduction_factor, pausable) for b in self._bracket_rungs(rungs)]
         self._bracket_of: dict[int, int] = {}
         self._finished: set[int] = set()
+        self._cut_short: set[int] = set()
 
     def _bracket_rungs(self, rungs: list[int]) -> list[list[int]]:
         """The rung epochs of each bracket, given ASHA's whole ladder."""
@@ -310,7 +323,9 @@ class _Laddered(Scheduler):
         bracket = self._bracket(trial)
         # A late report of a finished trial still counts in its rung, but cannot take a promotion.
         if trial in self._finished:
-            bracket.record(trial, epoch, loss)
+            rung = bracket.record(trial, epoch, loss)
+            if rung is not None and trial in self._cut_short:
+                rung.withdraw(trial)
             return Decision.STOP
         decision = bracket.report(trial, epoch, loss)
         if decision is Decision.STOP:
@@ -327,10 +342,15 @@ class _Laddered(Scheduler):
             super().promote(trial)
         self._bracket(trial).promote(trial)
 
-    def finished(self, trial: int) -> None:
+    def finished(self, trial: int, cut_short: bool = False) -> None:
         self._finished.add(trial)
         if trial in self._bracket_of:
-            self._bracket(trial).unpause(trial)
+            bracket = self._bracket(trial)
+            bracket.unpause(trial)
+            if cut_short:
+                self._cut_short.add(trial)
+                for rung in bracket.rungs.values():
+                    rung.withdraw(trial)
 
     def paused(self) -> list[int]:
         return sorted(trial for bracket in self._brackets for trial in bracket.paused)

@@ -27,6 +27,10 @@ class TrialStatus(str, Enum):
     def is_finished(self) -> bool:
         return self not in (TrialStatus.RUNNING, TrialStatus.INTERRUPTED, TrialStatus.PAUSED)
 
+    def is_cut_short(self) -> bool:
+        """Ended without a result of its own: an exception, a NaN, or its time limit."""
+        return self in (TrialStatus.FAILED, TrialStatus.DIVERGED, TrialStatus.TIMEOUT)
+
     @classmethod
     def parse(cls, value: Any) -> TrialStatus:
         """A status read from a message or a journal; anything unknown counts as a failure."""

@@ -163,6 +163,42 @@ def test_finished_trial_is_never_promotable():
     assert s.paused() == [1, 2] and s.promotable() == [] and s.rung(0) == 3
 
 
+def test_trial_cut_short_gives_its_leaders_place_to_the_next():
+    # 6 results at rung 1: the best 2 (trials 2, 1) lead. Trial 2 went on and failed: its place
+    # goes to trial 1 and then, once 1 is promoted, to trial 0; its result still counts.
+    s = asha()
+    assert report_all(s, 1, [3.0, 2.0, 1.0, 4.0, 5.0, 6.0]) == [P, P, C, P, P, P]
+    s.promote(1)
+    assert s.promotable() == []
+    s.finished(2, cut_short=True)
+    assert s.promotable() == [0]
+    assert s.rung_results(1)[2] == 1.0 and s.rung(2) == 1
+    # closing: ceil(6 / 3) = 2 places, one each for trials 1 and 0
+    assert s.promotable(closing=True) == [0]
+    # a trial that ended with a result of its own (completed, pruned) keeps its place
+    t = asha()
+    report_all(t, 1, [3.0, 2.0, 1.0, 4.0, 5.0, 6.0])
+    t.finished(2)
+    assert t.promotable() == [1]
+    t.promote(1)
+    assert t.promotable() == []
+
+
+def test_late_report_of_a_trial_cut_short_takes_no_place():
+    # rung 3 gets trial 2's late report (0.5, the best) after it failed, then 0, 1 and 3 pause
+    # there: of ceil(4 / 3) = 2 places at the close, trial 2 takes none
+    s = asha()
+    report_all(s, 1, [3.0, 2.0, 1.0])
+    s.finished(2, cut_short=True)
+    assert s.report(2, 3, 0.5) is S
+    for trial, loss in ((0, 2.0), (1, 3.0)):
+        s.promote(trial)
+        assert s.report(trial, 3, loss) is P
+    s.start(3)
+    assert s.report(3, 3, 4.0) is P
+    assert s.promotable(closing=True) == [0, 1]
+
+
 def test_top_rung_only_records():
     s = asha(epochs=9)
     assert report_all(s, 9, [3.0, 2.0, 1.0, 4.0]) == [C, C, C, C]
