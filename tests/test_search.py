@@ -199,6 +199,32 @@ def test_a_hand_out_that_would_wait_is_held_by_the_coordinator_instead():
         assert s.counts["model"] == 1 and s.ask_wait_s == 0.0 and s.first_wait_s > 0  # the hold counted
 
 
+def test_a_held_group_goes_ahead_after_the_bound_though_others_go_ahead_meanwhile():
+    """The hold's bound (`round_wait_s`) runs from the first look that held the group: the other
+    groups let through meanwhile do not restart it (nu61: one of 32 groups held for a whole
+    search). Past the bound no group is held until a round is fresh enough."""
+    with gated_first_round(0.05) as (s, gate):
+        now = [s._clock()]
+        s._clock = lambda: now[0]
+        assert s.holds_hand_outs(True)  # the held group, first of the free ones
+        for trial in (3, 4):  # a group let through beside it, on each pass
+            assert not s.holds_hand_outs(False)
+            s.ask(trial)
+            now[0] += s.policy.round_wait_s / 2 - 0.01
+            assert s.holds_hand_outs(True)
+        now[0] += 0.03
+        assert not s.holds_hand_outs(True)  # past its bound: it goes ahead
+        s.ask(5)
+        assert not s.holds_hand_outs(True) and s.waits + (s.first_wait_s > 0) == 1
+        gate.set()
+        deadline = time.monotonic() + 30
+        while s.round is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not s.holds_hand_outs(True)  # the round is fresh: the spent hold is forgotten
+        s._round_tells -= 100  # and now far behind: a group may be held again
+        assert s.holds_hand_outs(True)
+
+
 def test_with_very_short_trials_every_group_waits_for_the_first_round():
     """Trials of a millisecond against a round of 100 ms: a group the coordinator would not hold
     is held all the same until the first round, or the groups would spend the budget on the

@@ -151,6 +151,10 @@ class Prefetching(Searcher):
         self._hold_t0: float | None = None
         self._hold_first = False
         self._skip_wait = False  # `holds_hand_outs` said no: the next hand-out does not wait for a round
+        # a hold ran out its bound (`round_wait_s`): no group is held again until a round is fresh
+        # enough. A hold ends only so, or when its group goes ahead: groups let through beside it
+        # do not restart its bound, or the group it holds would wait for ever
+        self._hold_spent = False
         self._go.set()
         self._yielded = self._clock()
         self._park_window = (self._yielded, 0.0)  # the current window's start, and the time parked in it
@@ -180,7 +184,10 @@ class Prefetching(Searcher):
                 self._wait_for_round(first, limit)
             elif not round_due and self._fresh_wait_due():
                 self._wait_for_fresh_round()
-            self._end_hold()
+            if not round_due:
+                self._hold_spent = False
+            if not (round_due and held_off):  # one let through beside a held group ends no hold
+                self._end_hold()
             params = self._from_round() if self.round is not None else None
             if params is None:
                 params = self._from_design()
@@ -220,19 +227,28 @@ class Prefetching(Searcher):
 
     def holds_hand_outs(self, may_hold: bool) -> bool:
         """Whether the next hand-out would wait for a round (`_round_wait_due`), within
-        `round_wait_s` of the first hand-out that was held: the round is worked on meanwhile.
+        `round_wait_s` of the first hand-out that was held (then none waits until a round is
+        fresh enough: see `_hold_spent`): the round is worked on meanwhile.
         Without `may_hold` it goes ahead, except that every group waits for the first round when
         trials are `very_short` against it (`_design_would_spend_the_budget`)."""
         with self._lock:
             first = self.round is None
             if not self._round_wait_due(first, self.stale_limit()):
                 self._end_hold()
+                self._hold_spent = False
+                self._skip_wait = True
+                return False
+            if self._hold_spent:
                 self._skip_wait = True
                 return False
             now = self._clock()
             self._begin_hold(first, now)
             may_hold = may_hold or self._design_would_spend_the_budget(first)
-            holding = may_hold and now - self._hold_t0 < self.policy.round_wait_s
+            in_bound = now - self._hold_t0 < self.policy.round_wait_s
+            if not in_bound:
+                self._end_hold()
+                self._hold_spent = True
+            holding = may_hold and in_bound
             self._skip_wait = not holding
         self._start()
         return holding
