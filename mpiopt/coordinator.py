@@ -232,8 +232,10 @@ class Coordinator:
         self._watch_at = -math.inf  # time.monotonic() of the next look for lost groups
         self._epochs = 0  # (trial, epoch) pairs reported, the journal's included
         self._reached: dict[int, int] = {}  # per trial: the highest epoch it reported
-        # per trial the scheduler stopped, until its result: the report's (epoch, metrics, time)
+        # per trial the scheduler stopped, until its result: the report's (epoch, metrics, time);
+        # likewise the latest report it paused (a group cut off there leaves the trial paused there)
         self._stop_reports: dict[int, tuple[int, dict[str, float], float]] = {}
+        self._pause_reports: dict[int, tuple[int, dict[str, float], float]] = {}
         self._paused = {n for n, t in self.trials.items() if t.status == TrialStatus.PAUSED}
         self._replay_scheduler(history)
         self._progress = Progress(cfg.search.trials, self._finished, per_trial=self.scheduler.epochs_to_go(),
@@ -375,9 +377,10 @@ class Coordinator:
                 self._pause_cut_off(n)
 
     def _pause_cut_off(self, n: int) -> None:
+        """Paused where its report was, with that epoch's metrics, its stretch ending there."""
         rec = self.trials[n]
-        self._pause(n, TrialResult(status=TrialStatus.PAUSED, metrics=rec.metrics, epochs=self.scheduler.rung(n),
-                                   start=rec.start, end=time.time()))
+        epoch, metrics, at = self._pause_reports.get(n, (self.scheduler.rung(n), rec.metrics, time.time()))
+        self._pause(n, TrialResult(status=TrialStatus.PAUSED, metrics=metrics, epochs=epoch, start=rec.start, end=at))
 
     def _paused_at_its_rung(self, n: int) -> bool:
         """Whether the scheduler paused this running trial at a rung (its checkpoint there is
@@ -843,6 +846,8 @@ class Coordinator:
         decision = self.scheduler.report(n, epoch, best)
         if decision is Decision.STOP and n not in self._stop_reports:
             self._stop_reports[n] = (epoch, dict(metrics), at)
+        if decision is Decision.PAUSE:
+            self._pause_reports[n] = (epoch, dict(metrics), at)
         # an epoch trained again after a crash (from the last checkpoint) is counted once, as in
         # mpiopt status: epochs come in order within a trial, so a new one is past the reached
         if epoch > self._reached.get(n, 0):
@@ -892,6 +897,7 @@ class Coordinator:
     def _pause(self, n: int, result: TrialResult) -> None:
         """A trial stopped at a rung with its checkpoint: it waits for a promotion."""
         rec = self.trials[n]
+        self._pause_reports.pop(n, None)
         rec.rung = self.scheduler.rung(n)
         event = finish_event(result, rec, time.time())
         self._journal(event)
@@ -925,9 +931,11 @@ class Coordinator:
                     self.scheduler.start(n)
             elif kind == "report" and isinstance(e.get("epoch"), int):
                 self._take_report(n, e["epoch"], e.get("metrics") or {}, e.get("time") or 0.0)
-            elif kind == "finish" and e.get("status") != TrialStatus.PAUSED.value:
-                self.scheduler.finished(n, cut_short=TrialStatus.parse(e.get("status")).is_cut_short())
-                self._stop_reports.pop(n, None)
+            elif kind == "finish":
+                self._pause_reports.pop(n, None)
+                if e.get("status") != TrialStatus.PAUSED.value:
+                    self.scheduler.finished(n, cut_short=TrialStatus.parse(e.get("status")).is_cut_short())
+                    self._stop_reports.pop(n, None)
 
     def _failure_limit(self) -> str | None:
         """The reason to stop once `search.max_failures` trials failed, naming the commonest error."""
@@ -961,6 +969,7 @@ class Coordinator:
     def _record(self, n: int, result: TrialResult) -> None:
         rec = self.trials[n]
         self._stop_reports.pop(n, None)
+        self._pause_reports.pop(n, None)
         was_finished = rec.status.is_finished()
         if result.detail and self.run_dir is not None:
             self.run_dir.write_error(n, result.detail)

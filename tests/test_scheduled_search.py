@@ -339,11 +339,18 @@ def test_a_trial_paused_as_the_search_is_killed_shows_as_paused_as_resume_keeps_
     counts = status_text(str(path)).splitlines()[1]
     assert f"{len(interrupted)} interrupted (run again on --resume), {len(live.paused())} paused" in counts
 
+    pause_report = next(e for e in reversed(journal(path)) if e.get("trial") == cut_off[0] and e["event"] == "report")
+    assert pause_report["decision"] == "pause"
+
     with caplog.at_level("INFO", logger="mpiopt"):
         run(cfg, path, CurveGroups(3), resume=True)
     said = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("resuming:"))
     assert f"{len(live.paused())} paused trials waiting for a promotion" in said
     assert f"{len(interrupted)} interrupted trials to run again" in said
+    # it is paused with that epoch's metrics, and its stretch ends there, not at the resume
+    paused = next(e for e in journal(path) if e.get("trial") == cut_off[0] and e.get("status") == "paused")
+    assert paused["metrics"] == pause_report["metrics"] and paused["metrics"]
+    assert paused["end"] == pause_report["time"] and paused["epochs"] == pause_report["epoch"]
 
 
 def test_a_trial_paused_as_its_group_is_lost_stays_paused_and_is_not_run_again(cfg, tmp_path, caplog):
