@@ -254,7 +254,23 @@ def stretch_rows(events: Iterable[dict[str, Any]], *, live: bool = False) -> lis
         elif rec.trial in last:
             last[rec.trial]["status"] = rec.shown_status(live).value
     open_ = [_stretch(rec, live) if live else _cut_off(rec, reached) for rec in unended.values()]
-    return ended + open_
+    return _one_at_a_time(ended + open_)
+
+
+def _one_at_a_time(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A group trains one stretch at a time: a stretch that starts before the one before it on its
+    group ended starts where that one ended. A stretch with no result of its own starts at its
+    hand-out, and a trial sent ahead is handed out before the group's previous result."""
+    ended_at: dict[int, str] = {}  # ISO times of one format: their order is the times' order
+    for row in sorted(rows, key=lambda r: r["start"]):
+        group, before = row["group"], ended_at.get(row["group"], "")
+        if group is None:
+            continue
+        if row["start"] and row["start"] < before:
+            row["start"] = before
+            row["end"] = max(row["end"], before) if row["end"] else row["end"]
+        ended_at[group] = max(before, row["end"] or "")
+    return rows
 
 
 def _cut_off(t: TrialRecord, reached: dict[int, tuple[float | None, int | None]]) -> dict[str, Any]:

@@ -105,6 +105,18 @@ def test_a_paused_and_promoted_trial_is_a_stretch_of_training_each_time_a_group_
     assert (row["start"], row["end"], row["duration_s"]) == (rows[0]["start"], rows[2]["end"], 32.0)
 
 
+def test_a_trial_sent_ahead_and_cut_off_starts_where_its_groups_previous_one_ended():
+    def report(n, epoch, t):
+        return {"event": "report", "trial": n, "epoch": epoch, "metrics": {"objective": 1.0}, "time": t}
+
+    # trial 1 is sent ahead to group 0 at 105, which ends trial 0 at 108; the kill comes at 112
+    events = [{**start(0, 0.1, t=100.0), "group": 0}, {**start(1, 0.2, t=105.0), "group": 0},
+              {**finish(0, obj=0.5, t=108.0), "epochs": 1, "start": 100.0}, report(1, 1, 111.0)]
+    rows = stretch_rows(events, live=False)
+    assert [(r["trial"], r["start"], r["end"]) for r in rows] == [(0, iso(100.0), iso(108.0)),
+                                                                  (1, iso(108.0), iso(111.0))]
+
+
 def test_a_stretch_cut_off_by_a_kill_ends_at_its_last_report():
     def report(n, epoch, t):
         return {"event": "report", "trial": n, "epoch": epoch, "metrics": {"objective": 1.0}, "time": t}
