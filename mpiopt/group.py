@@ -28,10 +28,14 @@ def merge(results: list[TrialResult], ranks: list[int] | None = None) -> TrialRe
     """
     lead = results[0]
     bad = [(r, o) for r, o in enumerate(results) if o.status not in SUCCESSFUL]
+    name = ranks or list(range(len(results)))
+    if not bad and lead.epochs is None and (r := next((r for r, o in enumerate(results) if o.epochs), None)):
+        return TrialResult(status=TrialStatus.FAILED, misuse=True, error=(
+            f"trial.report: group rank {name[r]} reported steps and group rank {name[0]} none; only the group's "
+            f"first rank's reports reach the scheduler: report on it (or on every rank)"))
     if not bad or len(results) == 1 or all(o == lead for o in results):
         return lead
     own = [(r, o) for r, o in bad if not (o.error or "").startswith(GroupPeerFailed.__name__)]
-    name = ranks or list(range(len(results)))
     r, o = (own or bad)[0]
     details = "\n".join(f"== group rank {name[k]} ==\n{b.detail}" for k, b in (own or bad) if b.detail)
     return TrialResult(status=o.status, metrics=lead.metrics, epochs=lead.epochs,

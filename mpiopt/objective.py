@@ -270,9 +270,10 @@ class TrialContext:
         self.diverged: str | None = None  # the first metric reported not finite
         self.diverged_on: int | None = None  # the group rank that reported it
 
-    def report(self, step: int, **metrics: float) -> None:
+    def report(self, step: int | None = None, **metrics: float) -> None:
         """The metrics after `step` (1, 2, ...), with the figure of merit among them. A metric
-        that is not finite (NaN, inf) ends the trial as diverged: `should_stop()` says so."""
+        that is not finite (NaN, inf) ends the trial as diverged: `should_stop()` says so. (The
+        step is required: its default only lets a call without one be told as a misuse.)"""
         self._check(step, metrics)
         self.steps, self.last = int(step), {k: _number(v) for k, v in metrics.items()}
         bad = next((k for k, v in self.last.items() if not math.isfinite(v)), None)
@@ -316,10 +317,13 @@ class TrialContext:
     def _check(self, step: Any, metrics: dict[str, Any]) -> None:
         problem = self._problem(step, metrics)
         if problem is not None:
-            self.misuse = self.misuse or f"trial.report({step!r}, ...): {problem}"
+            call = "trial.report(...)" if step is None else f"trial.report({step!r}, ...)"
+            self.misuse = self.misuse or f"{call}: {problem}"
             raise ReportMisuse(self.misuse)
 
     def _problem(self, step: Any, metrics: dict[str, Any]) -> str | None:
+        if step is None:
+            return "it gives no step: trial.report(step, name=value, ...), the step a whole number from 1 up"
         if not isinstance(step, numbers.Integral) or isinstance(step, bool) or step < 1:
             return "the step must be a whole number, from 1 up"
         if step <= self.steps:
@@ -413,8 +417,8 @@ class TrialRunner:
             raise ReportMisuse(context.misuse)
         if context is not None and context.diverged:
             return _diverged(context, rank)
-        if rank != 0:
-            return TrialResult()
+        if rank != 0:  # the steps it reported, which the group checks against rank 0's
+            return TrialResult(epochs=context.steps or None if context is not None else None)
         if context is not None and context.stopped:  # judged at the step the scheduler stopped it, whatever ran on
             return TrialResult(status=TrialStatus.PRUNED, epochs=context.stopped_at or context.steps,
                                metrics=context.last, reported_after_stop=context.after_stop,

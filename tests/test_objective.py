@@ -1,6 +1,7 @@
 """Running objectives in-process: figures of merit, failures, divergence, wrong types, time limits."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -99,6 +100,8 @@ GOOD = {"objective": 1.0}
 
 @pytest.mark.parametrize("reports, expected", [
     ([(0, GOOD)], "trial.report(0, ...): the step must be a whole number, from 1 up"),
+    ([(None, GOOD)], "trial.report(...): it gives no step: trial.report(step, name=value, ...), the step a whole "
+                     "number from 1 up"),
     ([(1.5, GOOD)], "trial.report(1.5, ...): the step must be a whole number, from 1 up"),
     ([(True, GOOD)], "trial.report(True, ...): the step must be a whole number, from 1 up"),
     ([(3, GOOD), (2, GOOD)], "trial.report(2, ...): step 2 comes after step 3: each step must be later than the last"),
@@ -171,6 +174,11 @@ def test_merge_names_the_rank_that_failed():
     own = TrialResult(status=TrialStatus.FAILED, error="RuntimeError: rank 1 broke")
     echo = TrialResult(status=TrialStatus.FAILED, error="GroupPeerFailed: rank 1 of the group failed this trial")
     assert merge([ok, ok]).status == "completed"
+    # steps reported on a rank but the first: only the first's reach the scheduler
+    unheard = merge([ok, dataclasses.replace(ok, epochs=3)], ranks=[4, 5])
+    assert (unheard.status, unheard.misuse) == ("failed", True)
+    assert unheard.error.startswith("trial.report: group rank 5 reported steps and group rank 4 none")
+    assert merge([dataclasses.replace(ok, epochs=3), dataclasses.replace(ok, epochs=3)]).status == "completed"
     m = merge([echo, own, ok])
     assert m.status == "failed" and m.error.startswith("group rank 1: RuntimeError: rank 1 broke")
     data = TrialResult(status=TrialStatus.FAILED, error="x.h5: features: sample 3 holds NaN or inf", misuse=True,
