@@ -544,6 +544,13 @@ def _group_size_note(size: int, plan) -> str | None:
     return None
 
 
+def _data_text(data) -> str:
+    """`objective.data` as the file gives it: a loader, or its files and keys."""
+    if isinstance(data, dict):
+        return ", ".join(f"{k} {v}" for k, v in data.items())
+    return str(data)
+
+
 def _function_call(o) -> str:
     """How mpiopt calls a function objective, as `mpiopt check` says it."""
     args = ", ".join(["params"] + ["comm"] * o.takes_comm + ["trial"] * o.takes_trial)
@@ -574,13 +581,9 @@ def _uneven_groups_note(cfg, plan) -> str | None:
     sizes = sorted({len(ranks) for ranks in plan.groups}, reverse=True) if not plan.shared else []
     if cfg.search.scheduler == "none" or len(sizes) < 2 or cfg.objective.kind != "model":
         return None
-    size = plan.requested_size
-    if plan.n_nodes > 1:
-        fix = f"a multiple of {size} ranks on each node, one more on the coordinator's, make groups of {size}"
-    else:
-        fix = f"{(plan.world_size - 1) // size * size + 1} ranks make groups of {size}"
     return (f"groups of {' and '.join(map(str, sizes))} ranks: the {cfg.search.scheduler} rungs compare trials trained "
-            f"on groups of different sizes, and a paused trial goes on only on a group of its own size ({fix})")
+            f"on groups of different sizes, and a paused trial goes on only on a group of its own size "
+            f"({_ranks_for_groups_of(plan.requested_size, plan)})")
 
 
 def _no_group_of_the_size_note(cfg, plan) -> str | None:
@@ -591,11 +594,16 @@ def _no_group_of_the_size_note(cfg, plan) -> str | None:
     if plan.shared or size in sizes or size > plan.world_size - 1:  # too few ranks: _group_size_note
         return None
     made = " and ".join(map(str, sizes))
+    return (f"training.group_size {size}: no group has {size} ranks, the ranks make groups of {made} "
+            f"({_ranks_for_groups_of(size, plan)})")
+
+
+def _ranks_for_groups_of(size: int, plan) -> str:
+    """How to launch so that every group has `size` ranks."""
     if plan.n_nodes > 1:
-        fix = f"a multiple of {size} ranks on each node, one more on the coordinator's, make groups of {size}"
-    else:
-        fix = f"{(plan.world_size - 1) // size * size + 1} ranks make groups of {size}"
-    return f"training.group_size {size}: no group has {size} ranks, the ranks make groups of {made} ({fix})"
+        return f"a multiple of {size} ranks on each node, one more on the coordinator's, make groups of {size}"
+    world = (plan.world_size - 1) // size * size + 1
+    return f"mpiexec -n {world} makes groups of {size}"
 
 
 def _direction_note(cfg) -> str | None:
@@ -1156,7 +1164,7 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
     out = Path(args.out) if args.out else Path("runs") / cfg.name
     o = cfg.objective
     what = f"function {o.function}{_function_call(o)}" if o.kind == "function" else \
-        f"model {o.model} trained on {o.data}"
+        f"model {o.model} trained on {_data_text(o.data)}"
     tried = " (the model, built at the middle of the space, took a training step on its data)" \
         if o.kind == "model" else ""
     lines = [

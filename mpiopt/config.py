@@ -1013,7 +1013,9 @@ def import_callable(ref: str, base_dir: Path, *, source: str, field: str) -> Cal
         names = [n for n in dir(module) if not n.startswith("_")]
         raise ConfigError(f"{target} has no {attr!r}{did_you_mean(attr, names)}", source=source, field=field)
     if not callable(fn):
-        raise ConfigError(f"{target}:{attr} is a {type(fn).__name__}, expected a function", source=source, field=field)
+        kind = type(fn).__name__
+        raise ConfigError(f"{target}:{attr} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, expected a function",
+                          source=source, field=field)
     return fn
 
 

@@ -889,10 +889,10 @@ class Coordinator:
         missing = sorted({self.trials[n].ranks for n in self._paused} - sizes - {None})
         if missing:
             which = sorted(n for n in self._paused if self.trials[n].ranks in missing)
-            log.warning("%s (%s) trained on groups of %s ranks, which this job does not have: a promotion continues "
+            log.warning("%s (%s) trained on groups of %s, which this job does not have: a promotion continues "
                         "%s on groups of %s (run with the same groups to keep them alike)",
-                        counted(len(which), "paused trial"), _listed(which), " and ".join(map(str, missing)),
-                        "them" if len(which) != 1 else "it", " and ".join(map(str, sorted(sizes))))
+                        counted(len(which), "paused trial"), _listed(which), _sizes_text(missing),
+                        "them" if len(which) != 1 else "it", _sizes_text(sorted(sizes)))
 
     def _pause(self, n: int, result: TrialResult) -> None:
         """A trial stopped at a rung with its checkpoint: it waits for a promotion."""
@@ -1135,6 +1135,11 @@ def dispatch_stats(seconds: list[float], first_wave: list[float] = ()) -> str:
     p99 = statistics.quantiles(ms, n=100, method="inclusive")[98] if len(ms) > 1 else ms[0]
     return f"{line}: {statistics.mean(ms):.2f} ms mean, {statistics.median(ms):.2f} ms p50, " \
            f"{p99:.2f} ms p99 coordinator time per dispatch after a result"
+
+
+def _sizes_text(sizes: list[int]) -> str:
+    """'1 rank', '2 and 3 ranks'."""
+    return f"{' and '.join(map(str, sizes))} rank{'s' * (sizes != [1])}"
 
 
 def _listed(numbers: list[int], most: int = 10) -> str:

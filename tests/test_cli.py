@@ -126,7 +126,7 @@ def test_groups_of_several_sizes_under_a_scheduler_are_noted(write_yaml):
     cfg = load_config(write_yaml(text % "asha"), resolve=False)
     assert _plan_notes(cfg, plan_groups(6, 2)) == [
         "groups of 3 and 2 ranks: the asha rungs compare trials trained on groups of different sizes, and a paused "
-        "trial goes on only on a group of its own size (5 ranks make groups of 2)"]
+        "trial goes on only on a group of its own size (mpiexec -n 5 makes groups of 2)"]
     assert _plan_notes(cfg, plan_groups(5, 2)) == []
     # across nodes (-hosts a:2,b:3) the rank count alone is no fix: the ranks on each node are
     across = _plan_notes(cfg, plan_groups(5, 2, nodes=[0, 0, 2, 2, 2]))
@@ -137,7 +137,7 @@ def test_groups_of_several_sizes_under_a_scheduler_are_noted(write_yaml):
     # without a scheduler, ranks that make no group of the size asked for (leftovers join groups)
     three = load_config(write_yaml((text % "none").replace("group_size: 2", "group_size: 3")), resolve=False)
     assert _plan_notes(three, plan_groups(6, 3)) == [
-        "training.group_size 3: no group has 3 ranks, the ranks make groups of 5 (4 ranks make groups of 3)"]
+        "training.group_size 3: no group has 3 ranks, the ranks make groups of 5 (mpiexec -n 4 makes groups of 3)"]
     assert _plan_notes(three, plan_groups(7, 3, nodes=[0, 0, 0, 3, 3, 3, 3])) == [  # -hosts a:3,b:4
         "training.group_size 3: no group has 3 ranks, the ranks make groups of 4 and 2 (a multiple of 3 ranks on "
         "each node, one more on the coordinator's, make groups of 3)"]
