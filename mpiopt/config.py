@@ -974,6 +974,19 @@ def _figure_of_merit(raw: dict, goals: tuple[tuple[str, str], ...], has_model: b
     return direction, metric
 
 
+def _refuse_missing_data_files(data: dict, base_dir: Path, source: str) -> None:
+    """HDF5 files that are not there are told before the model's module is imported: one that
+    imports Keras takes seconds. (Their contents are checked by the preflight.)"""
+    from ._errors import DataError
+    from .learn._data import file_list
+
+    for part in ("train", "val"):
+        try:
+            file_list(data[part], base_dir, part)
+        except DataError as exc:
+            raise ConfigError(str(exc), source=source) from None
+
+
 def import_callable(ref: str, base_dir: Path, *, source: str, field: str) -> Callable:
     """Resolve 'path/to/file.py:name' (relative to the YAML's folder) or 'package.module:name'."""
     target, _, attr = ref.rpartition(":")
@@ -1077,6 +1090,8 @@ def resolve_objective(cfg: Config, source: str) -> Config:
                               "trial.report(step, **metrics) and trial.should_stop())",
                               source=source, field="search.scheduler")
         return replace(cfg, objective=replace(o, takes_comm=takes_comm(fn), takes_trial=takes_trial(fn)))
+    if isinstance(o.data, dict):
+        _refuse_missing_data_files(o.data, cfg.base_dir, source)
     build = import_callable(o.model, cfg.base_dir, source=source, field="objective.model")
     if isinstance(o.data, str):
         import_callable(o.data, cfg.base_dir, source=source, field="objective.data")

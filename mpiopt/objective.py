@@ -513,10 +513,10 @@ def preflight(cfg: Config, params: dict[str, Any] | None = None) -> None:
         return
     from . import learn
 
-    import_keras_quietly()  # first here, before the user's loader imports it
-    import keras
-
     src = cfg.source or str(cfg.path)
+    files = isinstance(o.data, dict)  # HDF5 files are checked before TensorFlow's start-up, which takes seconds
+    if not files:
+        import_keras_quietly()  # first here, before the user's loader imports it
     runner = TrialRunner(cfg)
     params = cfg.space.middle() if params is None else params
     training = cfg.trial_training(params)
@@ -529,9 +529,12 @@ def preflight(cfg: Config, params: dict[str, Any] | None = None) -> None:
         field = None if line.startswith("objective.data") else "objective.data"
         raise ConfigError(line, source=src, field=field) from None
     except (Exception, SystemExit) as exc:
-        what = "reading the HDF5 files" if isinstance(o.data, dict) else "load_data"
+        what = "reading the HDF5 files" if files else "load_data"
         raise ConfigError(f"{what} failed: {type(exc).__name__}: {headline(exc)}",
                           source=src, field="objective.data") from None
+    import_keras_quietly()
+    import keras
+
     _preflight_folds(cfg, source, src)
     _refuse_validating_on_training_files(cfg, source, src)
     try:
