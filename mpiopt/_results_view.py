@@ -166,9 +166,12 @@ def _json_value(v: Any) -> Any:
 
 
 def as_yaml(value) -> str:
+    """`value` as YAML, through libyaml where PyYAML has it: its pure-Python emitter takes
+    seconds for a table of thousands of trials."""
     import yaml
 
-    return yaml.safe_dump(value, sort_keys=False, allow_unicode=True)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump(value, Dumper=dumper, sort_keys=False, allow_unicode=True)
 
 
 def best_yaml(run_dir: str, top, direction: str, metric: str) -> str:
