@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +68,8 @@ def load_results(path: str | os.PathLike):
     p = run_directory(path)
     journal = p / JOURNAL
     if journal.exists():
-        events = _events(p)
         params = list((_run_info(p).get("parameters") or {}).keys())
-        columns, rows = result_rows(replay(events).values(), params, live=is_live(p), goals=goals_of(p))
+        columns, rows = result_rows(_trials(p).values(), params, live=is_live(p), goals=goals_of(p))
         df = pd.DataFrame(rows, columns=columns)
     elif (p / RESULTS).exists():
         df = pd.read_csv(p / RESULTS)
@@ -97,9 +97,8 @@ def refresh_results_csv(path: str | os.PathLike) -> bool:
         return False
     if liveness(p, time.time()).state in ("running", "starting"):
         return False
-    events, _ = read_journal(p / JOURNAL)
     params = list((_run_info(p).get("parameters") or {}).keys())
-    table = results_csv(replay(events).values(), params, live=False, goals=goals_of(p))
+    table = results_csv(_trials(p).values(), params, live=False, goals=goals_of(p))
     try:
         if (p / RESULTS).exists() and (p / RESULTS).read_bytes() == table:
             return False
@@ -308,24 +307,41 @@ def _overlap(merged: list[tuple[float, float]], start: float, until: float | Non
 
 
 def _events(path: Path) -> list[dict]:
-    """The events of a run directory's journal (what cannot be read is logged)."""
-    journal = run_directory(path) / JOURNAL
-    if not journal.exists():
-        raise ConfigError(f"holds no search (no {JOURNAL})", source=str(path))
-    events, problems = read_journal(journal)
-    for msg in problems:
-        if msg not in _WARNED:  # once a process: a report reads the journal for each of its views
-            _WARNED.add(msg)
-            log.warning(msg)
-    return events
-
-
-_WARNED: set[str] = set()  # the journal problems this process has warned of
+    """The events of a run directory's journal (what cannot be read is logged); not to be changed."""
+    return _read(path)["events"]
 
 
 def _trials(path: Path) -> dict:
-    """The trial records of a run directory, from its journal."""
-    return replay(_events(path))
+    """The trial records of a run directory, from its journal; not to be changed."""
+    read = _read(path)
+    if read.get("trials") is None:
+        read["trials"] = replay(read["events"])
+    return read["trials"]
+
+
+def _read(path: Path) -> dict:
+    """The journal read (and replayed, on demand) once while it stays as it is: `results` and
+    `report` take several views of it, and a journal of 30,000 trials takes seconds to read.
+    Only the latest journal is kept, so a notebook going through many runs holds one."""
+    journal = run_directory(path) / JOURNAL
+    try:
+        st = journal.stat()
+    except FileNotFoundError:
+        raise ConfigError(f"holds no search (no {JOURNAL})", source=str(path)) from None
+    key = (str(journal.resolve()), st.st_size, st.st_mtime_ns)
+    if _LATEST.get("key") != key:
+        events, problems = read_journal(journal)
+        for msg in problems:
+            if msg not in _WARNED:  # once a process: a report reads the journal for each of its views
+                _WARNED.add(msg)
+                log.warning(msg)
+        _LATEST.clear()
+        _LATEST.update(key=key, events=events, trials=None)
+    return _LATEST
+
+
+_WARNED: set[str] = set()  # the journal problems this process has warned of
+_LATEST: dict = {}  # the journal `_read` read last: its key (path, size, time), events and trials
 
 
 def best_trial(path: str | os.PathLike) -> int:
@@ -333,9 +349,12 @@ def best_trial(path: str | os.PathLike) -> int:
     p = Path(path)
     direction, _ = direction_of(p)
     sign = 1.0 if direction == "minimize" else -1.0
-    done = [t for t in _trials(p).values() if t.status.value == "completed" and t.objective is not None]
+    trials = _trials(p)
+    done = [t for t in trials.values() if t.status.value == "completed" and t.objective is not None]
     if not done:
-        raise ConfigError("no trial has completed", source=str(path))
+        shown = Counter(t.shown_status(live=is_live(p)).value for t in trials.values())
+        so_far = ", ".join(f"{n} {status}" for status, n in shown.items()) or "none has started"
+        raise ConfigError(f"no trial has completed ({so_far})", source=str(path))
     return min(done, key=lambda t: (sign * t.objective, t.trial)).trial
 
 

@@ -1302,7 +1302,8 @@ def cmd_results(args) -> int:
     if args.best:
         top = top[top.status == "completed"]
         if top.empty:
-            raise ConfigError("no trial has completed", source=args.dir)
+            so_far = ", ".join(f"{n} {status}" for status, n in df.status.value_counts(sort=False).items())
+            raise ConfigError(f"no trial has completed ({so_far or 'none has started'})", source=args.dir)
     if args.format == "csv":
         sys.stdout.write(view.as_csv(top))
     elif args.format == "json":
