@@ -859,7 +859,20 @@ def trial_values(run_dir: Path, which: str | None, cfg) -> tuple[int, dict[str, 
         if name not in params:
             warn_once(f"--trial {number}: {name} was not searched then; it takes {values[name]!r}")
     _note_another_objective(run_dir, number, cfg)
+    _note_a_trial_that_did_not_complete(run_dir, number)
     return number, values
+
+
+def _note_a_trial_that_did_not_complete(run_dir: Path, number: int) -> None:
+    """Training a trial that the search stopped (a scheduler's pruned or paused one, a failed one)
+    trains it to the end all the same: say how far the search took it."""
+    from .analysis import _trials, is_live
+
+    trial = _trials(run_dir)[number]
+    status = trial.shown_status(live=is_live(run_dir)).value
+    if status != "completed":
+        got = f" at epoch {trial.epochs}" if trial.epochs else ""
+        warn_once(f"--trial {number}: the search left it {status}{got}; this trains it to the end of its training")
 
 
 def _note_another_objective(run_dir: Path, number: int, cfg) -> None:

@@ -879,3 +879,23 @@ def test_an_accuracy_under_a_regression_loss_is_noted(write_yaml):
     assert note("mse") == ("objective: val_accuracy under loss mse: an accuracy counts exact matches of continuous "
                            "labels, nearly always none (a regression is judged by val_loss or val_mae)")
     assert note("sparse_categorical_crossentropy") is None
+
+
+def test_train_of_a_trial_the_search_stopped_says_how_far_it_got(write_yaml, tmp_path, caplog):
+    from mpiopt.cli import trial_values
+    from mpiopt.config import load_config
+    from mpiopt.journal import RunDir
+
+    cfg = load_config(write_yaml(SPACE))
+    run = RunDir(tmp_path / "run")
+    run.open(resume=False, config_text=f"source: {tmp_path / 'space.yaml'}\n")
+    for n, status in ((0, "completed"), (1, "pruned")):
+        run.append({"event": "start", "trial": n, "params": {"x": 1.0, "y": 2.0}, "time": 1.0})
+        run.append({"event": "finish", "trial": n, "status": status, "objective": 3.0 if n == 0 else None,
+                    "epochs": 3, "time": 2.0})
+    run.close()
+    with caplog.at_level("WARNING", logger="mpiopt"):
+        trial_values(run.path, "0", cfg)
+        trial_values(run.path, "1", cfg)
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["--trial 1: the search left it pruned at epoch 3; this trains it to the end of its training"]
