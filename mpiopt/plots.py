@@ -133,6 +133,12 @@ def _thinned(done, limit: int, direction: str = "minimize"):
     return done[keep]
 
 
+def _completed_of(done, df) -> str:
+    """'635 completed trials of 8,000': under a scheduler the completed trials are the few that
+    survived its rungs, which the plots of completed trials are fitted or drawn on alone."""
+    return f"{len(done):,} completed trials" + (f" of {len(df):,}" if len(done) < len(df) else "")
+
+
 def _drawn(shown, done) -> str:
     """A title's note when a plot draws only part of the trials."""
     return f", {len(shown):,} of {len(done):,} drawn" if len(shown) < len(done) else ""
@@ -279,7 +285,7 @@ def plot_importance(df, *, metric: str = "objective", log_params: Iterable[str] 
     ax.barh(names, [share[n] for n in names], color="tab:blue")
     ax.set_xlabel(f"share of {_label(df, metric)}'s variation (random-forest permutation importance)")
     ax.set_xlim(0, 1)
-    ax.set_title("Parameter importance")
+    ax.set_title(f"Parameter importance ({_completed_of(_completed(df, metric), df)})")
     return fig
 
 
@@ -321,7 +327,7 @@ def plot_parallel(df, *, direction: str | None = None, metric: str = "objective"
     inactive_shown = any(pos == INACTIVE_AT for _, ticks in labels for pos, _ in ticks)
     ax.set_ylim((INACTIVE_AT if inactive_shown else 0.0) - 0.05, 1.05)
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=_label(df, metric))
-    ax.set_title(f"Parallel coordinates ({len(every):,} completed trials{_drawn(done, every)})")
+    ax.set_title(f"Parallel coordinates ({_completed_of(every, df)}{_drawn(done, every)})")
     return fig
 
 
@@ -389,7 +395,8 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
     for ax in panels[::cols]:
         ax.set_ylabel(_label(df, metric))
     fig.colorbar(points, ax=list(panels[:len(names)]), label="trial", ticks=MaxNLocator(integer=True))
-    fig.suptitle(f"Slices: {_label(df, metric)} against each parameter ({direction}{_drawn(done, every)})")
+    fig.suptitle(f"Slices: {_label(df, metric)} against each parameter ({direction}, {_completed_of(every, df)}"
+                 f"{_drawn(done, every)})")
     return fig
 
 

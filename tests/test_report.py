@@ -42,6 +42,16 @@ def test_the_fixture_has_what_the_plots_show(df):
     assert {"completed", "pruned", "failed"} <= set(df.status) and len(completed(df)) >= 8
 
 
+def test_plots_of_completed_trials_say_how_few_of_the_trials_they_are(df):
+    # under a scheduler the completed trials are the survivors of its rungs
+    of = f"{len(completed(df)):,} completed trials of {len(df):,}"
+    assert of in plots.plot_parallel(df).axes[0].get_title()
+    assert of in plots.plot_slices(df)._suptitle.get_text()
+    assert of in plots.plot_importance(df).axes[0].get_title()
+    every = completed(df)
+    assert f"{len(every):,} completed trials)" in plots.plot_parallel(every).axes[0].get_title()
+
+
 def test_plots_take_the_direction_of_the_run_the_table_came_from(tmp_path):
     run = copy_run(tmp_path)
     config = run / "config.yaml"

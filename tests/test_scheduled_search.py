@@ -416,7 +416,8 @@ def test_a_resume_on_other_group_sizes_continues_the_paused_trials_of_sizes_gone
         run(cfg, path, CurveGroups(2, done_epochs=groups.done, ranks=[2, 2]), resume=True)  # --np 5
     said = [m for m in (re.fullmatch(r"\d+ paused trials? \(trials? ([\d, ]+)(?: and \d+ more)?\) trained on groups "
                                      r"of 1 and 3 ranks, "
-                                     r"which this job does not have: a promotion continues (it|them) on groups of 2 ranks "
+                                     r"which this job does not have: a promotion continues (it|them) on groups "
+                                     r"of 2 ranks "
                                      r"\(run with the same groups to keep them alike\)", r.getMessage())
                         for r in caplog.records) if m]
     assert len(said) == 1 and {int(n) for n in said[0].group(1).split(", ")} <= paused
