@@ -8,6 +8,7 @@ A plot that the data cannot support (no completed trial, no per-epoch reports...
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 
 import numpy as np
@@ -437,8 +438,10 @@ def plot_curves(history, df, *, metric: str = "objective", direction: str | None
             ax.plot(rows["epoch"].iloc[-1], rows[metric].iloc[-1], "x", color=colour, markersize=6)
     from matplotlib.lines import Line2D
 
+    every = Counter(status.get(trial, "running") for trial in curves.groups)  # drawn or not
     ax.legend([Line2D([], [], color=STATUS_COLOURS.get(s, "black")) for s in counts],
-              [f"{s} ({n})" for s, n in counts.items()], fontsize="small")
+              [f"{s} ({n:,}{f' of {every[s]:,}' if n < every[s] else ''})" for s, n in counts.items()],
+              fontsize="small")
     ax.set_xlabel("epoch")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no half epochs on a short curve
     ax.set_ylabel(metric)

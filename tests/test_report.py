@@ -219,6 +219,14 @@ def test_learning_curves_draw_every_reporting_trial_and_mark_the_pruned(df, hist
     assert f"pruned ({(df.status == 'pruned').sum()})" in labels
 
 
+def test_learning_curves_thinned_count_in_the_legend_of_how_many(df, history, monkeypatch):
+    monkeypatch.setattr(plots, "MAX_LINES", 3)
+    labels = [t.get_text() for t in plots.plot_curves(history, df).axes[0].get_legend().get_texts()]
+    every = df[df.trial.isin(history.trial)].status.value_counts()
+    assert sum(int(label.split("(")[1].split()[0].rstrip(")")) for label in labels) == 3
+    assert any(f" of {every[label.split()[0]]})" in label for label in labels)
+
+
 def test_learning_curves_say_why_without_reports(df):
     with pytest.raises(plots.PlotUnavailable, match="no per-epoch reports"):
         plots.plot_curves(mpiopt.load_history(FIXTURE).iloc[0:0], df)
