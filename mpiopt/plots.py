@@ -476,16 +476,19 @@ def plot_timeline(df, *, now=None):
     groups = np.sort(every["group"].unique())
     started = every[every["group"].isin(groups[:MAX_GROUPS])]
     end = started["end"].fillna(now if now is not None else every[["start", "end"]].max().max())
-    fig = _figure(10.0, 1.5 + 0.35 * min(len(groups), MAX_GROUPS))
+    drawn = min(len(groups), MAX_GROUPS)
+    fig = _figure(10.0, 1.5 + 0.35 * min(drawn, 24) + 0.1 * max(0, drawn - 24))  # 64 groups: 14 in, not 24
     ax = fig.subplots()
     seen: set[str] = set()
+    # white edges part the bars of a group, until they are so many that the edges hide them
+    edge = 0.4 if len(started) <= 100 * drawn else 0.0
     # one collection of bars a group and status (barh would make an artist a trial)
     per, unit = _elapsed_unit((end.max() - t0).total_seconds())
     for (status, group), rows in started.assign(stop=end).groupby(["status", "group"]):
         left = (rows["start"] - t0).dt.total_seconds().to_numpy() / per
         width = (rows["stop"] - rows["start"]).dt.total_seconds().to_numpy() / per
         ax.broken_barh(list(zip(left, width, strict=True)), (int(group) - 0.4, 0.8),
-                       facecolors=STATUS_COLOURS.get(status, "black"), edgecolor="white", linewidth=0.4,
+                       facecolors=STATUS_COLOURS.get(status, "black"), edgecolor="white", linewidth=edge,
                        label=None if status in seen else status)
         seen.add(status)
     ax.set_xlabel(f"{unit} since the search started")
