@@ -11,8 +11,8 @@ import yaml
 
 from ._errors import ConfigError
 from .pareto import Goals, reported_goal
-from .journal import (CONFIG, JOURNAL, PARAM_COUNT, RESULTS, STRETCH_COLUMNS, TRAIN_INFO, is_live, read_journal,
-                      replay, result_rows, stretch_rows)
+from .journal import (CONFIG, JOURNAL, PARAM_COUNT, RESULTS, STRETCH_COLUMNS, TRAIN_INFO, front, is_live,
+                      read_journal, replay, result_rows, stretch_rows)
 
 log = logging.getLogger(__name__)
 
@@ -207,8 +207,11 @@ def load_history(path: str | os.PathLike):
 
 
 def best_trials(df, direction: str, top: int | None = None):
-    """Completed trials, best first (then the rest in trial order)."""
-    done = df[df["status"] == "completed"].sort_values("objective", ascending=direction == "minimize", kind="stable")
+    """Completed trials, best first (then the rest in trial order); a Pareto search's by its
+    first goal, and of a tie, those on the front first."""
+    done = df[df["status"] == "completed"]
+    by = ["objective", "pareto"] if "pareto" in df else ["objective"]
+    done = done.sort_values(by, ascending=[direction == "minimize", False][:len(by)], kind="stable")
     rest = df[df["status"] != "completed"]
     out = __import__("pandas").concat([done, rest])
     return out.head(top) if top else out
@@ -351,11 +354,13 @@ def best_trial(path: str | os.PathLike) -> int:
     sign = 1.0 if direction == "minimize" else -1.0
     trials = _trials(p)
     done = [t for t in trials.values() if t.status.value == "completed" and t.objective is not None]
+    goals = goals_of(p)
+    on = front(list(trials.values()), goals) if goals else set()  # of a tie on the first goal, one on the front
     if not done:
         shown = Counter(t.shown_status(live=is_live(p)).value for t in trials.values())
         so_far = ", ".join(f"{n} {status}" for status, n in shown.items()) or "none has started"
         raise ConfigError(f"no trial has completed ({so_far})", source=str(path))
-    return min(done, key=lambda t: (sign * t.objective, t.trial)).trial
+    return min(done, key=lambda t: (sign * t.objective, t.trial not in on, t.trial)).trial
 
 
 def trial_params(path: str | os.PathLike, trial: int | str = "best") -> tuple[dict[str, Any], int]:

@@ -899,3 +899,24 @@ def test_train_of_a_trial_the_search_stopped_says_how_far_it_got(write_yaml, tmp
         trial_values(run.path, "1", cfg)
     said = [r.getMessage() for r in caplog.records]
     assert said == ["--trial 1: the search left it pruned at epoch 3; this trains it to the end of its training"]
+
+
+def test_the_best_of_a_pareto_search_breaks_a_tie_on_its_first_goal_by_the_front(tmp_path):
+    import pandas as pd
+
+    from mpiopt.analysis import best_trial, best_trials
+    from mpiopt.journal import RunDir
+
+    run = RunDir(tmp_path / "run")
+    run.open(resume=False, config_text="objective:\n  function: f.py:f\n  pareto: {a: minimize, b: minimize}\n")
+    for n, (a, b) in enumerate(((0.0, 2.0), (0.0, 1.0), (1.0, 0.0))):  # trial 1 dominates trial 0
+        run.append({"event": "start", "trial": n, "params": {"x": float(n)}, "time": 1.0})
+        run.append({"event": "finish", "trial": n, "status": "completed", "objective": a,
+                    "metrics": {"a": a, "b": b}, "time": 2.0})
+    run.close()
+    assert best_trial(run.path) == 1
+    table = pd.DataFrame({"trial": [0, 1, 2], "status": "completed", "objective": [0.0, 0.0, 1.0],
+                          "pareto": [False, True, True]})
+    assert best_trials(table, "minimize").trial.tolist() == [1, 0, 2]
+    p = run_cli(["results", str(run.path), "--best", "--format", "csv"], cwd=tmp_path)
+    assert p.stdout.splitlines()[1].startswith("1,"), p.stdout
