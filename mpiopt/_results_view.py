@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime
 import math
 import numbers
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 ERROR_WIDTH = 70  # characters of the error column in the table view (the whole line: --format csv)
@@ -25,6 +27,11 @@ def format_hours(hours: float) -> str:
 def counted(n: int, thing: str) -> str:
     """'1 paused trial', '3 paused trials'."""
     return f"{n} {thing}{'s' * (n != 1)}"
+
+
+def by_status(statuses: Iterable[str]) -> str:
+    """'58 completed, 2 failed': trials counted by status, the commonest first."""
+    return ", ".join(f"{n} {status}" for status, n in Counter(statuses).most_common())
 
 
 def params_text(params: dict[str, Any]) -> str:
@@ -170,8 +177,11 @@ def as_yaml(value) -> str:
     seconds for a table of thousands of trials."""
     import yaml
 
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    return yaml.dump(value, Dumper=dumper, sort_keys=False, allow_unicode=True)
+    try:
+        from yaml import CSafeDumper as Dumper  # PyYAML built with libyaml
+    except ImportError:
+        from yaml import SafeDumper as Dumper
+    return yaml.dump(value, Dumper=Dumper, sort_keys=False, allow_unicode=True)
 
 
 def best_yaml(run_dir: str, top, direction: str, metric: str) -> str:

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ._errors import ConfigError
+from ._results_view import by_status
 from .pareto import Goals, reported_goal
 from .journal import (CONFIG, JOURNAL, PARAM_COUNT, RESULTS, STRETCH_COLUMNS, TRAIN_INFO, front, is_live,
                       read_journal, replay, result_rows, stretch_rows)
@@ -354,12 +354,11 @@ def best_trial(path: str | os.PathLike) -> int:
     sign = 1.0 if direction == "minimize" else -1.0
     trials = _trials(p)
     done = [t for t in trials.values() if t.status.value == "completed" and t.objective is not None]
+    if not done:
+        so_far = by_status(t.shown_status(live=is_live(p)).value for t in trials.values())
+        raise ConfigError(f"no trial has completed ({so_far or 'none has started'})", source=str(path))
     goals = goals_of(p)
     on = front(list(trials.values()), goals) if goals else set()  # of a tie on the first goal, one on the front
-    if not done:
-        shown = Counter(t.shown_status(live=is_live(p)).value for t in trials.values())
-        so_far = ", ".join(f"{n} {status}" for status, n in shown.items()) or "none has started"
-        raise ConfigError(f"no trial has completed ({so_far})", source=str(path))
     return min(done, key=lambda t: (sign * t.objective, t.trial not in on, t.trial)).trial
 
 

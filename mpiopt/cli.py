@@ -1315,7 +1315,8 @@ def cmd_results(args) -> int:
     if args.best:
         top = top[top.status == "completed"]
         if top.empty:
-            raise ConfigError(f"no trial has completed ({_by_status(df) or 'none has started'})", source=args.dir)
+            so_far = view.by_status(df["status"]) or "none has started"
+            raise ConfigError(f"no trial has completed ({so_far})", source=args.dir)
     if args.format == "csv":
         sys.stdout.write(view.as_csv(top))
     elif args.format == "json":
@@ -1324,16 +1325,11 @@ def cmd_results(args) -> int:
         sys.stdout.write(view.best_yaml(args.dir, top, direction, metric) if args.best
                          else view.as_yaml(view.records(top)))
     else:
-        by_status = f" ({_by_status(df)})" if len(df) else ""
-        print(f"{args.dir}: {view.counted(len(df), 'trial')}{by_status}; {direction} {metric}"
+        counts = f" ({view.by_status(df['status'])})" if len(df) else ""
+        print(f"{args.dir}: {view.counted(len(df), 'trial')}{counts}; {direction} {metric}"
               + (f"; the first {len(top)} shown (--top K)" if len(top) < len(df) and not args.best else ""))
         print(view.table(top) if len(top) else "(no trials)")
     return 0
-
-
-def _by_status(df) -> str:
-    """'58 completed, 2 failed': the table's trials by status, the commonest first."""
-    return ", ".join(f"{n} {status}" for status, n in df["status"].value_counts().items())
 
 
 def _top_count(args, rows: int) -> int:
@@ -1374,8 +1370,8 @@ def _print_front(args, df, goals) -> int:
         sys.stdout.write(view.as_yaml(view.records(top)))
     else:
         top = on.head(_top_count(args, len(on)))
-        by_status = f" ({_by_status(df)})" if len(df) else ""
-        print(f"{args.dir}: {view.counted(len(df), 'trial')}{by_status}; Pareto front of "
+        counts = f" ({view.by_status(df['status'])})" if len(df) else ""
+        print(f"{args.dir}: {view.counted(len(df), 'trial')}{counts}; Pareto front of "
               + ", ".join(f"{d} {m}" for m, d in goals) + f": {len(on)} trials"
               + (f", the first {len(top)} shown (--top)" if len(top) < len(on) else ""))
         print(view.table(top, [m for m, _ in goals]) if len(top) else "(no trial has completed)")

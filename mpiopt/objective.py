@@ -418,7 +418,7 @@ class TrialRunner:
         if context is not None and context.diverged:
             return _diverged(context, rank)
         if rank != 0:  # the steps it reported, which the group checks against rank 0's
-            return TrialResult(epochs=context.steps or None if context is not None else None)
+            return TrialResult(epochs=(context.steps or None) if context is not None else None)
         if context is not None and context.stopped:  # judged at the step the scheduler stopped it, whatever ran on
             return TrialResult(status=TrialStatus.PRUNED, epochs=context.stopped_at or context.steps,
                                metrics=context.last, reported_after_stop=context.after_stop,
@@ -532,7 +532,8 @@ def preflight(cfg: Config, params: dict[str, Any] | None = None) -> None:
         what = "reading the HDF5 files" if files else "load_data"
         raise ConfigError(f"{what} failed: {type(exc).__name__}: {headline(exc)}",
                           source=src, field="objective.data") from None
-    import_keras_quietly()
+    if files:
+        import_keras_quietly()
     import keras
 
     _preflight_folds(cfg, source, src)

@@ -477,7 +477,8 @@ def plot_timeline(df, *, now=None):
     started = every[every["group"].isin(groups[:MAX_GROUPS])]
     end = started["end"].fillna(now if now is not None else every[["start", "end"]].max().max())
     drawn = min(len(groups), MAX_GROUPS)
-    fig = _figure(10.0, 1.5 + 0.35 * min(drawn, 24) + 0.1 * max(0, drawn - 24))  # 64 groups: 14 in, not 24
+    # groups past 24 get thinner rows, so that the most drawn still fit a screen
+    fig = _figure(10.0, 1.5 + 0.35 * min(drawn, 24) + 0.1 * max(0, drawn - 24))
     ax = fig.subplots()
     seen: set[str] = set()
     # white edges part the bars of a group, until they are so many that the edges hide them
