@@ -6,7 +6,7 @@ and Optuna's pruned TPE, with 1, 8 and 32 groups.
                                   [--curves bench/data/mnist1d_cnn_curves.jsonl] [--space searchspaces/mnist1d_cnn.yaml]
                                   [--oracle-at K ...] [--ranked-by R ...]
                                   [--acquisition gp_hedge|EI|PI|LCB] [--min-epochs 1] [--reduction-factor 3]
-                                  [--judge-final] [--gaps G ...]
+                                  [--judge-final] [--stopping] [--gaps G ...]
 
 The curves are real: bench/record_curves.py trained 200 random configurations of the MNIST-1D CNN
 space (searchspaces/mnist1d_cnn.yaml) for 27 epochs each on one process and kept every epoch's
@@ -48,6 +48,8 @@ searcher as a failure.
 With --judge-final, mpiopt's schedulers rank a trial at a rung by the best val_accuracy its recorded
 curve reaches in all 27 epochs instead of its best so far: a promotion rule that never mistakes a
 slow starter, the most any rule at the rungs could know (the searchers are still told the rung values).
+With --stopping, mpiopt's asha and hyperband stop a trial that does not lead at its rung for good, as
+Ray Tune's ASHA does, instead of pausing it for a later promotion.
 
 A search's best is the best figure of merit (its best epoch's val_accuracy) among its trials trained
 to the end: what `mpiopt results` calls the best. The target is the best such value in the table
@@ -105,6 +107,7 @@ class Knobs:
     min_epochs: int = 1
     reduction_factor: int = 3
     judge_final: bool = False  # the scheduler judges each trial by its final value (an oracle rule)
+    stopping: bool = False  # a trial that does not lead at a rung is stopped for good, not paused
 
 
 # -- the recorded curves -------------------------------------------------------------------------
@@ -363,7 +366,7 @@ def make_policy(method: str, curves: Curves, cfg, seed: int, knobs: Knobs):
     settings = cfg.with_search(seed=seed, algorithm=algorithm, scheduler=scheduler, min_epochs=knobs.min_epochs,
                                reduction_factor=knobs.reduction_factor, acquisition=knobs.acquisition).search
     sched = make_scheduler(settings.scheduler, epochs=EPOCHS, min_epochs=knobs.min_epochs,
-                           reduction_factor=knobs.reduction_factor, pausable=True)
+                           reduction_factor=knobs.reduction_factor, pausable=not knobs.stopping)
     if settings.scheduler == "none":
         searcher = make_searcher(cfg.space, settings)
     elif method.startswith("budget+"):
@@ -407,7 +410,8 @@ def report(traces: dict, methods: list[str], widths: list[int], budget: float, c
           f"{curves.acc.max():.4f}, target {target:.4f}; median full training {full_train_s:.1f} s; "
           f"budget {budget:g} full trainings ({budget * EPOCHS:g} epochs); the GP's acquisition {knobs.acquisition}; "
           f"rungs from {knobs.min_epochs} epochs, reduction factor {knobs.reduction_factor}"
-          + ("; rungs judge the final values" if knobs.judge_final else ""))
+          + ("; rungs judge the final values" if knobs.judge_final else "")
+          + ("; a trial that does not lead at a rung is stopped, not paused" if knobs.stopping else ""))
     print_rung_correlation(curves)
     fractions = (0.125, 0.25, 0.5, 1.0)
     for width in widths:
@@ -483,12 +487,16 @@ def main() -> None:
                         help="mpiopt's schedulers rank each trial at a rung by its recorded final value, not by "
                              "its value so far: a promotion rule that knows every curve's end (the searcher is "
                              "still told the rung values)")
+    parser.add_argument("--stopping", action="store_true",
+                        help="mpiopt's asha and hyperband stop a trial that does not lead at its rung for good "
+                             "instead of pausing it (the stopping variant of ASHA, as Ray Tune's; what a function "
+                             "objective gets, since it cannot be paused)")
     args = parser.parse_args()
     args.methods += [f"oracle@{k}" for k in args.oracle_at] + [f"ranked@{r}" for r in args.ranked_by]
     if "optuna" in args.methods and importlib.util.find_spec("optuna") is None:
         parser.error("method optuna needs Optuna: pip install optuna (for this benchmark only)")
     curves = Curves.load(args.curves, load_config(args.space).space)
-    knobs = Knobs(args.acquisition, args.min_epochs, args.reduction_factor, args.judge_final)
+    knobs = Knobs(args.acquisition, args.min_epochs, args.reduction_factor, args.judge_final, args.stopping)
     jobs = [(m, w, s, args.budget, args.curves, args.space, knobs) for w in args.widths for m in args.methods
             for s in range(args.first_seed, args.first_seed + args.seeds)]
     traces: dict = {(m, w): [] for m in args.methods for w in args.widths}
