@@ -834,6 +834,9 @@ def _early_stopping(value: Any, source: str, field: str) -> dict[str, Any] | Non
         raise ConfigError(f"expected a metric name, got {es['monitor']!r}", source=source, field=f"{field}.monitor")
     es["patience"] = _int(es["patience"], source, f"{field}.patience", minimum=0)
     es["min_delta"] = _real(es["min_delta"], source, f"{field}.min_delta")
+    if es["min_delta"] < 0:  # Keras would take its absolute value: a sign the user meant something else
+        raise ConfigError(f"expected a number >= 0 (the least change that counts as an improvement), "
+                          f"got {es['min_delta']:g}", source=source, field=f"{field}.min_delta")
     es["mode"] = _choice(es["mode"], ("auto", "min", "max"), source, f"{field}.mode")
     return es
 

@@ -155,6 +155,7 @@ BAD = [
                                                                   "[0.0, 1.0], got 2"]),
     (GOOD + "training: {optimizer: {name: adam, beta_9: 0.3}}\n", ["training.optimizer", "unknown option 'beta_9'"]),
     (GOOD + "training: {early_stopping: {patience: -1}}\n", ["training.early_stopping.patience"]),
+    (GOOD + "training: {early_stopping: {min_delta: -0.01}}\n", ["training.early_stopping.min_delta", ">= 0"]),
     (GOOD + "training: {time_limit: 0}\n", ["training.time_limit", "positive number"]),
     (GOOD + "training: {lr_scaling: quadratic}\n", ["training.lr_scaling", "none, linear, sqrt"]),
     (GOOD + "training: {elastic_force: 1.5}\n", ["training.elastic_force", "(0, 1)"]),
