@@ -25,7 +25,7 @@ import yaml
 from ._errors import ConfigError
 from ._log import quiet_tensorflow
 from .pareto import MEASURED, PARAM_GOAL, reported_goal
-from .space import Space, parse_space
+from .space import Space, parse_space, refuse_unspaced_colons
 
 TOP_KEYS = ("name", "objective", "parameters", "search", "training")
 OBJECTIVE_KEYS = ("model", "data", "loss", "metrics", "minimize", "maximize", "pareto", "function", "folds")
@@ -652,6 +652,7 @@ def _check_keys(mapping: dict, allowed: Iterable[str], source: str, where: str,
     keys an objective reads where others are known but refused later with their own reason."""
     allowed = tuple(allowed)
     offered = allowed if offered is None else tuple(offered)
+    refuse_unspaced_colons(mapping, source, where)
     for key in mapping:
         if key not in allowed:
             field = f"{where}.{key}" if where else str(key)
@@ -796,6 +797,7 @@ def _optimizer(value: Any, source: str, field: str) -> str | dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"expected an optimizer name ({', '.join(OPTIMIZERS)}) or a mapping with `name`, "
                           f"got {value!r}", source=source, field=field)
+    refuse_unspaced_colons(value, source, field)
     if "name" not in value:
         raise ConfigError("an optimizer mapping needs `name`, e.g. {name: adam, beta_1: 0.9}",
                           source=source, field=field)

@@ -200,6 +200,16 @@ def _number(value: Any, *, integer: bool) -> bool:
     return isinstance(value, numbers.Real) and math.isfinite(float(value))
 
 
+def refuse_unspaced_colons(mapping: dict, source: str, where: str) -> None:
+    """YAML reads `{name:value}` as the one key 'name:value' with no value: a flow mapping needs
+    a space after each colon. Said as such, not as an unknown key."""
+    for key, value in mapping.items():
+        name, colon, rest = str(key).partition(":")
+        if colon and name and value is None:
+            raise ConfigError(f"YAML read {str(key)!r} as a key with no value: put a space after the colon "
+                              f"({name}: {rest})", source=source, field=f"{where}.{key}" if where else str(key))
+
+
 def parse_space(raw: Any, *, source: str, did_you_mean) -> Space:
     """Parse the `parameters:` mapping of a search-space file.
 
@@ -220,6 +230,7 @@ def parse_space(raw: Any, *, source: str, did_you_mean) -> Space:
         if not isinstance(spec, dict):
             raise ConfigError(f"expected a mapping such as {{type: real, low: 0.0, high: 1.0}}, got {_show(spec)}",
                               source=source, field=field)
+        refuse_unspaced_colons(spec, source, field)
         kind = spec.get("type")
         if kind is None:
             kind = "categorical" if "choices" in spec else None

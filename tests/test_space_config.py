@@ -156,6 +156,15 @@ BAD = [
     (GOOD + "training: {optimizer: {name: adam, beta_9: 0.3}}\n", ["training.optimizer", "unknown option 'beta_9'"]),
     (GOOD + "training: {early_stopping: {patience: -1}}\n", ["training.early_stopping.patience"]),
     (GOOD + "training: {early_stopping: {min_delta: -0.01}}\n", ["training.early_stopping.min_delta", ">= 0"]),
+    # YAML reads a flow mapping's `key:value` with no space as one key with no value
+    (GOOD + "training: {early_stopping: {monitor:val_loss}}\n",
+     ["training.early_stopping.monitor:val_loss", "put a space after the colon (monitor: val_loss)"]),
+    (GOOD + "training: {optimizer: {name:sgd}}\n", ["training.optimizer.name:sgd", "(name: sgd)"]),
+    ("objective: {function: objectives.py:branin, minimize:objective}\n"
+     "parameters: {x: {type: real, low: 0, high: 1}}\n",
+     ["objective.minimize:objective", "(minimize: objective)"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type:real, low: 0, high: 1}}\n",
+     ["parameters.x.type:real", "(type: real)"]),
     (GOOD + "training: {time_limit: 0}\n", ["training.time_limit", "positive number"]),
     (GOOD + "training: {lr_scaling: quadratic}\n", ["training.lr_scaling", "none, linear, sqrt"]),
     (GOOD + "training: {elastic_force: 1.5}\n", ["training.elastic_force", "(0, 1)"]),
