@@ -952,11 +952,12 @@ class GroupComm:
         self._wait_recv(self._comm.Irecv(buf, source=source, tag=tag))
 
     def Allreduce_inplace(self, buf) -> None:
-        """Sum a float32 buffer over the group, in place."""
+        """Sum a float32 or float64 buffer over the group, in place."""
         self._check()
+        kind = self._MPI.DOUBLE if buf.dtype.itemsize == 8 else self._MPI.FLOAT
         # every rank of a synchronous step arrives within moments of the others, and each round of
         # the reduction needs every rank's progress: spin (up to COLLECTIVE_SPIN) rather than sleep
-        self._wait(self._comm.Iallreduce(self._MPI.IN_PLACE, [buf, self._MPI.FLOAT], op=self._MPI.SUM),
+        self._wait(self._comm.Iallreduce(self._MPI.IN_PLACE, [buf, kind], op=self._MPI.SUM),
                    spin=waits().collective_spin)
 
     # Python objects travel pickled here: they are the user's own in-memory values between the

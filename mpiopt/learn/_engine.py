@@ -340,7 +340,8 @@ class _Epochs:
             state = dict(meta.get("optimizer") or {})
             state.update({k[4:]: v for k, v in arrays.items() if k.startswith("opt_")})
             opt.load_state_dict(state)
-        return int(meta["epoch"]), arrays["weights"], arrays["state"]  # epochs done = next epoch index
+        # epochs done = next epoch index; the state as get_state gives it (an older checkpoint's is float32)
+        return int(meta["epoch"]), arrays["weights"], np.asarray(arrays["state"], dtype=np.float64)
 
     def outcome(self, timing: dict[str, dict[str, float]], samples: int, t0: float, flat: FlatModel) -> TrainOutcome:
         """What training of `flat` produced, `t0` its start (perf_counter)."""
@@ -555,12 +556,18 @@ def _gather_timing(comm, tracer: Tracer, job: Job, labels: list[str]) -> dict[st
 
 
 # -- master and workers ------------------------------------------------------------------------------
-def _broadcast_start(comm, weights: np.ndarray, start_epoch: int = 0) -> int:
-    """Rank 0's weights and the epoch to start at (past a checkpoint's) to every rank; that epoch."""
-    start = np.array([start_epoch], dtype=np.float32)
+def _broadcast_start(comm, weights: np.ndarray, state: np.ndarray, start_epoch: int = 0,
+                     restored: bool = False) -> tuple[int, bool]:
+    """Rank 0's weights, the epoch to start at (past a checkpoint's) and whether it restored a
+    checkpoint to every rank, and then its restored non-trainable state into `state`: a worker
+    that went on with its fresh batch-norm statistics would have the master validate their
+    average. (The epoch to start at, whether restored.)"""
+    start = np.array([start_epoch, restored], dtype=np.float32)
     comm.Bcast(weights, root=0)
     comm.Bcast(start, root=0)
-    return int(start[0])
+    if start[1] and state.size:
+        comm.Bcast(state, root=0)
+    return int(start[0]), bool(start[1])
 
 
 def _elastic_force(training: dict[str, Any], workers: int) -> float:
@@ -618,10 +625,11 @@ class _Master:
         self.center = self.flat.get()
         self.opt = make_master_optimizer(spec, n) if self.mode == "downpour" else None
         self.epochs = _Epochs(job, writer=True)
-        start_epoch, _ = self.epochs.resume(self.opt, self.center)  # the batch-norm state comes with reports
+        start_epoch, state = self.epochs.resume(self.opt, self.center)
         self.epochs.report_unrecorded(start_epoch)
         # a trial the scheduler stops there: the workers start past the last epoch, and train none
-        _broadcast_start(comm, self.center, int(t["epochs"]) if self.epochs.stopped else start_epoch)
+        _broadcast_start(comm, self.center, state if state is not None else self.flat.get_state(),
+                         int(t["epochs"]) if self.epochs.stopped else start_epoch, restored=state is not None)
         self.sched = _schedule(t, spec, self.workers)
         self.alpha = _elastic_force(t, self.workers)
         self.n_train = job.source.n_train()
@@ -749,9 +757,9 @@ class _Master:
         reports = self.reports.setdefault(e, [])
         reports.append(report)
         if len(reports) == self.workers:
-            st = np.asarray(report.get("state") or [], dtype=np.float32)
+            st = np.asarray(report.get("state") or [], dtype=np.float64)
             if st.size:  # batch-norm statistics: the workers' average
-                st = np.mean([np.asarray(r["state"], dtype=np.float32) for r in reports], axis=0)
+                st = np.mean([np.asarray(r["state"], dtype=np.float64) for r in reports], axis=0)
             self.validator.todo.put((e, self.center.copy(), st))
             self.pending_validation += 1
 
@@ -872,8 +880,11 @@ class _Worker:
         self.model, self.flat, spec = _build(job)
         self.n = n = self.flat.size
         self.weights = np.empty(n, dtype=np.float32)
-        self.start_epoch = _broadcast_start(comm, self.weights)
+        state = self.flat.get_state()
+        self.start_epoch, restored = _broadcast_start(comm, self.weights, state)
         self.flat.set(self.weights)
+        if restored and state.size:
+            self.flat.set_state(state)
         self.bs = int(t["batch_size"])
         self.sync = int(t.get("sync_every", 1))
         self.sched = _schedule(t, spec, self.workers)

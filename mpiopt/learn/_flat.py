@@ -139,10 +139,11 @@ class FlatModel:
             self._set(flat[: self.size])
 
     def get_state(self) -> np.ndarray:
-        """Non-trainable state (e.g. batch-norm statistics), flat."""
+        """Non-trainable state (e.g. batch-norm statistics, a dropout's seed), flat, in float64:
+        a seed generator's integer state must come back exactly, which float32 rounds."""
         if not self.state:
-            return np.zeros(0, dtype=np.float32)
-        return np.concatenate([np.asarray(v.numpy(), dtype=np.float32).reshape(-1) for v in self.state])
+            return np.zeros(0, dtype=np.float64)
+        return np.concatenate([np.asarray(v.numpy(), dtype=np.float64).reshape(-1) for v in self.state])
 
     def set_state(self, flat: np.ndarray) -> None:
         i = 0

@@ -23,6 +23,16 @@ def build_model(units=8, broken=False):
                              keras.layers.Dense(2, activation="softmax")])
 
 
+def build_batchnorm(units=8):
+    """Batch normalization (moving statistics: non-trainable state) and dropout (a seed
+    generator's integer state): what a checkpoint must bring back besides the weights."""
+    import keras
+
+    return keras.Sequential([keras.Input(shape=(8,)), keras.layers.Dense(units), keras.layers.BatchNormalization(),
+                             keras.layers.Activation("relu"), keras.layers.Dropout(0.3),
+                             keras.layers.Dense(2, activation="softmax")])
+
+
 def build_compiled(units=8):
     import keras
 
