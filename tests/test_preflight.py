@@ -112,6 +112,22 @@ def build_compiled_at_its_rate(units=8, learning_rate=0.01):
     return model
 
 
+def build_compiled_with(option):
+    """A model compiled with an optimizer setting mpiopt's master optimizer does not apply."""
+    import keras
+
+    options = {"schedule": {"learning_rate": keras.optimizers.schedules.ExponentialDecay(0.01, 10, 0.5)},
+               "clipnorm": {"clipnorm": 1.0}, "clipvalue": {"clipvalue": 0.5},
+               "global_clipnorm": {"global_clipnorm": 1.0},
+               "use_ema": {"use_ema": True}, "accumulation": {"gradient_accumulation_steps": 2}}
+    opt = keras.optimizers.AdamW(**options.get(option, {}))
+    if option == "exclude_from_weight_decay":
+        opt.exclude_from_weight_decay(var_names=["bias"])
+    model = build_model()
+    model.compile(optimizer=opt, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
 def build_ignoring_minus_one(units=8):
     import keras
 
@@ -312,6 +328,26 @@ def test_optimizer_settings_a_model_compiled_with_its_own_optimizer_ignores_are_
     passes(space(model="build_compiled_at_its_rate", data="objs.py:two_classes", extra="maximize: val_accuracy",
                  params="{units: {type: integer, low: 2, high: 16}, learning_rate: {type: real, low: 1.0e-4, "
                         "high: 0.1}}"))
+
+
+@pytest.mark.parametrize("option, says", [
+    ("schedule", "AdamW at a learning-rate schedule (ExponentialDecay), which mpiopt's master does not follow: give "
+                 "the optimizer a number (mpiopt changes the rate only by training.warmup_epochs and lr_scaling)"),
+    ("clipnorm", "AdamW(clipnorm=1.0), which mpiopt's master optimizer does not apply (it steps on the gradients "
+                 "unclipped): compile without clipnorm"),
+    ("clipvalue", "AdamW(clipvalue=0.5), which"),
+    ("global_clipnorm", "AdamW(global_clipnorm=1.0), which"),
+    ("use_ema", "AdamW(use_ema=True), which mpiopt's master optimizer does not apply (it keeps no moving average"),
+    ("accumulation", "AdamW(gradient_accumulation_steps=2), which"),
+    ("exclude_from_weight_decay", "AdamW excluding weights from its weight decay (exclude_from_weight_decay)"),
+])
+def test_optimizer_settings_the_master_does_not_apply_are_refused(space, option, says):
+    msg = preflight_error(space(model="build_compiled_with", data="objs.py:two_classes", extra="",
+                                params=f"{{option: {{choices: [{option}]}}}}"))
+    assert f"objective.model: build_compiled_with(option='{option}'): build_model compiles the model with {says}" \
+        in msg, msg
+    passes(space(model="build_compiled_with", data="objs.py:two_classes", extra="",
+                 params="{option: {choices: [none]}}"))
 
 
 @pytest.mark.parametrize("key", ["early_stopping", "target"])

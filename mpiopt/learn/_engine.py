@@ -32,7 +32,7 @@ from ._control import Deadline, EarlyStopping, Schedule, target_reached
 from ._data import DataSource, n_samples, take
 from ._flat import FlatModel
 from ._trace import Tracer, write_trace
-from .optimizers import OPTIMIZERS, make_master_optimizer, momentum_of
+from .optimizers import OPTIMIZERS, keras_optimizer_problem, make_master_optimizer, momentum_of
 
 log = logging.getLogger("mpiopt.learn")
 
@@ -108,13 +108,13 @@ def _optimizer_spec(model, training: dict[str, Any], compiled_by_us: bool) -> di
     if name is None:
         raise TrialFailed(f"build_model compiled the model with {type(opt).__name__}, which mpiopt's master cannot "
                           f"apply; use one of {', '.join(_KERAS_OPTIMIZERS)} or leave the model uncompiled")
+    problem = keras_optimizer_problem(opt)
+    if problem:  # a schedule, clipping, EMA...: dropped, they would train another model without a word
+        raise TrialFailed(problem)
     cfg = opt.get_config()
     keep = {"learning_rate", "momentum", "nesterov", "rho", "epsilon", "centered", "beta_1", "beta_2", "amsgrad",
             "weight_decay", "initial_accumulator_value"}
-    out = {"name": name, **{k: v for k, v in cfg.items() if k in keep and v is not None}}
-    if not isinstance(out.get("learning_rate"), (int, float)):
-        out["learning_rate"] = float(training.get("learning_rate", 0.001))
-    return out
+    return {"name": name, **{k: v for k, v in cfg.items() if k in keep and v is not None}}
 
 
 def compiled_with_an_optimizer(model) -> bool:

@@ -26,7 +26,7 @@ import numpy as np
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE", "OPTIMIZERS", "FlatOptimizer", "SGD", "RMSprop", "Adadelta", "Adam", "AdamW",
-    "Adagrad", "Adamax", "Nadam", "make_master_optimizer", "momentum_of",
+    "Adagrad", "Adamax", "Nadam", "keras_optimizer_problem", "make_master_optimizer", "momentum_of",
 ]
 
 # 64k float32 = 256 KiB per array: the 5-7 chunk arrays one step touches (weights, grads, slots,
@@ -42,6 +42,42 @@ _KERAS_ONLY: dict[str, Any] = {
     "clipnorm": None, "clipvalue": None, "global_clipnorm": None, "use_ema": False, "ema_momentum": 0.99,
     "ema_overwrite_frequency": None, "loss_scale_factor": None, "gradient_accumulation_steps": None,
 }
+
+
+# Why the master leaves out each Keras option above, said when a model compiled by build_model sets
+# one: refused, since dropping it would train another model than the one written without a word
+_WHY_NOT_APPLIED = {
+    "clipnorm": "it steps on the gradients unclipped",
+    "clipvalue": "it steps on the gradients unclipped",
+    "global_clipnorm": "it steps on the gradients unclipped",
+    "use_ema": "it keeps no moving average of the weights",
+    "loss_scale_factor": "it scales the loss only under training.mixed_precision",
+    "gradient_accumulation_steps": "it steps on every batch (raise training.batch_size instead)",
+}
+
+
+def keras_optimizer_problem(opt) -> str | None:
+    """What the Keras optimizer `opt`, which build_model compiled the model with, does that the
+    master's optimizer (built from its name and numeric settings) would not: one line saying
+    what to do instead, or None."""
+    cfg, kind = opt.get_config(), type(opt).__name__
+    rate = cfg.get("learning_rate")
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        what = rate.get("class_name") if isinstance(rate, Mapping) else type(rate).__name__
+        return (f"build_model compiles the model with {kind} at a learning-rate schedule ({what}), which mpiopt's "
+                "master does not follow: give the optimizer a number (mpiopt changes the rate only by "
+                "training.warmup_epochs and lr_scaling)")
+    for key, why in _WHY_NOT_APPLIED.items():
+        value = cfg.get(key, _KERAS_ONLY[key])
+        if value is not None and value != _KERAS_ONLY[key]:
+            return (f"build_model compiles the model with {kind}({key}={value!r}), which mpiopt's master optimizer "
+                    f"does not apply ({why}): compile without {key}")
+    if cfg.get("weight_decay") and (getattr(opt, "_exclude_from_weight_decay", None)
+                                    or getattr(opt, "_exclude_from_weight_decay_pattern", None) is not None):
+        return (f"build_model compiles the model with {kind} excluding weights from its weight decay "
+                "(exclude_from_weight_decay), which mpiopt's master optimizer does not apply (it decays every "
+                "weight): compile without the exclusion, or without weight_decay")
+    return None
 
 
 def _real(option: str, value: Any, lo: float | None = None, hi: float | None = None, *,
