@@ -128,6 +128,25 @@ def build_compiled_with(option):
     return model
 
 
+def build_with_a_train_step_of_its_own(units=8, evaluates_its_own_way=False):
+    """A model whose train_step adds a penalty to the loss (or, where it only has a test_step of its own, passes)."""
+    import keras
+
+    class Penalised(keras.Model):
+        def train_step(self, data):
+            return super().train_step(data)
+
+    class EvaluatedItsOwnWay(keras.Model):
+        def test_step(self, data):
+            return super().test_step(data)
+
+    i = keras.Input(shape=(8,))
+    kind = EvaluatedItsOwnWay if evaluates_its_own_way else Penalised
+    model = kind(i, keras.layers.Dense(2, activation="softmax")(keras.layers.Dense(units, activation="relu")(i)))
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
 def build_ignoring_minus_one(units=8):
     import keras
 
@@ -348,6 +367,15 @@ def test_optimizer_settings_the_master_does_not_apply_are_refused(space, option,
         in msg, msg
     passes(space(model="build_compiled_with", data="objs.py:two_classes", extra="",
                  params="{option: {choices: [none]}}"))
+
+
+def test_a_model_with_a_train_step_of_its_own_is_refused(space):
+    msg = preflight_error(space(model="build_with_a_train_step_of_its_own", data="objs.py:two_classes", extra=""))
+    assert msg.endswith("objective.model: build_with_a_train_step_of_its_own(units=9): build_model returned a "
+                        "Penalised, which overrides train_step: mpiopt computes the gradients from the model's call "
+                        "and its compiled loss, not train_step, so put the extra term in a loss or in self.add_loss")
+    passes(space(model="build_with_a_train_step_of_its_own", data="objs.py:two_classes", extra="",
+                 params="{units: {type: integer, low: 2, high: 16}, evaluates_its_own_way: {choices: [true]}}"))
 
 
 @pytest.mark.parametrize("key", ["early_stopping", "target"])

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import TrialFailed
 from ._data import n_samples, take
 
 
@@ -80,6 +81,18 @@ def compute_dtypes(model) -> list[str]:
     return list(seen)
 
 
+def refuse_a_train_step_of_its_own(model) -> None:
+    """FlatModel takes the gradient from the model's call and its compiled loss (`compute_loss`),
+    never from `train_step`: a model that overrides it (a penalty added to the loss, say) would
+    train without that change, without a word. Its own `test_step` is used (validation)."""
+    import keras
+
+    if type(model).train_step is not keras.Model.train_step:  # Sequential's and Functional's are Model's
+        raise TrialFailed(f"build_model returned a {type(model).__name__}, which overrides train_step: mpiopt "
+                          "computes the gradients from the model's call and its compiled loss, not train_step, so "
+                          "put the extra term in a loss or in self.add_loss")
+
+
 def _open_batch_spec(batch: Any):
     """The TensorSpec nest of a batch with its first dimension (the batch size) left open."""
     import tensorflow as tf
@@ -99,6 +112,7 @@ class FlatModel:
     def __init__(self, model, *, jit_compile: bool = False, loss_scale: LossScale | bool | None = None) -> None:
         import tensorflow as tf
 
+        refuse_a_train_step_of_its_own(model)
         self.model = model
         self.jit_compile = bool(jit_compile)
         if loss_scale is None:
