@@ -453,7 +453,10 @@ def _check_metric_names(objective: Objective, training: dict[str, Any], source: 
     known |= {f"val_{k}" for k in known}
     for name, where in metric_names_read(objective, training):
         if name not in known:
-            raise ConfigError(f"{name!r} is not a metric this model reports (it has: {', '.join(sorted(known))})"
+            # the names are those of the model mpiopt compiles: said, since build_model may compile its own
+            raise ConfigError(f"{name!r} is not a metric this model reports (it has: {', '.join(sorted(known))}, as "
+                              "mpiopt compiles it with objective.loss and objective.metrics: if build_model compiles "
+                              "it, remove those from the file)"
                               f"{_which_is_misspelt(name, known, objective.metrics)}", source=source, field=where)
 
 

@@ -622,6 +622,17 @@ def _check_metric_identifiers(o) -> None:
                                   "objective.metrics") from None
 
 
+def _refuse_objective_keys_a_compiled_model_ignores(cfg: Config) -> None:
+    """A model build_model compiled trains with its own loss and reports its own metrics:
+    objective.loss or objective.metrics in the file would silently change nothing."""
+    raw = cfg.raw.get("objective") if isinstance(cfg.raw.get("objective"), dict) else {}
+    for key in ("loss", "metrics"):
+        if key in raw:
+            raise _PreflightError(f"{cfg.objective.model} compiles the model itself, so objective.{key} is not used: "
+                                  "remove it from the file (or return the model uncompiled for it to apply)",
+                                  f"objective.{key}")
+
+
 def _refuse_optimizer_keys_a_compiled_model_ignores(cfg: Config, kwargs: dict, optimizer: str) -> None:
     """A model build_model compiled with its own optimizer trains with it: a searched `optimizer`
     or `learning_rate` that build_model does not take (to compile with), or one given in the
@@ -647,6 +658,7 @@ def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, param
     _check_metric_identifiers(o)
     model, flat, spec, own_optimizer = _build_as_a_trial(cfg, runner, source, kwargs, training)
     if own_optimizer:
+        _refuse_objective_keys_a_compiled_model_ignores(cfg)
         _refuse_optimizer_keys_a_compiled_model_ignores(cfg, kwargs, spec["name"])
     reported = _train_one_step(o, model, flat, spec, source, batch, val, training)
     _check_metrics_reported(o, training, reported, val)

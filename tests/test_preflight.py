@@ -378,6 +378,24 @@ def test_a_model_with_a_train_step_of_its_own_is_refused(space):
                  params="{units: {type: integer, low: 2, high: 16}, evaluates_its_own_way: {choices: [true]}}"))
 
 
+@pytest.mark.parametrize("extra, key", [
+    ("loss: mean_squared_error", "loss"),
+    ("metrics: [sparse_top_k_categorical_accuracy], maximize: val_sparse_top_k_categorical_accuracy", "metrics"),
+])
+def test_a_loss_or_metrics_a_model_compiled_by_build_model_ignores_are_refused(space, extra, key):
+    msg = preflight_error(space(model="build_compiled", data="objs.py:two_classes", extra=extra))
+    assert msg.endswith(f"objective.{key}: objs.py:build_compiled compiles the model itself, so objective.{key} is "
+                        "not used: remove it from the file (or return the model uncompiled for it to apply)"), msg
+
+
+def test_metric_names_read_before_the_model_is_built_are_said_to_be_those_of_the_model_mpiopt_compiles(space):
+    with pytest.raises(ConfigError, match=r"objective.maximize: 'val_accuracy' is not a metric this model reports "
+                                          r"\(it has: loss, val_loss, as mpiopt compiles it with objective.loss and "
+                                          r"objective.metrics: if build_model compiles it, remove those from the "
+                                          r"file\)"):
+        load_config(space(model="build_compiled", extra="loss: mse, maximize: val_accuracy"))
+
+
 @pytest.mark.parametrize("key", ["early_stopping", "target"])
 def test_a_monitor_a_compiled_model_never_reports(space, key):
     settings = "{monitor: val_acc, value: 0.9}" if key == "target" else "{monitor: val_acc, patience: 2}"
