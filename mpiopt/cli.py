@@ -1025,7 +1025,7 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     error = None
     if rank == 0:
         try:
-            preflight(cfg, params)  # a model that cannot train on its data is one line and exit 2, as for a search
+            preflight(cfg, params, job.sets)  # a model that cannot train on its data: one line and exit 2, as a search
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "error.txt").unlink(missing_ok=True)  # an earlier failed training's
             _write_train_info(folder, cfg, params)

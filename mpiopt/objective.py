@@ -493,7 +493,7 @@ def import_keras_quietly() -> None:
         tf.config.list_physical_devices("GPU")
 
 
-def preflight(cfg: Config, params: dict[str, Any] | None = None) -> None:
+def preflight(cfg: Config, params: dict[str, Any] | None = None, sets: tuple[str, ...] = ()) -> None:
     """Check before a search (or `mpiopt train`) that a `model` objective builds, fits its data and trains.
 
     The model is built the way a trial builds it, with `params` (default: the middle of every
@@ -504,7 +504,7 @@ def preflight(cfg: Config, params: dict[str, Any] | None = None) -> None:
     batch, and the figure of merit must be among the metrics it reports. The model is thrown
     away afterwards. Any failure -- data that cannot be read, a `build_model` that raises,
     labels the model cannot take -- is one `ConfigError` line (exit 2) instead of a search whose
-    every trial fails.
+    every trial fails. `sets`: the names `mpiopt train --set` gave, refused as the file's are.
     """
     from ._errors import ConfigError
 
@@ -539,10 +539,11 @@ def preflight(cfg: Config, params: dict[str, Any] | None = None) -> None:
     _preflight_folds(cfg, source, src)
     _refuse_validating_on_training_files(cfg, source, src)
     try:
-        _preflight_model(cfg, runner, source, batch, val, params, training)
+        _preflight_model(cfg, runner, source, batch, val, params, training, sets)
         _preflight_mixed_precision(cfg, runner, batch, params, training)
-    except _PreflightError as exc:
-        raise ConfigError(exc.message, source=src, field=exc.field) from None
+    except _PreflightError as exc:  # a --set is not the file's: named as parse_sets names it
+        raise ConfigError(exc.message, source=None if exc.field.startswith("--set") else src,
+                          field=exc.field) from None
     finally:
         keras.backend.clear_session()
 
@@ -633,10 +634,11 @@ def _refuse_objective_keys_a_compiled_model_ignores(cfg: Config) -> None:
                                   f"objective.{key}")
 
 
-def _refuse_optimizer_keys_a_compiled_model_ignores(cfg: Config, kwargs: dict, optimizer: str) -> None:
+def _refuse_optimizer_keys_a_compiled_model_ignores(cfg: Config, kwargs: dict, optimizer: str,
+                                                    sets: tuple[str, ...] = ()) -> None:
     """A model build_model compiled with its own optimizer trains with it: a searched `optimizer`
     or `learning_rate` that build_model does not take (to compile with), or one given in the
-    file's training section, would silently change nothing."""
+    file's training section or by `mpiopt train --set`, would silently change nothing."""
     raw = cfg.raw.get("training") if isinstance(cfg.raw.get("training"), dict) else {}
     uncompiled = "or return the model uncompiled (objective.loss set)"
     searched = [(f"parameters.{k}", f"the searched {k}",
@@ -644,13 +646,16 @@ def _refuse_optimizer_keys_a_compiled_model_ignores(cfg: Config, kwargs: dict, o
                 for k in ("learning_rate", "optimizer", "momentum") if k in cfg.space.names and k not in kwargs]
     given = [(f"training.{k}", f"training.{k}", f"leave it out (the model's own optimizer trains), {uncompiled} for it "
               "to apply") for k in ("learning_rate", "optimizer", "momentum") if k in raw]
-    if searched or given:
-        where, what, fix = (searched + given)[0]
+    set_ = [(f"--set {k}", f"--set {k}", f"leave it out (the model's own optimizer trains), {uncompiled} for it to "
+             "apply") for k in ("learning_rate", "optimizer", "momentum") if k in sets and k not in cfg.space.names]
+    if searched or given or set_:
+        where, what, fix = (searched + given + set_)[0]
         raise _PreflightError(f"{cfg.objective.model} compiles the model with its own optimizer ({optimizer}), which "
                               f"its trials train with, so {what} would change nothing: {fix}", where)
 
 
-def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, params, training) -> None:
+def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, params, training,
+                     sets: tuple[str, ...] = ()) -> None:
     """Build, compile and train the model for one step, as a trial does; `_PreflightError` if it fails."""
     o = cfg.objective
     kwargs = cfg.model_kwargs(params)
@@ -659,7 +664,7 @@ def _preflight_model(cfg: Config, runner: TrialRunner, source, batch, val, param
     model, flat, spec, own_optimizer = _build_as_a_trial(cfg, runner, source, kwargs, training)
     if own_optimizer:
         _refuse_objective_keys_a_compiled_model_ignores(cfg)
-        _refuse_optimizer_keys_a_compiled_model_ignores(cfg, kwargs, spec["name"])
+        _refuse_optimizer_keys_a_compiled_model_ignores(cfg, kwargs, spec["name"], sets)
     reported = _train_one_step(o, model, flat, spec, source, batch, val, training)
     _check_metrics_reported(o, training, reported, val)
 

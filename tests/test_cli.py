@@ -462,6 +462,22 @@ training: {epochs: 1}
 """
 
 
+def test_train_refuses_an_optimizer_set_for_a_model_compiled_with_its_own(write_yaml, tmp_path):
+    import shutil
+
+    from conftest import SPACES
+
+    shutil.copy(SPACES / "tiny_model.py", tmp_path / "tiny_model.py")
+    model = write_yaml(TINY_MODEL.replace("build_model", "build_compiled").replace("load_bad_data", "load_data")
+                       .replace("loss: sparse_categorical_crossentropy, metrics: [accuracy]", "maximize: val_accuracy"),
+                       "tiny.yaml")
+    proc = run_cli(["train", model, "--set", "optimizer=rmsprop", "--out", "t"], cwd=tmp_path)
+    one_error_line(proc, "mpiopt: error: --set optimizer: tiny_model.py:build_compiled compiles the model with its own "
+                         "optimizer (sgd), which its trials train with, so --set optimizer would change nothing: leave "
+                         "it out (the model's own optimizer trains), or return the model uncompiled")
+    assert not (tmp_path / "t").exists()
+
+
 def test_train_refuses_what_a_search_refuses_and_a_search_folder(write_yaml, tmp_path):
     import shutil
 

@@ -378,6 +378,18 @@ def test_a_model_with_a_train_step_of_its_own_is_refused(space):
                  params="{units: {type: integer, low: 2, high: 16}, evaluates_its_own_way: {choices: [true]}}"))
 
 
+def test_a_learning_rate_set_for_a_model_compiled_with_its_own_optimizer_is_refused(space):
+    from mpiopt.objective import preflight
+
+    path = space(model="build_compiled", data="objs.py:two_classes", extra="maximize: val_accuracy")
+    with pytest.raises(ConfigError) as info:  # mpiopt train --set learning_rate=0.1
+        preflight(load_config(path), sets=("learning_rate",))
+    assert str(info.value).startswith("--set learning_rate: objs.py:build_compiled compiles the model with its own "
+                                      "optimizer (adam), which its trials train with, so --set learning_rate would "
+                                      "change nothing: leave it out"), info.value
+    passes(path)
+
+
 @pytest.mark.parametrize("extra, key", [
     ("loss: mean_squared_error", "loss"),
     ("metrics: [sparse_top_k_categorical_accuracy], maximize: val_sparse_top_k_categorical_accuracy", "metrics"),
