@@ -451,6 +451,8 @@ def _rebuild(cfg, params: dict[str, Any], weights: Path):
     import_keras_quietly()  # before the user's build_model
     build = import_callable(cfg.objective.model, cfg.base_dir, source=str(cfg.path), field="objective.model")
     model = build(**cfg.model_kwargs(params))
+    if not model.weights:  # one that makes its weights on its first call: built as training builds it
+        model(_first_training_input(cfg), training=False)
     model.load_weights(str(weights))
     if not compiled_with_an_optimizer(model) and cfg.objective.loss is not None:
         # compiled after the weights are in: the file also holds the untouched state of the stand-in
@@ -459,6 +461,18 @@ def _rebuild(cfg, params: dict[str, Any], weights: Path):
         model.compile(optimizer=_keras_optimizer(cfg.trial_training(params)), loss=cfg.objective.loss,
                       metrics=list(cfg.objective.metrics))
     return model
+
+
+def _first_training_input(cfg):
+    """The first training input of the search's data, to build a model on (a subclassed one, or a
+    Sequential without keras.Input, has no weights to load into before its first call)."""
+    from .config import import_callable
+    from .learn._data import load_source
+
+    data = cfg.objective.data
+    loader = import_callable(data, cfg.base_dir, source=str(cfg.path), field="objective.data") \
+        if isinstance(data, str) else None
+    return load_source(data, cfg.base_dir, loader).first(1)
 
 
 def _keras_optimizer(training: dict[str, Any]):

@@ -222,3 +222,53 @@ def test_a_loaded_model_is_compiled_with_the_optimizer_it_trained_with():
     opt = _keras_optimizer({"optimizer": {"name": "sgd", "momentum": 0.9}, "learning_rate": 0.01})
     assert (type(opt).__name__, opt.momentum) == ("SGD", 0.9) and float(opt.learning_rate) == pytest.approx(0.01)
     assert type(_keras_optimizer({"optimizer": "adam", "learning_rate": 0.003})).__name__ == "Adam"
+
+
+DEFERRED = """
+import keras
+import numpy as np
+
+
+def load_data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, 8)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    return (x[:50], y[:50]), (x[50:], y[50:])
+
+
+class Sub(keras.Model):
+    def __init__(self, units):
+        super().__init__()
+        self.hidden, self.norm = keras.layers.Dense(units, activation="relu"), keras.layers.BatchNormalization()
+        self.out = keras.layers.Dense(2, activation="softmax")
+
+    def call(self, x, training=False):
+        return self.out(self.norm(self.hidden(x), training=training))
+
+
+def build_subclassed(units=8):
+    return Sub(units)
+
+
+def build_sequential_without_input(units=8):
+    return keras.Sequential([keras.layers.Dense(units, activation="relu"), keras.layers.BatchNormalization(),
+                             keras.layers.Dense(2, activation="softmax")])
+"""
+
+
+@pytest.mark.parametrize("build", ["build_subclassed", "build_sequential_without_input"])
+def test_a_model_that_makes_its_weights_on_its_first_call_is_loaded(model_space, tmp_path, build):
+    import numpy as np
+
+    from mpiopt.analysis import _rebuild
+    from mpiopt.config import import_callable
+
+    (tmp_path / "deferred.py").write_text(DEFERRED)
+    cfg = model_space(f"{{model: deferred.py:{build}, data: deferred.py:load_data, "
+                      "loss: sparse_categorical_crossentropy}")
+    (x, _), _ = import_callable("deferred.py:load_data", tmp_path, source="t", field="f")()
+    trained = import_callable(f"deferred.py:{build}", tmp_path, source="t", field="f")(units=4)
+    trained(x[:1], training=False)
+    trained.save_weights(tmp_path / "best.weights.h5")
+    model = _rebuild(cfg, {"units": 4}, tmp_path / "best.weights.h5")  # as load_model(RUN_DIR) rebuilds it
+    assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), trained.get_weights(), strict=True))
