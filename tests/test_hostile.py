@@ -222,3 +222,27 @@ def test_data_error_under_mpiexec_is_one_line(model_space, tmp_path):
     assert p.returncode == 2
     assert "does not fit the data" in error_line(p)
     assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+@pytest.mark.parametrize("returned, says", [
+    (lambda x: ((x, x[:, 0], x[:, 0]), (x, x[:, 0])), "but its training part has 3 items"),
+    (lambda x: ((x, x[:, 0]), [x]), "but its validation part has 1 items"),
+    (lambda x: ((x, x[:, 0]), x), "but its validation part is a numpy array"),
+    (lambda x: (x, x, x), "got 3 items"),
+    (lambda x: None, "got None"),
+    ("tf.data", "but its training part is a tf.data.Dataset: give arrays"),
+])
+def test_what_load_data_returned_in_the_wrong_shape_is_said(tmp_path, returned, says):
+    from mpiopt._errors import DataError
+    from mpiopt.learn._data import load_source
+
+    x = np.zeros((4, 2), dtype=np.float32)
+    if returned == "tf.data":
+        import tensorflow as tf
+
+        def returned(x):
+            return tf.data.Dataset.from_tensor_slices((x, x[:, 0])), tf.data.Dataset.from_tensor_slices((x, x[:, 0]))
+
+    with pytest.raises(DataError) as info:
+        load_source("m.py:load_data", tmp_path, lambda: returned(x))
+    assert str(info.value) == f"m.py:load_data must return ((x_train, y_train), (x_val, y_val)), {says}"

@@ -265,6 +265,32 @@ class DataSource:
         return take(x, idx), take(y, idx)
 
 
+def _kind(obj: Any) -> str:
+    """What `obj` is, for a message: a tf.data.Dataset by that name (its classes are private)."""
+    name = type(obj).__name__
+    if obj is None:
+        return "None"
+    if isinstance(obj, np.ndarray):
+        return "a numpy array"
+    if type(obj).__module__.startswith("tensorflow") and "Dataset" in name:
+        return "a tf.data.Dataset: give arrays"
+    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
+
+
+def _misshapen(out: Any) -> str:
+    """Where what load_data returned is not ((x_train, y_train), (x_val, y_val)), said as such."""
+    if not isinstance(out, (tuple, list)):
+        return f"got {_kind(out)}"
+    if len(out) != 2:
+        return f"got {len(out)} items"
+    for part, which in zip(out, ("training", "validation"), strict=True):
+        if not isinstance(part, (tuple, list)):
+            return f"but its {which} part is {_kind(part)}"
+        if len(part) != 2:  # (x, y, sample_weight), say: mpiopt takes no sample weights
+            return f"but its {which} part has {len(part)} items"
+    return f"got {type(out).__name__}"
+
+
 def load_source(data: Any, base_dir: Path, loader=None) -> DataSource:
     """The data of a `model` objective, checked before any training (cached per process)."""
     key = repr(data) + str(base_dir)
@@ -284,7 +310,7 @@ def load_source(data: Any, base_dir: Path, loader=None) -> DataSource:
             (xt, yt), (xv, yv) = out
         except (TypeError, ValueError):
             raise DataError(f"{data} must return ((x_train, y_train), (x_val, y_val)), "
-                              f"got {type(out).__name__}") from None
+                            f"{_misshapen(out)}") from None
         for x, y, which in ((xt, yt, "train"), (xv, yv, "val")):
             for struct, what in ((x, "features"), (y, "labels")):
                 refuse_non_arrays(struct, f"{data}: {which} {what}")
