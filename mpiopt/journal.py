@@ -84,6 +84,8 @@ def drop_checkpoint(folder: Path) -> None:
     """Delete the training checkpoint in `folder` (a trial's, a fold's), if any."""
     for name in CHECKPOINT:
         (folder / name).unlink(missing_ok=True)
+    for part in folder.glob("checkpoint.worker*.npz"):  # master/worker training's workers' own parts
+        part.unlink(missing_ok=True)
 
 
 def _record(line: bytes) -> dict[str, Any]:

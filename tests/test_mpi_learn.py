@@ -13,6 +13,7 @@ import time
 import pytest
 
 import mpiopt
+from mpiopt.journal import drop_checkpoint
 from conftest import MPIEXEC, SPACES, mnist1d_objective, run_cli
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
@@ -185,11 +186,12 @@ if comm.Get_rank() == 0:
 """
 
 
-def test_a_master_and_worker_trial_paused_then_continued_validates_as_if_never_paused(tmp_path, mode="downpour"):
+@pytest.mark.parametrize("mode", ["downpour", "easgd", "gem"])
+def test_a_master_and_worker_trial_paused_then_continued_validates_as_if_never_paused(tmp_path, mode):
     # the workers continue from the checkpoint's batch-norm statistics and dropout seed (an
     # integer, which float32 rounds), not from their fresh ones: the master validates the workers'
-    # state, so the epochs after the pause match a run that never paused. (Under easgd and gem the
-    # workers' own optimizers start afresh: docs/training.md.)
+    # state; and under easgd and gem from their own optimizers and weights, kept beside the
+    # master's checkpoint. So the epochs after the pause match a run that never paused
     script = tmp_path / "paused.py"
     script.write_text(PAUSED_AND_GONE_ON.format(tiny=str(SPACES / "tiny_model.py"), mode=mode))
     p = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(script), str(tmp_path)],
@@ -199,3 +201,56 @@ def test_a_master_and_worker_trial_paused_then_continued_validates_as_if_never_p
     assert [r["epoch"] for r in h["went_on"]] == [1, 2, 3, 4]
     for whole, went_on in zip(h["whole"], h["went_on"], strict=True):
         assert went_on["val_loss"] == pytest.approx(whole["val_loss"], rel=1e-5), (whole, went_on)
+    parts = sorted(p.name for p in (tmp_path / "cut").glob("checkpoint.*"))
+    assert parts == ["checkpoint.npz"] + (["checkpoint.worker0.npz"] if mode != "downpour" else []), parts
+    drop_checkpoint(tmp_path / "cut")  # once the search holds the trial's result: the workers' parts go too
+    assert not list((tmp_path / "cut").glob("checkpoint.*"))
+
+
+ALLREDUCE_AUC = """
+import json, runpy, sys
+from pathlib import Path
+import numpy as np
+from mpiopt.learn import DataSource, Job, train
+from mpiopt.transport import GroupComm, world
+
+(x, y), (xv, yv) = runpy.run_path({tiny!r})["load_data"]()
+y, yv = (a.astype(np.float32)[:, None] for a in (y, yv))
+
+
+def build(units=4):
+    import keras
+
+    return keras.Sequential([keras.Input(shape=(8,)), keras.layers.Dense(units, activation="relu"),
+                             keras.layers.Dense(1, activation="sigmoid")])
+
+
+comm = world()
+group = GroupComm(comm)
+training = {{"mode": "allreduce", "epochs": 1, "batch_size": 50, "optimizer": "adam", "learning_rate": 0.01}}
+out = Path(sys.argv[1], "run")
+done = train(group, Job(build=build, model_kwargs={{}}, source=DataSource((x, y), (xv, yv)), training=training,
+                        loss="binary_crossentropy", metrics=("auc", "precision"), seed=3, out_dir=out))
+group.close()
+if comm.Get_rank() == 0:
+    import keras
+
+    model = build()
+    model.load_weights(str(out / "best.weights.h5"))
+    model.compile(loss="binary_crossentropy", metrics=["auc", "precision"])
+    alone = model.evaluate(xv, yv, batch_size=50, verbose=0, return_dict=True)
+    json.dump({{"group": done.history[0], "alone": alone}}, open(Path(sys.argv[1], "h.json"), "w"))
+"""
+
+
+def test_allreduce_validates_as_one_process_would_for_metrics_that_are_no_mean_of_parts(tmp_path):
+    # three ranks validate a third of the data each: their AUC and precision counts are summed
+    # over the group before the result is taken, as one process taking every batch would
+    script = tmp_path / "auc.py"
+    script.write_text(ALLREDUCE_AUC.format(tiny=str(SPACES / "tiny_model.py")))
+    p = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, str(script), str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    h = json.loads((tmp_path / "h.json").read_text())
+    for name in ("auc", "precision", "loss"):
+        assert h["group"][f"val_{name}"] == pytest.approx(h["alone"][name], rel=1e-5), (name, h)

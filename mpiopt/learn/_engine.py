@@ -175,6 +175,13 @@ def history_columns(row: dict[str, float]) -> list[str]:
     return sorted(row, key=rank)
 
 
+def checkpoint_due(job: Job, epoch: int) -> bool:
+    """Whether a checkpoint is written after `epoch` (1-based): every `checkpoint_every`, and at
+    every rung, for a paused trial goes on from there."""
+    every = int(job.training.get("checkpoint_every", 1) or 0)
+    return epoch in job.decide_at or (every > 0 and epoch % every == 0)
+
+
 class _Epochs:
     """The per-epoch bookkeeping of the rank that decides (master, or every allreduce rank alike)."""
 
@@ -279,9 +286,7 @@ class _Epochs:
 
     # -- checkpoints -----------------------------------------------------------------------
     def checkpoint(self, epoch: int, weights: np.ndarray, state: np.ndarray, opt, extra: dict | None = None) -> None:
-        every = int(self.job.training.get("checkpoint_every", 1) or 0)
-        due = epoch in self.job.decide_at or (every > 0 and epoch % every == 0)  # a paused trial goes on from here
-        if not self.writer or self.job.out_dir is None or not due:
+        if not self.writer or self.job.out_dir is None or not checkpoint_due(self.job, epoch):
             return
         arrays = {"weights": weights, "state": state}
         meta: dict[str, Any] = {"epoch": epoch, "history": self.history, "stopped": self.stopped,
@@ -291,13 +296,8 @@ class _Epochs:
         if self.best_weights is not None:
             arrays["best_weights"], arrays["best_state"] = self.best_weights, self.best_state
         if opt is not None:
-            scalars = {}
-            for k, v in opt.state_dict().items():
-                if isinstance(v, np.ndarray):
-                    arrays[f"opt_{k}"] = v
-                else:
-                    scalars[k] = v
-            meta["optimizer"] = scalars
+            opt_arrays, meta["optimizer"] = _checkpoint.optimizer_parts(opt)
+            arrays.update(opt_arrays)
         _checkpoint.save(self.job.out_dir, arrays, meta)
 
     def report_unrecorded(self, start_epoch: int, comm=None) -> None:
@@ -337,9 +337,7 @@ class _Epochs:
         self.best_weights = arrays.get("best_weights")
         self.best_state = arrays.get("best_state")
         if opt is not None:
-            state = dict(meta.get("optimizer") or {})
-            state.update({k[4:]: v for k, v in arrays.items() if k.startswith("opt_")})
-            opt.load_state_dict(state)
+            _checkpoint.load_optimizer(opt, arrays, meta.get("optimizer"))
         # epochs done = next epoch index; the state as get_state gives it (an older checkpoint's is float32)
         return int(meta["epoch"]), arrays["weights"], np.asarray(arrays["state"], dtype=np.float64)
 
@@ -489,9 +487,8 @@ class _AllreduceRank:
         """Validate, average the batch-norm statistics, record the epoch's row and checkpoint."""
         comm, flat = self.comm, self.flat
         with self.tracer.span("validate"):
-            row = _reduce_metrics(comm, flat.metrics(), mine)
-            val = _reduce_metrics(comm, _attempt(_evaluate, self.flat, self.xv, self.yv, self.bs),
-                                  n_samples(self.xv))
+            row = _group_metrics(comm, flat, flat.metrics())
+            val = _group_metrics(comm, flat, _attempt(_evaluate, self.flat, self.xv, self.yv, self.bs))
         row = {"epoch": epoch + 1, **row, **{f"val_{k}": v for k, v in val.items()}}
         if comm is not None and self.size > 1:  # batch-norm statistics: the group's average
             state = flat.get_state()
@@ -522,25 +519,25 @@ def _attempt(fn, *args) -> dict[str, float] | Exception:
         return exc
 
 
-def _reduce_metrics(comm, metrics: dict[str, float] | Exception, count: int) -> dict[str, float]:
-    """Average per-rank metrics weighted by their sample counts, in sorted-name order (all ranks agree).
+def _group_metrics(comm, flat: FlatModel, metrics: dict[str, float] | Exception) -> dict[str, float]:
+    """The metrics of the group's batches together, as one rank that took them all would report
+    them: every rank's metric variables that add up (totals, counts, AUC's confusion counts) are
+    summed over the group, then each metric's result is taken. (AUC, precision and recall of the
+    whole are no sample-weighted mean of the parts' results.)
 
-    `metrics` may be the exception this rank's part raised: every rank then stops with it."""
+    `metrics` (this rank's own) may be the exception its part raised: every rank then stops with it."""
     if comm is None or comm.Get_size() == 1:
         if isinstance(metrics, Exception):
             raise metrics
         return dict(metrics)
-    every = comm.allgather(None if isinstance(metrics, Exception) else list(metrics))
-    if any(names is None for names in every):
+    failed = comm.allgather(isinstance(metrics, Exception))
+    if any(failed):
         _raise_if_failed(1.0, metrics if isinstance(metrics, Exception) else None)
-    names = sorted(set().union(*every))
-    buf = np.zeros(len(names) + 1, dtype=np.float64)
-    for i, k in enumerate(names):
-        buf[i] = metrics.get(k, 0.0) * count
-    buf[-1] = count
-    out = comm.allreduce(buf)
-    total = out[-1]
-    return {k: float(out[i] / total) for i, k in enumerate(names)} if total > 0 else {}
+    state = flat.summed_metric_state()
+    if state.size:
+        comm.Allreduce_inplace(state)
+        flat.set_summed_metric_state(state)
+    return flat.metrics()
 
 
 def _gather_timing(comm, tracer: Tracer, job: Job, labels: list[str]) -> dict[str, dict[str, float]]:
@@ -891,6 +888,8 @@ class _Worker:
         self.local_opt = make_master_optimizer(spec, n) if self.mode == "easgd" else None
         self.alpha = _elastic_force(t, self.workers)
         self.gem = GemWorker(spec, float(t.get("kappa", 1.0)), self.weights) if self.mode == "gem" else None
+        if restored:
+            self._restore_own_part()
         self.out = np.empty(n + HEADER, dtype=np.float32)
         self.reply = np.empty(n + 1, dtype=np.float32)
         self.acc = np.zeros(n, dtype=np.float32)
@@ -917,12 +916,45 @@ class _Worker:
         After a decision epoch (a rung) the worker waits for the scheduler's word, relayed by the
         master once the epoch is validated: a trial paused there must not train past it."""
         held = epoch + 1 in self.job.decide_at and not self.stop
+        self._save_own_part(epoch + 1)
         report = {"kind": "epoch", "epoch": epoch, "n": mine, "metrics": self.flat.metrics(),
                   "state": self.flat.get_state().tolist(), "held": held}
         self.comm.send_bytes(json.dumps(report, allow_nan=True).encode(), 0, TAG_REPORT)
         if held:
             with self.tracer.span("wait"):
                 self.stop = self.comm.recv_bytes(0, TAG_DECISION) == b"stop"
+
+    def _own_optimizer(self):
+        """The optimizer this worker keeps itself: EASGD's local one, GEM's proxy (downpour: none)."""
+        return self.local_opt if self.mode == "easgd" else self.gem.proxy if self.mode == "gem" else None
+
+    def _save_own_part(self, epochs_done: int) -> None:
+        """Where the master checkpoints, this worker's own optimizer and weights beside it (written
+        before its report, so before the master's checkpoint of that epoch): a trial continued from
+        the checkpoint then goes on as it would have, not with the workers' optimizers afresh."""
+        opt = self._own_optimizer()
+        if opt is None or self.job.out_dir is None or not checkpoint_due(self.job, epochs_done):
+            return
+        arrays, scalars = _checkpoint.optimizer_parts(opt)
+        arrays["weights"] = self.weights
+        if self.gem is not None:
+            arrays["gem_stale"], arrays["gem_last"] = self.gem.stale, self.gem.last
+        _checkpoint.save(self.job.out_dir, arrays, {"epoch": epochs_done, "optimizer": scalars},
+                         _checkpoint.worker_file(self.me))
+
+    def _restore_own_part(self) -> None:
+        """This worker's own part of the checkpoint, if it is of the epoch the master's is (a kill
+        between the two, or a group of another size, leaves it behind: the optimizer starts afresh)."""
+        opt = self._own_optimizer()
+        found = _checkpoint.load(self.job.out_dir, _checkpoint.worker_file(self.me)) if opt is not None else None
+        if found is None or found[1].get("epoch") != self.start_epoch or found[0]["weights"].size != self.n:
+            return
+        arrays, meta = found
+        _checkpoint.load_optimizer(opt, arrays, meta.get("optimizer"))
+        self.weights[:] = arrays["weights"]
+        self.flat.set(self.weights)
+        if self.gem is not None:
+            self.gem.stale[:], self.gem.last[:] = arrays["gem_stale"], arrays["gem_last"]
 
     def _train_epoch(self, epoch: int) -> tuple[int, bool]:
         """The epoch's batches on this worker's shard, exchanging every `sync` of them: the shard's

@@ -273,6 +273,22 @@ class FlatModel:
         signature = [_open_batch_spec(x), _open_batch_spec(y)]
         return tf.function(step, input_signature=signature, jit_compile=self.jit_compile or None)
 
+    def summed_metric_state(self) -> np.ndarray:
+        """The metrics' variables that add up over parts of the data (Keras' aggregation "sum":
+        totals, counts, AUC's confusion counts), flat in float64."""
+        parts = [np.asarray(v.numpy(), dtype=np.float64).reshape(-1) for v in self._summed_metric_variables()]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
+
+    def set_summed_metric_state(self, flat: np.ndarray) -> None:
+        i = 0
+        for v in self._summed_metric_variables():
+            n = int(np.prod(v.shape)) if v.shape else 1
+            v.assign(flat[i:i + n].reshape(v.shape).astype(v.dtype))
+            i += n
+
+    def _summed_metric_variables(self) -> list:
+        return [v for v in self.model.metrics_variables if v.aggregation == "sum"]
+
     def metrics(self) -> dict[str, float]:
         out = {}
         for k, v in self.model.get_metrics_result().items():
