@@ -251,6 +251,31 @@ def test_a_flat_model_per_trial_is_no_retracing_warning():
 
 
 @pytest.mark.slow
+def test_the_state_that_travels_leaves_out_a_frozen_backbones_weights_but_not_its_dropout_seed():
+    # a frozen layer's weights never change in training (its batch normalization runs in inference
+    # mode) and build_model makes them again: workers need not send them every epoch. Its
+    # dropout's seed state changes, and the trainable part's batch-norm statistics do
+    import keras
+
+    from mpiopt.learn._flat import FlatModel
+
+    backbone = keras.Sequential([keras.Input((8,)), keras.layers.Dense(500), keras.layers.BatchNormalization(),
+                                 keras.layers.Dropout(0.2)], name="backbone")
+    backbone.trainable = False
+    model = keras.Sequential([keras.Input((8,)), backbone, keras.layers.Dense(4), keras.layers.BatchNormalization(),
+                              keras.layers.Dropout(0.3), keras.layers.Dense(2)])
+    flat = FlatModel(model)
+    assert sorted(v.path.split("/")[-1] for v in flat.state) == [
+        "moving_mean", "moving_variance", "seed_generator_state", "seed_generator_state"]
+    assert flat.get_state().size == 4 + 4 + 2 + 2  # not the backbone's 8 x 500 + 500 + 4 x 500
+    x, y = np.zeros((3, 8), np.float32), np.zeros(3, np.int64)
+    model.compile(loss="sparse_categorical_crossentropy")
+    before = [v.numpy().copy() for v in backbone.weights if "float" in str(v.dtype)]
+    flat.grad_step(x, y)
+    assert all((a == v.numpy()).all() for a, v in zip(before, (v for v in backbone.weights if "float" in str(v.dtype)),
+                                                     strict=True))
+
+
 def test_a_flat_model_traces_its_steps_once_and_validates_as_keras_does():
     # an epoch's last batch is smaller: one trace serves every batch size, and the metrics made
     # before the first trace spare TensorFlow the second trace it takes when a trace makes variables

@@ -174,7 +174,7 @@ training = {{"mode": {mode!r}, "epochs": 4, "batch_size": 50, "optimizer": "adam
 def job(out, on_epoch=None):
     return Job(build=mod["build_batchnorm"], model_kwargs={{"units": 8}}, source=DataSource(*mod["load_data"]()),
                training=training, loss="sparse_categorical_crossentropy", metrics=("accuracy",), seed=3,
-               out_dir=Path(sys.argv[1], out), on_epoch=on_epoch, decide_at=frozenset({{2}}))
+               out_dir=Path(sys.argv[1], out), on_epoch=on_epoch, decide_at=frozenset({{1, 2, 3}}))
 
 
 whole = train(group, job("whole"))
@@ -191,7 +191,9 @@ def test_a_master_and_worker_trial_paused_then_continued_validates_as_if_never_p
     # the workers continue from the checkpoint's batch-norm statistics and dropout seed (an
     # integer, which float32 rounds), not from their fresh ones: the master validates the workers'
     # state; and under easgd and gem from their own optimizers and weights, kept beside the
-    # master's checkpoint. So the epochs after the pause match a run that never paused
+    # master's checkpoint. So the epochs after the pause match a run that never paused. (Every
+    # epoch a decision epoch: the worker waits for each validation, which otherwise may take in
+    # an update of the next epoch on a loaded machine.)
     script = tmp_path / "paused.py"
     script.write_text(PAUSED_AND_GONE_ON.format(tiny=str(SPACES / "tiny_model.py"), mode=mode))
     p = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(script), str(tmp_path)],

@@ -311,12 +311,18 @@ class _Epochs:
                 break
             self.report(int(row["epoch"]), comm, row)
 
-    def resume(self, opt, weights: np.ndarray) -> tuple[int, np.ndarray | None]:
-        """Load the checkpoint, if any, into `weights` and `opt`: (epochs done, its state or None)."""
+    def resume(self, opt, weights: np.ndarray, fresh_state: np.ndarray) -> tuple[int, np.ndarray | None]:
+        """Load the checkpoint, if any, into `weights` and `opt`: (epochs done, its state or None).
+        A state of another size than the model's (`fresh_state`: an older mpiopt's, which kept a
+        frozen layer's weights in it) gives way to the model's own."""
         restored = self.restore(opt)
         if restored is None:
             return 0, None
         start_epoch, weights[:], state = restored
+        if state.size != fresh_state.size:
+            log.debug("%s: the checkpoint's non-trainable state (%d values) is not this model's (%d): not restored",
+                      self.job.name, state.size, fresh_state.size)
+            state = fresh_state
         if self.writer:
             log.info("%s: resuming training from its checkpoint at epoch %d", self.job.name, start_epoch)
         return start_epoch, state
@@ -352,8 +358,8 @@ class _Epochs:
         self.close()
         if self.best_weights is not None and self.stopped != "diverged":
             flat.set(self.best_weights)
-            if self.best_state is not None and self.best_state.size:
-                flat.set_state(self.best_state)
+            if self.best_state is not None and self.best_state.size == sum(flat.state_sizes) > 0:
+                flat.set_state(self.best_state)  # (an older mpiopt's checkpoint may hold another state)
         if self.writer and self.job.out_dir is not None and self.stopped != "diverged":
             self.job.out_dir.mkdir(parents=True, exist_ok=True)
             flat.model.save_weights(str(self.job.out_dir / "best.weights.h5"))
@@ -390,7 +396,7 @@ class _AllreduceRank:
         self.opt = make_master_optimizer(spec, self.n)
         self.sched = _schedule(t, spec, self.size)
         self.epochs = _Epochs(job, writer=self.rank == 0)
-        self.start_epoch, state = self.epochs.resume(self.opt, self.weights)
+        self.start_epoch, state = self.epochs.resume(self.opt, self.weights, self.flat.get_state())
         if state is not None:
             self.flat.set(self.weights)
             if state.size:
@@ -622,7 +628,7 @@ class _Master:
         self.center = self.flat.get()
         self.opt = make_master_optimizer(spec, n) if self.mode == "downpour" else None
         self.epochs = _Epochs(job, writer=True)
-        start_epoch, state = self.epochs.resume(self.opt, self.center)
+        start_epoch, state = self.epochs.resume(self.opt, self.center, self.flat.get_state())
         self.epochs.report_unrecorded(start_epoch)
         # a trial the scheduler stops there: the workers start past the last epoch, and train none
         _broadcast_start(comm, self.center, state if state is not None else self.flat.get_state(),

@@ -93,6 +93,25 @@ def refuse_a_train_step_of_its_own(model) -> None:
                           "put the extra term in a loss or in self.add_loss")
 
 
+def _frozen_weights(model) -> set[int]:
+    """ids of the floating-point weights of layers the user froze (`trainable = False`: a
+    pretrained backbone), found through the models among the layers. Training never changes them
+    (a frozen batch normalization runs in inference mode) and build_model makes them again, so
+    they stay out of the state that workers send every epoch, that is averaged and checkpointed:
+    a frozen backbone of millions of weights would otherwise travel every epoch. A frozen layer's
+    integer variables (a dropout's seed generator) do change, and stay in."""
+    import keras
+
+    found, todo = set(), list(model.layers)
+    while todo:
+        layer = todo.pop()
+        if not layer.trainable:
+            found.update(id(v) for v in layer.weights if "float" in str(v.dtype))
+        elif isinstance(layer, keras.Model):
+            todo.extend(layer.layers)
+    return found
+
+
 def _open_batch_spec(batch: Any):
     """The TensorSpec nest of a batch with its first dimension (the batch size) left open."""
     import tensorflow as tf
@@ -119,7 +138,8 @@ class FlatModel:
             loss_scale = computes_in_float16(model)
         self.loss_scale = LossScale() if loss_scale is True else (loss_scale or None)
         self.trainable = list(model.trainable_variables)
-        self.state = list(model.non_trainable_variables)
+        frozen = _frozen_weights(model)
+        self.state = [v for v in model.non_trainable_variables if id(v) not in frozen]
         self.shapes = [tuple(v.shape) for v in self.trainable]
         self.sizes = [int(np.prod(s)) if s else 1 for s in self.shapes]
         self.size = int(sum(self.sizes))
