@@ -39,8 +39,19 @@ def merge(results: list[TrialResult], ranks: list[int] | None = None) -> TrialRe
     r, o = (own or bad)[0]
     details = "\n".join(f"== group rank {name[k]} ==\n{b.detail}" for k, b in (own or bad) if b.detail)
     return TrialResult(status=o.status, metrics=lead.metrics, epochs=lead.epochs,
-                       error=f"group rank {name[r]}: {o.error}", detail=details or None, misuse=o.misuse,
-                       misuse_field=o.misuse_field, resumed_s=lead.resumed_s)
+                       error=f"{_ranks_that_said(o.error, results, name)}: {o.error}", detail=details or None,
+                       misuse=o.misuse, misuse_field=o.misuse_field, resumed_s=lead.resumed_s)
+
+
+def _ranks_that_said(error: str | None, results: list[TrialResult], name: list[int]) -> str:
+    """The group ranks whose own error is `error`: all of them said so ("every group rank"),
+    several named, or the one: a failure every rank met alike is not one rank's."""
+    alike = [name[k] for k, o in enumerate(results) if o.status not in SUCCESSFUL and o.error == error]
+    if len(alike) == len(results):
+        return "every group rank"
+    if len(alike) > 1:
+        return f"group ranks {', '.join(map(str, alike))}"
+    return f"group rank {alike[0]}"
 
 
 class Progress:

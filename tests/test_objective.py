@@ -219,6 +219,14 @@ def test_merge_keeps_a_result_every_rank_agreed_on():
     assert merge([agreed, TrialResult()]).error == "group rank 0: fold 2 of 3: group rank 2: ValueError: x"
 
 
+def test_merge_says_a_failure_every_rank_met_alike_is_the_groups():
+    # both ranks' build_model raised the same error (their tracebacks differ): not rank 0's alone
+    alike = [TrialResult(status=TrialStatus.FAILED, error="ValueError: units > 40", detail=f"rank {k}") for k in (0, 1)]
+    assert merge(alike).error == "every group rank: ValueError: units > 40"
+    echo = TrialResult(status=TrialStatus.FAILED, error="GroupPeerFailed: rank 1 of the group failed this trial")
+    assert merge([echo, *alike], ranks=[3, 4, 5]).error == "group ranks 4, 5: ValueError: units > 40"
+
+
 def test_merge_keeps_every_failing_ranks_whole_text():
     ok = TrialResult(objective=1.0)
     bad = TrialResult(status=TrialStatus.FAILED, error="KeyError: 'x'",
