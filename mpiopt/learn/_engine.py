@@ -671,8 +671,10 @@ class _Master:
                 self.epochs.stopped = "timeout"
             if self.epochs.stopped and self.held:
                 self._release_held()  # stopping anyway: the held workers need not wait for their epoch's row
-            busy = self._take_update()
-            busy |= self._take_report()
+            # a report before an update: a worker's report of an epoch comes before its first update
+            # of the next, which the epoch's validated snapshot must not take in
+            busy = self._take_report()
+            busy |= self._take_update()
             busy |= self._take_validation()
             if busy:
                 backoff = Backoff()
