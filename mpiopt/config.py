@@ -585,9 +585,11 @@ def _check_momentum(training: dict[str, Any], space: Space, source: str) -> None
             raise ConfigError(f"the trials where parameters.momentum is inactive take it, and one could train with "
                               f"{name}, which has no momentum option (the Adam family's is beta_1): leave it out",
                               source=source, field=given[0])
+        compiled = "" if "optimizer" in space.names else \
+            "; where build_model compiles the model with an optimizer of its own, that one trains: leave momentum out"
         raise ConfigError(f"sets the momentum of sgd and rmsprop, but {_trains_with(name, space)}, which has no "
-                          f"momentum option (the Adam family's is beta_1){_keep_to_takers(space)}", source=source,
-                          field=given[0])
+                          f"momentum option (the Adam family's is beta_1){_keep_to_takers(space)}{compiled}",
+                          source=source, field=given[0])
 
 
 def _takes_momentum(name: str) -> bool:

@@ -275,7 +275,8 @@ def test_a_searched_momentum_is_the_momentum_the_trials_train_with(write_yaml):
 @pytest.mark.parametrize("parameters,training,expected", [
     ("  units: {type: integer, low: 1, high: 9}\n", "{momentum: 0.5}",
      "training.momentum: sets the momentum of sgd and rmsprop, but training.optimizer is adam, which has no "
-     "momentum option (the Adam family's is beta_1)"),
+     "momentum option (the Adam family's is beta_1); where build_model compiles the model with an optimizer of its "
+     "own, that one trains: leave momentum out"),
     ("  optimizer: {choices: [sgd, adam]}\n  momentum: {type: real, low: 0.0, high: 0.99}\n", "{}",
      "parameters.momentum: sets the momentum of sgd and rmsprop, but a trial could train with adam, which has no "
      "momentum option (the Adam family's is beta_1): add when: {optimizer: sgd} to it"),
