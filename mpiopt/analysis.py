@@ -466,13 +466,10 @@ def _rebuild(cfg, params: dict[str, Any], weights: Path):
 def _first_training_input(cfg):
     """The first training input of the search's data, to build a model on (a subclassed one, or a
     Sequential without keras.Input, has no weights to load into before its first call)."""
-    from .config import import_callable
     from .learn._data import load_source
+    from .objective import data_loader
 
-    data = cfg.objective.data
-    loader = import_callable(data, cfg.base_dir, source=str(cfg.path), field="objective.data") \
-        if isinstance(data, str) else None
-    return load_source(data, cfg.base_dir, loader).first(1)
+    return load_source(cfg.objective.data, cfg.base_dir, data_loader(cfg)).first(1)
 
 
 def _keras_optimizer(training: dict[str, Any]):

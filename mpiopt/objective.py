@@ -338,6 +338,13 @@ class TrialContext:
         return None if clash is None else f"{clash!r} names a column of the results table: name it otherwise"
 
 
+def data_loader(cfg: Config):
+    """A model objective's `load_data`, imported; None where its data are HDF5 files."""
+    o = cfg.objective
+    return (import_callable(o.data, cfg.base_dir, source=str(cfg.path), field="objective.data")
+            if isinstance(o.data, str) else None)
+
+
 class TrialRunner:
     """Runs trials of one configuration on one rank; user callables are imported once.
 
@@ -356,8 +363,7 @@ class TrialRunner:
             self.fn = import_callable(o.function, cfg.base_dir, source=src, field="objective.function")
         else:
             self.build = import_callable(o.model, cfg.base_dir, source=src, field="objective.model")
-            self.loader = (import_callable(o.data, cfg.base_dir, source=src, field="objective.data")
-                           if isinstance(o.data, str) else None)
+            self.loader = data_loader(cfg)
 
     def run(self, params: dict[str, Any], comm, *, trial: int = 0, trial_dir: Path | None = None,
             reporter=None) -> TrialResult:
@@ -644,12 +650,13 @@ def _refuse_optimizer_keys_a_compiled_model_ignores(cfg: Config, kwargs: dict, o
     searched = [(f"parameters.{k}", f"the searched {k}",
                  f"take {k} as an argument of build_model and compile with it, {uncompiled}")
                 for k in ("learning_rate", "optimizer", "momentum") if k in cfg.space.names and k not in kwargs]
-    given = [(f"training.{k}", f"training.{k}", f"leave it out (the model's own optimizer trains), {uncompiled} for it "
-              "to apply") for k in ("learning_rate", "optimizer", "momentum") if k in raw]
-    set_ = [(f"--set {k}", f"--set {k}", f"leave it out (the model's own optimizer trains), {uncompiled} for it to "
-             "apply") for k in ("learning_rate", "optimizer", "momentum") if k in sets and k not in cfg.space.names]
-    if searched or given or set_:
-        where, what, fix = (searched + given + set_)[0]
+    leave_out = f"leave it out (the model's own optimizer trains), {uncompiled} for it to apply"
+    given = [(f"training.{k}", f"training.{k}", leave_out) for k in ("learning_rate", "optimizer", "momentum")
+             if k in raw]
+    given += [(f"--set {k}", f"--set {k}", leave_out) for k in ("learning_rate", "optimizer", "momentum")
+              if k in sets and k not in cfg.space.names]
+    if searched or given:
+        where, what, fix = (searched + given)[0]
         raise _PreflightError(f"{cfg.objective.model} compiles the model with its own optimizer ({optimizer}), which "
                               f"its trials train with, so {what} would change nothing: {fix}", where)
 

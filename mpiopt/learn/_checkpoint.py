@@ -18,7 +18,6 @@ NPZ, META = CHECKPOINT  # META: the JSON part's own file, in checkpoints written
 _META_ARRAY = "__meta__"  # the JSON part, as bytes, inside the npz
 
 
-
 def worker_file(worker: int) -> str:
     """A worker's own part of the checkpoint (EASGD's and GEM's worker optimizers), beside the
     master's: named like it, so that whatever drops or looks for `checkpoint.*` finds it too."""

@@ -358,7 +358,7 @@ class _Epochs:
         self.close()
         if self.best_weights is not None and self.stopped != "diverged":
             flat.set(self.best_weights)
-            if self.best_state is not None and self.best_state.size == sum(flat.state_sizes) > 0:
+            if self.best_state is not None and self.best_state.size == flat.state_size > 0:
                 flat.set_state(self.best_state)  # (an older mpiopt's checkpoint may hold another state)
         if self.writer and self.job.out_dir is not None and self.stopped != "diverged":
             self.job.out_dir.mkdir(parents=True, exist_ok=True)
@@ -628,10 +628,11 @@ class _Master:
         self.center = self.flat.get()
         self.opt = make_master_optimizer(spec, n) if self.mode == "downpour" else None
         self.epochs = _Epochs(job, writer=True)
-        start_epoch, state = self.epochs.resume(self.opt, self.center, self.flat.get_state())
+        fresh = self.flat.get_state()
+        start_epoch, state = self.epochs.resume(self.opt, self.center, fresh)
         self.epochs.report_unrecorded(start_epoch)
         # a trial the scheduler stops there: the workers start past the last epoch, and train none
-        _broadcast_start(comm, self.center, state if state is not None else self.flat.get_state(),
+        _broadcast_start(comm, self.center, fresh if state is None else state,
                          int(t["epochs"]) if self.epochs.stopped else start_epoch, restored=state is not None)
         self.sched = _schedule(t, spec, self.workers)
         self.alpha = _elastic_force(t, self.workers)

@@ -112,6 +112,27 @@ def _frozen_weights(model) -> set[int]:
     return found
 
 
+def _count(v) -> int:
+    return int(np.prod(v.shape)) if v.shape else 1
+
+
+def _values(variables: list) -> np.ndarray:
+    """The variables' values, flat, in float64: an integer state (a seed generator's) must come
+    back exactly, which float32 rounds."""
+    if not variables:
+        return np.zeros(0, dtype=np.float64)
+    return np.concatenate([np.asarray(v.numpy(), dtype=np.float64).reshape(-1) for v in variables])
+
+
+def _assign(variables: list, flat: np.ndarray) -> None:
+    """Give the variables the values `_values` gave, each in its own shape and dtype."""
+    i = 0
+    for v in variables:
+        n = _count(v)
+        v.assign(flat[i:i + n].reshape(v.shape).astype(v.dtype))
+        i += n
+
+
 def _open_batch_spec(batch: Any):
     """The TensorSpec nest of a batch with its first dimension (the batch size) left open."""
     import tensorflow as tf
@@ -143,8 +164,7 @@ class FlatModel:
         self.shapes = [tuple(v.shape) for v in self.trainable]
         self.sizes = [int(np.prod(s)) if s else 1 for s in self.shapes]
         self.size = int(sum(self.sizes))
-        self.state_shapes = [tuple(v.shape) for v in self.state]
-        self.state_sizes = [int(np.prod(s)) if s else 1 for s in self.state_shapes]
+        self.state_size = int(sum(_count(v) for v in self.state))
         trainable, shapes, sizes = self.trainable, self.shapes, self.sizes
 
         @tf.function(reduce_retracing=True)
@@ -173,17 +193,11 @@ class FlatModel:
             self._set(flat[: self.size])
 
     def get_state(self) -> np.ndarray:
-        """Non-trainable state (e.g. batch-norm statistics, a dropout's seed), flat, in float64:
-        a seed generator's integer state must come back exactly, which float32 rounds."""
-        if not self.state:
-            return np.zeros(0, dtype=np.float64)
-        return np.concatenate([np.asarray(v.numpy(), dtype=np.float64).reshape(-1) for v in self.state])
+        """Non-trainable state (e.g. batch-norm statistics, a dropout's seed), flat."""
+        return _values(self.state)
 
     def set_state(self, flat: np.ndarray) -> None:
-        i = 0
-        for v, n, shape in zip(self.state, self.state_sizes, self.state_shapes, strict=True):
-            v.assign(flat[i:i + n].reshape(shape).astype(v.dtype))
-            i += n
+        _assign(self.state, flat)
 
     # -- one training batch ----------------------------------------------------------------
     def grad_step(self, x: Any, y: Any) -> tuple[float, np.ndarray]:
@@ -295,16 +309,11 @@ class FlatModel:
 
     def summed_metric_state(self) -> np.ndarray:
         """The metrics' variables that add up over parts of the data (Keras' aggregation "sum":
-        totals, counts, AUC's confusion counts), flat in float64."""
-        parts = [np.asarray(v.numpy(), dtype=np.float64).reshape(-1) for v in self._summed_metric_variables()]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
+        totals, counts, AUC's confusion counts), flat."""
+        return _values(self._summed_metric_variables())
 
     def set_summed_metric_state(self, flat: np.ndarray) -> None:
-        i = 0
-        for v in self._summed_metric_variables():
-            n = int(np.prod(v.shape)) if v.shape else 1
-            v.assign(flat[i:i + n].reshape(v.shape).astype(v.dtype))
-            i += n
+        _assign(self._summed_metric_variables(), flat)
 
     def _summed_metric_variables(self) -> list:
         return [v for v in self.model.metrics_variables if v.aggregation == "sum"]
