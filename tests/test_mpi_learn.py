@@ -209,7 +209,7 @@ def test_a_master_and_worker_trial_paused_then_continued_validates_as_if_never_p
     assert not list((tmp_path / "cut").glob("checkpoint.*"))
 
 
-ALLREDUCE_AUC = """
+SUMMED_METRICS = """
 import json, runpy, sys
 from pathlib import Path
 import numpy as np
@@ -229,7 +229,9 @@ def build(units=4):
 
 comm = world()
 group = GroupComm(comm)
-training = {{"mode": "allreduce", "epochs": 1, "batch_size": 50, "optimizer": "adam", "learning_rate": 0.01}}
+# learning rate 0: the weights the epoch trains with are those it ends with, so its training row
+# must be the evaluation of the training data with the final weights
+training = {{"mode": sys.argv[2], "epochs": 1, "batch_size": 50, "optimizer": "sgd", "learning_rate": 0.0}}
 out = Path(sys.argv[1], "run")
 done = train(group, Job(build=build, model_kwargs={{}}, source=DataSource((x, y), (xv, yv)), training=training,
                         loss="binary_crossentropy", metrics=("auc", "precision"), seed=3, out_dir=out))
@@ -240,19 +242,23 @@ if comm.Get_rank() == 0:
     model = build()
     model.load_weights(str(out / "best.weights.h5"))
     model.compile(loss="binary_crossentropy", metrics=["auc", "precision"])
-    alone = model.evaluate(xv, yv, batch_size=50, verbose=0, return_dict=True)
+    alone = {{part: model.evaluate(a, b, batch_size=50, verbose=0, return_dict=True)
+             for part, (a, b) in {{"train": (x, y), "val": (xv, yv)}}.items()}}
     json.dump({{"group": done.history[0], "alone": alone}}, open(Path(sys.argv[1], "h.json"), "w"))
 """
 
 
-def test_allreduce_validates_as_one_process_would_for_metrics_that_are_no_mean_of_parts(tmp_path):
-    # three ranks validate a third of the data each: their AUC and precision counts are summed
-    # over the group before the result is taken, as one process taking every batch would
-    script = tmp_path / "auc.py"
-    script.write_text(ALLREDUCE_AUC.format(tiny=str(SPACES / "tiny_model.py")))
-    p = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, str(script), str(tmp_path)],
+@pytest.mark.parametrize("mode", ["allreduce", "downpour"])
+def test_a_group_reports_metrics_that_are_no_mean_of_parts_as_one_process_would(tmp_path, mode):
+    # three ranks (allreduce) or two workers (downpour) each take a part of the data: their AUC
+    # and precision counts are summed before the result is taken, as one process taking every
+    # batch would, in the validation row and in the training row
+    script = tmp_path / "summed.py"
+    script.write_text(SUMMED_METRICS.format(tiny=str(SPACES / "tiny_model.py")))
+    p = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, str(script), str(tmp_path), mode],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     h = json.loads((tmp_path / "h.json").read_text())
     for name in ("auc", "precision", "loss"):
-        assert h["group"][f"val_{name}"] == pytest.approx(h["alone"][name], rel=1e-5), (name, h)
+        assert h["group"][f"val_{name}"] == pytest.approx(h["alone"]["val"][name], rel=1e-5), (name, h)
+        assert h["group"][name] == pytest.approx(h["alone"]["train"][name], rel=1e-5), (name, h)

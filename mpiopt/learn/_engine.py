@@ -596,17 +596,28 @@ class _Validator(threading.Thread):
             item = self.todo.get()
             if item is None:
                 return
-            epoch, weights, state = item
+            epoch, weights, state, train_sums = item
             t0 = time.perf_counter()
             try:
                 self.flat.set(weights)
                 if state.size:
                     self.flat.set_state(state)
                 result = _evaluate(self.flat, self.data[0], self.data[1], self.bs)
+                train = self._train_metrics(train_sums)
             except Exception as exc:  # reported to the serving loop, which fails the trial
-                result = exc
+                result, train = exc, None
             self.tracer.add("validate", t0, time.perf_counter() - t0)
-            self.done.put((epoch, weights, state, result))
+            self.done.put((epoch, weights, state, result, train))
+
+    def _train_metrics(self, sums: np.ndarray) -> dict[str, float] | None:
+        """The epoch's training metrics from the workers' summed metric variables, as one process
+        that trained on every batch would give them; None where these cannot tell (a metric with
+        variables that do not add up, or none built): the serving loop then averages the results.
+        Here, after the validation, because this thread alone touches this model's metrics."""
+        if not self.flat.metrics_add_up() or sums.size != self.flat.summed_metric_state().size:
+            return None
+        self.flat.set_summed_metric_state(sums)
+        return self.flat.metrics()
 
 
 class _Master:
@@ -766,19 +777,22 @@ class _Master:
             st = np.asarray(report.get("state") or [], dtype=np.float64)
             if st.size:  # batch-norm statistics: the workers' average
                 st = np.mean([np.asarray(r["state"], dtype=np.float64) for r in reports], axis=0)
-            self.validator.todo.put((e, self.center.copy(), st))
+            sums = np.sum([np.asarray(r["summed"], dtype=np.float64) for r in reports], axis=0)
+            self.validator.todo.put((e, self.center.copy(), st, sums))
             self.pending_validation += 1
 
     def _take_validation(self) -> bool:
         """Record an epoch's row if its validation is done, and checkpoint it."""
         try:
-            e, snap, st, result = self.validator.done.get_nowait()
+            e, snap, st, result, train = self.validator.done.get_nowait()
         except queue.Empty:
             return False
         self.pending_validation -= 1
         if isinstance(result, Exception):
             raise result
-        train = _weighted([(r["metrics"], r["n"]) for r in self.reports.pop(e)])
+        reports = self.reports.pop(e)
+        if train is None:
+            train = _weighted([(r["metrics"], r["n"]) for r in reports])
         row = {"epoch": e + 1, **train, **{f"val_{k}": v for k, v in result.items()}}
         self.epochs.add(row, snap, st)
         self.epochs.checkpoint(e + 1, snap, st, self.opt)
@@ -927,6 +941,7 @@ class _Worker:
         held = epoch + 1 in self.job.decide_at and not self.stop
         self._save_own_part(epoch + 1)
         report = {"kind": "epoch", "epoch": epoch, "n": mine, "metrics": self.flat.metrics(),
+                  "summed": self.flat.summed_metric_state().tolist(),
                   "state": self.flat.get_state().tolist(), "held": held}
         self.comm.send_bytes(json.dumps(report, allow_nan=True).encode(), 0, TAG_REPORT)
         if held:

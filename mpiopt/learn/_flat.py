@@ -315,6 +315,11 @@ class FlatModel:
     def set_summed_metric_state(self, flat: np.ndarray) -> None:
         _assign(self._summed_metric_variables(), flat)
 
+    def metrics_add_up(self) -> bool:
+        """Whether every metric variable adds up over parts of the data (Keras' default), so the
+        summed state alone gives the metrics of the whole."""
+        return all(v.aggregation == "sum" for v in self.model.metrics_variables)
+
     def _summed_metric_variables(self) -> list:
         return [v for v in self.model.metrics_variables if v.aggregation == "sum"]
 
