@@ -71,6 +71,30 @@ def test_tensorboard_gets_each_epochs_scalars_and_the_trials_hparams(model_space
     assert start.group_name == "trial 4" and start.hparams["units"].number_value == 8
 
 
+def test_tensorboard_holds_each_epoch_once_after_training_goes_on_from_a_checkpoint(tmp_path):
+    # a kill after an epoch's scalars were written but before its checkpoint was: the stretch that
+    # goes on from the checkpoint (epoch 2) writes epoch 3 again, in a file of its own
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from mpiopt.learn._board import FOLDER, Board
+
+    first = Board(tmp_path, {"units": 8}, "trial 0", first_step=1)
+    for epoch in (1, 2, 3):
+        first.write({"epoch": epoch, "loss": 1.0 / epoch})
+    first.close()
+    (old,) = (tmp_path / FOLDER).glob("events.out.tfevents.*")
+    with open(old, "ab") as f:
+        f.write(b"\x40\x00\x00")  # the kill tore the record it was writing
+    went_on = Board(tmp_path, {"units": 8}, "trial 0", first_step=3)
+    for epoch in (3, 4):
+        went_on.write({"epoch": epoch, "loss": 0.5 / epoch})
+    went_on.close()
+    events = EventAccumulator(str(tmp_path / FOLDER), size_guidance={"tensors": 0}).Reload()
+    assert [e.step for e in events.Tensors("loss")] == [1, 2, 3, 4]
+    assert len(list((tmp_path / FOLDER).glob("events.out.tfevents.*"))) == 2
+    assert "_hparams_/session_start_info" in events.Tags()["tensors"]
+
+
 def test_user_compiled_model_and_searched_training_keys(model_space):
     cfg = model_space("{model: tiny_model.py:build_compiled, data: tiny_model.py:load_data}",
                       "units: {type: integer, low: 2, high: 16}, epochs: {type: integer, low: 1, high: 3}")

@@ -16,14 +16,20 @@ def hparam_value(value: Any) -> bool | int | float | str:
 
 
 class Board:
-    """Writes the scalars of each epoch; the HParams summary goes with the first one."""
+    """Writes the scalars of each epoch from `first_step` on; the HParams summary goes with the first.
 
-    def __init__(self, out_dir: Path, hparams: dict[str, Any], trial_id: str) -> None:
+    Training that goes on from a checkpoint (a resume, a promotion) writes a new event file; the
+    files of earlier stretches first lose their events from `first_step` on, which a kill after
+    their write but before the checkpoint's left there, so that each epoch is in the logs once."""
+
+    def __init__(self, out_dir: Path, hparams: dict[str, Any], trial_id: str, first_step: int) -> None:
         import tensorflow as tf
 
         self.tf = tf
         self.hparams = {k: hparam_value(v) for k, v in hparams.items()}
         self.trial_id = trial_id
+        for path in sorted((out_dir / FOLDER).glob("events.out.tfevents.*")):
+            drop_steps_from(path, first_step)
         self.writer = tf.summary.create_file_writer(str(out_dir / FOLDER))
         self.wrote_hparams = False
 
@@ -42,3 +48,27 @@ class Board:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def drop_steps_from(path: Path, first_step: int) -> None:
+    """Rewrite the event file `path` without its events of step `first_step` or later (if it has
+    any). A record torn by a kill ends the file there."""
+    import tensorflow as tf
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    kept, dropped = [], False
+    try:
+        for record in tf.data.TFRecordDataset(str(path)).as_numpy_iterator():
+            if Event.FromString(record).step >= first_step:
+                dropped = True
+            else:
+                kept.append(record)
+    except tf.errors.DataLossError:
+        dropped = True
+    if not dropped:
+        return
+    part = path.with_name(f".{path.name}.part")
+    with tf.io.TFRecordWriter(str(part)) as out:
+        for record in kept:
+            out.write(record)
+    part.replace(path)

@@ -239,7 +239,7 @@ class _Epochs:
         if self._board is None:
             from ._board import Board
 
-            self._board = Board(self.job.out_dir, self.job.hparams or {}, self.job.name)
+            self._board = Board(self.job.out_dir, self.job.hparams or {}, self.job.name, first_step=int(row["epoch"]))
         self._board.write({**row, **self._best_so_far()})
 
     def _best_so_far(self) -> dict[str, float]:
