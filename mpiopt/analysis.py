@@ -158,11 +158,12 @@ def load_timeline(path: str | os.PathLike):
     return df
 
 
-def run_spans(events) -> list[tuple[float, float]]:
-    """When the search ran: a (from, until) span for each run of it (the first, each --resume),
-    from its `session` record to its last record, so the time between a kill and its --resume is
-    no part of any; [] for a journal written before those records."""
-    spans: list[list[float]] = []
+def run_spans(events) -> list[tuple[float, float, int | None]]:
+    """When the search ran: a (from, until, groups) span for each run of it (the first, each
+    --resume), from its `session` record to its last record, so the time between a kill and its
+    --resume is no part of any, with the number of groups the run had (None where the journal does
+    not say); [] for a journal written before those records."""
+    spans: list[list] = []
     marked = False
     for e in events:
         at = e.get("time", e.get("end"))  # a `finish` has the group's end instead
@@ -170,10 +171,11 @@ def run_spans(events) -> list[tuple[float, float]]:
             continue
         if e.get("event") == "session" or not spans:  # records before the first: a run of their own
             marked |= e.get("event") == "session"
-            spans.append([float(at), float(at)])
+            groups = e.get("groups")
+            spans.append([float(at), float(at), groups if isinstance(groups, int) else None])
         else:
             spans[-1][1] = max(spans[-1][1], float(at))
-    return [(a, b) for a, b in spans] if marked else []
+    return [(a, b, g) for a, b, g in spans] if marked else []
 
 
 def lost_intervals(events) -> dict[int, list[tuple[float, float | None]]]:
@@ -243,7 +245,8 @@ def timeline(df):
     Utilization is busy time over (groups x active time), where active time is the time the
     search ran (`df.attrs["runs"]`, from `load_timeline`: from each run's first record to its last),
     so a group waiting for its next trial counts as idle and the pause between a kill and its
-    --resume does not; for a table without them (`load_results`, or a journal from before runs were
+    --resume does not, and a group counts only the runs that had it (a --resume with fewer or
+    more groups); for a table without them (`load_results`, or a journal from before runs were
     marked) it is the union of the trials' intervals. A group lost with its node
     (`df.attrs["lost"]`) counts only its time alive, and the summary's `lost` names it.
     `dispatch_ms` is the coordinator's part of a hand-out (result received -> next trial sent);
@@ -260,16 +263,17 @@ def timeline(df):
     done = df.dropna(subset=["start", "end", "group"])
     if done.empty:
         return pd.DataFrame(columns=["group", "trials", "stretches", "busy_s", "utilization"]), {}
-    merged = df.attrs.get("runs") or \
-        _union(sorted((s.timestamp(), e.timestamp()) for s, e in zip(done.start, done.end, strict=True)))
-    active = sum(e - s for s, e in merged)
+    runs = df.attrs.get("runs") or \
+        [(a, b, None) for a, b in
+         _union(sorted((s.timestamp(), e.timestamp()) for s, e in zip(done.start, done.end, strict=True)))]
+    active = sum(b - a for a, b, _ in runs)
     lost = df.attrs.get("lost") or {}
     busy = (done.end - done.start).dt.total_seconds()
     per = done.assign(busy_s=busy).groupby("group").agg(trials=("trial", "nunique"), stretches=("trial", "size"),
                                                         busy_s=("busy_s", "sum"))
     per = per.reset_index()
     groups = set(per.group)
-    alive = per.group.map(lambda g: active - sum(_overlap(merged, a, b) for a, b in lost.get(int(g), ())))
+    alive = per.group.map(lambda g: _alive_s(int(g), runs, lost.get(int(g), ())))
     per["utilization"] = (per.busy_s / alive).where(alive > 0)
     summary = {"groups": int(len(per)), "trials": int(done.trial.nunique()), "stretches": int(len(done)),
                "active_s": active, "lost": sorted(g for g in lost if g in groups),
@@ -290,6 +294,14 @@ def timeline(df):
         summary["wait_p50_ms"] = float(w.quantile(0.5))
         summary["wait_p99_ms"] = float(w.quantile(0.99))
     return per, summary
+
+
+def _alive_s(group: int, runs: list[tuple[float, float, int | None]],
+             lost: list[tuple[float, float | None]]) -> float:
+    """How long `group` could train: the runs that had it (a --resume with fewer groups had not),
+    less the time it was lost with its node."""
+    had = [(a, b) for a, b, groups in runs if groups is None or group < groups]
+    return sum(b - a for a, b in had) - sum(_overlap(had, a, b) for a, b in lost)
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:

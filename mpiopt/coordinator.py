@@ -279,7 +279,7 @@ class Coordinator:
             # a --resume; not at the start, where a search stopped before its first trial must
             # leave an empty journal (to start again without --resume)
             self._session_marked = True
-            self.run_dir.append({"event": "session", "time": time.time()}, sync=False)
+            self.run_dir.append({"event": "session", "time": time.time(), "groups": len(self.groups)}, sync=False)
         self.run_dir.append(event, sync=False)
 
     def _table(self, force: bool = False) -> None:

@@ -633,7 +633,7 @@ def test_timeline_counts_a_groups_wait_for_its_next_trial_as_idle_but_not_the_ga
               {"event": "report", "trial": 2, "epoch": 1, "time": at[10]},
               {"event": "session", "time": at[100]}, {"event": "start", "trial": 2, "time": at[100]},
               {"event": "finish", "trial": 2, "start": at[100], "end": at[102]}]
-    assert run_spans(events) == [(at[0], at[10]), (at[100], at[102])]
+    assert run_spans(events) == [(at[0], at[10], None), (at[100], at[102], None)]
     assert run_spans([e for e in events if e["event"] != "session"]) == []  # a journal from before runs were marked
     stretches = pd.DataFrame({"trial": [0, 1, 2, 2], "status": ["completed", "completed", "interrupted", "completed"],
                               "epochs": [1, 1, 1, 1], "start": [t, t + 4 * s, t + 8 * s, t + 100 * s],
@@ -643,6 +643,26 @@ def test_timeline_counts_a_groups_wait_for_its_next_trial_as_idle_but_not_the_ga
     stretches.attrs["runs"] = run_spans(events)
     per, summary = timeline(stretches)
     assert summary["active_s"] == 12.0 and summary["utilization"] == 8 / 12  # the waits count, the 90 s gap not
+
+
+def test_timeline_counts_a_group_only_in_the_runs_that_had_it():
+    import pandas as pd
+
+    from mpiopt.analysis import run_spans, timeline
+
+    t = pd.Timestamp("2026-11-27T10:00:00", tz="UTC")
+    s = pd.Timedelta(seconds=1)
+    at = [(t + k * s).timestamp() for k in range(200)]
+    # two groups for 10 s, killed, then a --resume with three groups for 10 s, each always busy
+    events = [{"event": "session", "time": at[0], "groups": 2}, {"event": "report", "trial": 0, "time": at[10]},
+              {"event": "session", "time": at[100], "groups": 3}, {"event": "report", "trial": 0, "time": at[110]}]
+    assert run_spans(events) == [(at[0], at[10], 2), (at[100], at[110], 3)]
+    stretches = pd.DataFrame({"trial": [0, 1, 0, 1, 2], "status": ["interrupted"] * 2 + ["completed"] * 3,
+                              "epochs": [1] * 5, "start": [t] * 2 + [t + 100 * s] * 3,
+                              "end": [t + 10 * s] * 2 + [t + 110 * s] * 3, "group": [0, 1, 0, 1, 2], "ranks": [1] * 5})
+    stretches.attrs["runs"] = run_spans(events)
+    per, summary = timeline(stretches)
+    assert per.utilization.tolist() == [1.0, 1.0, 1.0] and summary["utilization"] == 1.0
 
 
 def test_yaml_numbers_without_a_dot(write_yaml, tmp_path):
