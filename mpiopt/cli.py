@@ -153,6 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             _env.check()
         _check_args(args)
+        if args.command in ("search", "train", "check"):
+            # before the space file is read: a user module that imports keras at its top loads
+            # TensorFlow there, which reads its log level and thread counts once, as it loads
+            prepare_threads()
         setup_logging()
         # under --np the relaunched job's rank 0 says the warnings: once, not twice
         hold_warnings(bool(args.np) and args.command in ("search", "train"))
@@ -175,7 +179,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guard(lambda: cmd_status(args))
     if args.command == "report":
         return _guard(lambda: cmd_report(args))
-    prepare_threads()
     command = _search if args.command == "search" else _train
     interrupted = ("the journal is intact: continue with --resume" if args.command == "search" else
                    f"training stopped (mpiopt train does not resume: what it wrote is in {job.out})")

@@ -57,6 +57,35 @@ def test_np_runs_the_installed_mpiopt_beside_a_folder_named_mpiopt(write_yaml, t
     assert set(mpiopt.load_results(tmp_path / "runs" / "beside").status) == {"completed"}
 
 
+ENV_AT_IMPORT = """
+import json, os
+from pathlib import Path
+
+# what TensorFlow would read as it loads, were this module to import keras here
+names = ("TF_CPP_MIN_LOG_LEVEL", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
+Path(f"env.{os.getpid()}.json").write_text(json.dumps({n: os.environ.get(n) for n in names}))
+
+
+def f(params):
+    return params["x"]
+"""
+
+
+def test_the_log_level_and_thread_counts_are_set_before_a_user_module_is_imported(write_yaml, tmp_path):
+    (tmp_path / "at_import.py").write_text(ENV_AT_IMPORT)
+    yaml = write_yaml("name: env\nobjective: {function: at_import.py:f}\n"
+                      "parameters: {x: {type: real, low: 0, high: 1}}\nsearch: {trials: 2}\n", "env.yaml")
+    unset = ("TF_CPP_MIN_LOG_LEVEL", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS",
+             "MPIOPT_THREADS")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    p = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-m", "mpiopt", "search", str(yaml)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    seen = [json.loads(f.read_text()) for f in tmp_path.glob("env.*.json")]
+    assert len(seen) >= 2 and all(s == {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_NUM_INTRAOP_THREADS": "1",
+                                        "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"} for s in seen), seen
+
+
 def test_hand_outs_wait_for_a_fresh_round_under_mpi(write_yaml, tmp_path):
     # the rule for trials of minutes, forced on for 0.2 s trials: the background thread and the
     # dispatch loop under a real coordinator, with every model hand-out waiting for a round
