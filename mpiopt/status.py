@@ -91,8 +91,21 @@ def _starting(run: Path, last_beat: float | None) -> Liveness | None:
         return None
     where = f"pid {who['pid']} on {who['host']}"
     if _gone_from_this_machine(who):  # killed in its pre-flight: a new search never started, a resumed one stands
-        return Liveness("never started", None, where) if last_beat is None else None
+        if last_beat is not None:
+            return None
+        # trials in the journal: the search ran and its heartbeat file is lost (deleted, or a copy
+        # of the run without it); its coordinator is gone, so it stopped, whether ended or killed
+        return Liveness("stopped", None, where, gone=True) if _holds_trials(run) else \
+            Liveness("never started", None, where)
     return Liveness("starting", None, where)
+
+
+def _holds_trials(run: Path) -> bool:
+    try:
+        events, _ = read_journal(run / JOURNAL)
+    except ConfigError:  # unreadable: as good as empty
+        return False
+    return any(e.get("event") == "start" for e in events)
 
 
 def _gone_from_this_machine(beat: dict) -> bool:
@@ -267,7 +280,8 @@ def _state_line(run: Path, alive: Liveness, budget: int) -> str:
     if alive.state == "interrupted":
         return f"{run}: interrupted {format_hours(alive.age_s / 3600)} ago (Ctrl-C or SIGTERM); {go_on}"
     if alive.gone:
-        return f"{run}: not running: its coordinator ({alive.where}) is gone (killed); {go_on}"
+        how = "killed" if alive.age_s is not None else "ended or killed: no heartbeat file tells"
+        return f"{run}: not running: its coordinator ({alive.where}) is gone ({how}); {go_on}"
     if alive.state == "stopped":
         return (f"{run}: not running: no heartbeat for {format_hours(alive.age_s / 3600)} (killed, or its node "
                 f"lost); {go_on}")

@@ -559,19 +559,38 @@ def test_status_of_a_search_still_in_its_preflight_says_starting(tmp_path):
     run = copy_run(tmp_path)
     here = socket.gethostname()
     (run / HEARTBEAT).unlink(missing_ok=True)
+    journal = (run / "trials.jsonl").read_text()
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     for pid, host, said in ((os.getpid(), here, f": starting (pid {os.getpid()} on {here}): the pre-flight check"),
                             (gone.pid, here, f": never started: its coordinator (pid {gone.pid} on {here}) is gone"),
                             (os.getpid(), "another-node", ": no heartbeat file")):  # there, nothing tells
+        (run / "trials.jsonl").write_text(journal.splitlines()[0] + "\n")  # its header: no trial yet
         (run / LOCK).write_text(f"pid {pid} on {host} since {iso(time.time() - 5)}\n")
         line = status_text(str(run)).splitlines()[0]
         assert said in line, line
+    (run / "trials.jsonl").write_text(journal)
     (run / LOCK).write_text(f"pid {os.getpid()} on {here} since {iso(time.time() - 5)}\n")
     beat(run, "ended", 60)  # the search that ran before the --resume
     assert ": starting (pid" in status_text(str(run)).splitlines()[0]
     beat(run, "running", 1)  # the resumed search's first heartbeat
     assert ": running (pid" in status_text(str(run)).splitlines()[0]
+
+
+def test_a_search_with_trials_and_no_heartbeat_file_stopped_not_never_started(tmp_path):
+    # its heartbeat file deleted, or a copy of the run without it: the journal tells it ran
+    from mpiopt.journal import LOCK, iso
+
+    run = copy_run(tmp_path)
+    (run / HEARTBEAT).unlink(missing_ok=True)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    here = socket.gethostname()
+    (run / LOCK).write_text(f"pid {gone.pid} on {here} since {iso(time.time() - 5)}\n")
+    line = status_text(str(run)).splitlines()[0]
+    assert f": not running: its coordinator (pid {gone.pid} on {here}) is gone (ended or killed" in line, line
+    assert main(["report", str(run)]) == 0
+    assert "<th>state</th><td>stopped</td>" in (run / "report" / "report.html").read_text()
 
 
 def wait_until_dead(pid: int) -> None:
