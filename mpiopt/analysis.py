@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,9 @@ import yaml
 
 from ._errors import ConfigError
 from ._results_view import by_status
+from .trial import TrialStatus
 from .pareto import Goals, reported_goal
-from .journal import (CONFIG, JOURNAL, PARAM_COUNT, RESULTS, STRETCH_COLUMNS, TRAIN_INFO, front, is_live,
+from .journal import (CONFIG, JOURNAL, PARAM_COUNT, RESULTS, STRETCH_COLUMNS, TRAIN_INFO, Merit, front, is_live,
                       read_journal, replay, result_rows, stretch_rows)
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,12 @@ def direction_of(path: str | os.PathLike) -> tuple[str, str]:
     return "minimize", "objective"
 
 
+def merit_of(path: str | os.PathLike) -> Merit:
+    """The figure of merit as (metric, direction): what a trial's best epoch is picked by."""
+    direction, metric = direction_of(path)
+    return metric, direction
+
+
 def goals_of(path: str | os.PathLike) -> Goals:
     """A Pareto search's (metric, direction) goals; () for a search of one figure of merit."""
     goals = (_run_info(Path(path)).get("objective") or {}).get("pareto")
@@ -69,7 +77,8 @@ def load_results(path: str | os.PathLike):
     journal = p / JOURNAL
     if journal.exists():
         params = list((_run_info(p).get("parameters") or {}).keys())
-        columns, rows = result_rows(_trials(p).values(), params, live=is_live(p), goals=goals_of(p))
+        columns, rows = result_rows(_trials(p).values(), params, live=is_live(p), goals=goals_of(p),
+                                    merit=merit_of(p))
         df = pd.DataFrame(rows, columns=columns)
     elif (p / RESULTS).exists():
         df = pd.read_csv(p / RESULTS)
@@ -98,7 +107,7 @@ def refresh_results_csv(path: str | os.PathLike) -> bool:
     if liveness(p, time.time()).state in ("running", "starting"):
         return False
     params = list((_run_info(p).get("parameters") or {}).keys())
-    table = results_csv(_trials(p).values(), params, live=False, goals=goals_of(p))
+    table = results_csv(_trials(p).values(), params, live=False, goals=goals_of(p), merit=merit_of(p))
     try:
         if (p / RESULTS).exists() and (p / RESULTS).read_bytes() == table:
             return False
@@ -415,8 +424,9 @@ def load_model(path: str | os.PathLike, trial: int | str = "best"):
 
     The model is built by the search's own `build_model` with the trial's parameters and
     compiled as the search compiled it; its weights are those of the trial's best epoch
-    (`trials/<id>/best.weights.h5`). For a model trained by `mpiopt train`, pass its folder and
-    the number of the trial it retrained is not needed: `load_model("runs/x/train-trial-7")`.
+    (`trials/<id>/best.weights.h5`; a trial killed while it trained: its checkpoint's). For a
+    model trained by `mpiopt train`, pass its folder and the number of the trial it retrained is
+    not needed: `load_model("runs/x/train-trial-7")`.
     """
     p = Path(path)
     weights = p.absolute() / "best.weights.h5"  # read after build_model ran, which may chdir
@@ -425,20 +435,49 @@ def load_model(path: str | os.PathLike, trial: int | str = "best"):
     else:
         params, number = trial_params(p, trial)
         cfg = run_config(p)
-        weights = p.absolute() / "trials" / str(number) / "best.weights.h5"
-        if not weights.exists() and (weights.parent / "fold_1").is_dir():
-            trained = p / f"train-trial-{number}"  # where `mpiopt train --trial N --from DIR` writes
-            fix = f"mpiopt.load_model({str(trained)!r}) loads the one `mpiopt train` trained on all of it" \
-                if (trained / weights.name).exists() else \
-                f"`mpiopt train SPACE --trial {number} --from {p}` trains that one"
-            raise ConfigError(f"trial {number} is a k-fold trial: it kept one model per fold (fold_<k>/"
-                              f"{weights.name}), none trained on all the data; {fix}", source=str(weights.parent))
-        if not weights.exists():
-            raise ConfigError(f"trial {number} kept no weights (no {weights.name}: a function objective, or a trial "
-                              "that did not finish an epoch)", source=str(weights.parent))
+        weights = _trial_weights(p, number)
     if cfg.objective.kind != "model":
         raise ConfigError("the search's objective is a function: there is no model to load", source=str(path))
     return _rebuild(cfg, params, weights)
+
+
+@dataclass(frozen=True)
+class _Checkpointed:
+    """A trial's best weights (and non-trainable state) as its checkpoint holds them: flat."""
+
+    weights: Any
+    state: Any
+
+    def load_into(self, model) -> None:
+        from .learn._flat import FlatModel
+
+        flat = FlatModel(model)
+        flat.set(self.weights)
+        if self.state is not None and self.state.size == flat.state_size > 0:  # as training's end puts them in
+            flat.set_state(self.state)
+
+
+def _trial_weights(p: Path, number: int) -> Path | _Checkpointed:
+    """Trial `number`'s best weights: its best.weights.h5, written with each of its results, or,
+    where the search holds no result of its latest stretch (killed while it trained), those of
+    its checkpoint, the best of all the epochs the checkpoint holds."""
+    from .learn import _checkpoint
+
+    weights = p.absolute() / "trials" / str(number) / "best.weights.h5"
+    found = _checkpoint.load(weights.parent) if _trials(p)[number].status == TrialStatus.RUNNING else None
+    if found is not None and "best_weights" in found[0]:
+        return _Checkpointed(found[0]["best_weights"], found[0].get("best_state"))
+    if not weights.exists() and (weights.parent / "fold_1").is_dir():
+        trained = p / f"train-trial-{number}"  # where `mpiopt train --trial N --from DIR` writes
+        fix = f"mpiopt.load_model({str(trained)!r}) loads the one `mpiopt train` trained on all of it" \
+            if (trained / weights.name).exists() else \
+            f"`mpiopt train SPACE --trial {number} --from {p}` trains that one"
+        raise ConfigError(f"trial {number} is a k-fold trial: it kept one model per fold (fold_<k>/"
+                          f"{weights.name}), none trained on all the data; {fix}", source=str(weights.parent))
+    if not weights.exists():
+        raise ConfigError(f"trial {number} kept no weights (no {weights.name}, no checkpoint of its best: a function "
+                          "objective, or a trial that did not finish an epoch)", source=str(weights.parent))
+    return weights
 
 
 def _train_config(path: Path):
@@ -455,7 +494,7 @@ def _train_config(path: Path):
     return parse_config(raw, path=source, source=str(info_path)), dict(info.get("params") or {})
 
 
-def _rebuild(cfg, params: dict[str, Any], weights: Path):
+def _rebuild(cfg, params: dict[str, Any], weights: Path | _Checkpointed):
     from .config import import_callable
     from .learn._engine import compiled_with_an_optimizer
     from .objective import import_keras_quietly
@@ -465,7 +504,10 @@ def _rebuild(cfg, params: dict[str, Any], weights: Path):
     model = build(**cfg.model_kwargs(params))
     if not model.weights:  # one that makes its weights on its first call: built as training builds it
         model(_first_training_input(cfg), training=False)
-    model.load_weights(str(weights))
+    if isinstance(weights, Path):
+        model.load_weights(str(weights))
+    else:
+        weights.load_into(model)
     if not compiled_with_an_optimizer(model) and cfg.objective.loss is not None:
         # compiled after the weights are in: the file also holds the untouched state of the stand-in
         # optimizer the search compiled with (its master's optimizer trained the weights), which

@@ -771,7 +771,8 @@ def _run_coordinator(cfg, searcher, link, run_dir, journal: _Journal):
 
 def _close_run_dir(cfg, run_dir, trials) -> None:
     try:
-        run_dir.write_results(trials.values(), cfg.space.names, live=False, goals=cfg.objective.pareto)
+        run_dir.write_results(trials.values(), cfg.space.names, live=False, goals=cfg.objective.pareto,
+                              merit=(cfg.objective.metric, cfg.objective.direction))
     except OSError as exc:  # keep the original error in view; the journal has everything
         log.error("could not write %s: %s", run_dir.path / "results.csv", exc)
     run_dir.close()

@@ -11,6 +11,7 @@ import fcntl
 import io
 import json
 import logging
+import math
 import os
 import shutil
 import socket
@@ -136,6 +137,9 @@ def replay(events: Iterable[dict[str, Any]]) -> dict[int, TrialRecord]:
 
 
 # -- the results table -------------------------------------------------------------------------
+Merit = tuple[str, str]  # the figure of merit: (metric, "minimize" | "maximize")
+
+
 def front(trials: list[TrialRecord], goals: Goals) -> set[int]:
     """The trials on the Pareto front of `goals`: completed, and dominated by no other."""
     scored = [(t.trial, pareto.losses(goals, t.metrics, t.duration_s)) for t in trials
@@ -152,7 +156,7 @@ def _columns(trials: list[TrialRecord], param_names: list[str],
     """(columns, parameter names with extras, metric names) of the results table."""
     metric_names: list[str] = []
     for t in trials:
-        for k in t.metrics:
+        for k in [*t.metrics, *(k for report in t.reports for k in report)]:
             if k not in metric_names and k not in ("epochs", "objective"):
                 metric_names.append(k)
     metric_names.sort(key=lambda k: (k == PARAM_COUNT, k.startswith("val_"), k))  # the count after the metrics
@@ -178,9 +182,23 @@ def column_clash(names) -> str | None:
     return next((n for n in names if n in NOT_METRICS or n.startswith("params_")), None)
 
 
+def shown_metrics(t: TrialRecord, live: bool, merit: Merit | None) -> dict[str, float]:
+    """A trial's metrics in the table: its result's. One the search left without a result for its
+    last stretch (interrupted, or paused or pruned at its last report) shows those of its best
+    report by `merit`, as a model trial's result holds its best epoch's (its checkpoint its weights)."""
+    if merit is None or t.status != TrialStatus.RUNNING or t.shown_status(live) == TrialStatus.RUNNING:
+        return t.metrics
+    metric, direction = merit
+    judged = [m for m in (t.metrics, *t.reports)
+              if isinstance(m.get(metric), (int, float)) and math.isfinite(m[metric])]
+    pick = min if direction == "minimize" else max
+    return {**t.metrics, **pick(judged, key=lambda m: m[metric])} if judged else t.metrics  # its parameter count
+
+
 def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool,
-         on_front: bool | None = None) -> dict[str, Any]:
+         on_front: bool | None = None, merit: Merit | None = None) -> dict[str, Any]:
     status = t.shown_status(live)
+    metrics = shown_metrics(t, live, merit)
     row: dict[str, Any] = {"trial": t.trial, "status": status.value,
                            "objective": t.objective if status == TrialStatus.COMPLETED else None,
                            "objective_std": t.objective_std if status == TrialStatus.COMPLETED else None,
@@ -188,7 +206,7 @@ def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool,
     for n in names:
         row[f"params_{n}"] = t.params.get(n)
     for m in metric_names:
-        row[m] = t.metrics.get(m)
+        row[m] = metrics.get(m)
     if isinstance(row.get(PARAM_COUNT), float) and row[PARAM_COUNT].is_integer():  # journaled as a metric, a float
         row[PARAM_COUNT] = int(row[PARAM_COUNT])
     row["epochs"] = t.epochs
@@ -209,16 +227,17 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def result_rows(trials: Iterable[TrialRecord], param_names: list[str], *,
-                live: bool = False, goals: Goals = ()) -> tuple[list[str], list[dict]]:
+                live: bool = False, goals: Goals = (), merit: Merit | None = None) -> tuple[list[str], list[dict]]:
     """The results table's columns and rows (SPEC §5); a Pareto search's (`goals`) with a
     `pareto` column that marks its front.
 
-    Trials still marked running are `running` while their search is `live`, else `interrupted`.
+    Trials still marked running are `running` while their search is `live`, else `interrupted`
+    (`shown_metrics`: with the metrics of their best report by `merit`).
     """
     trials = list(trials)
     columns, names, metric_names = _columns(trials, param_names, goals)
     on = front(trials, goals) if goals else None
-    return columns, [_row(t, names, metric_names, live, None if on is None else t.trial in on) for t in trials]
+    return columns, [_row(t, names, metric_names, live, None if on is None else t.trial in on, merit) for t in trials]
 
 
 STRETCH_COLUMNS = ["trial", "status", "epochs", "start", "end", "group", "ranks", "dispatch_ms", "wait_ms"]
@@ -291,7 +310,7 @@ def _stretch(t: TrialRecord, live: bool) -> dict[str, Any]:
 
 
 def results_csv(trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = False,
-                cache: dict | None = None, goals: Goals = ()) -> bytes:
+                cache: dict | None = None, goals: Goals = (), merit: Merit | None = None) -> bytes:
     """The results table as CSV. With a `cache` (a dict kept by the caller), the lines of finished
     trials are formatted once and reused while the columns stay the same: rewriting the table of
     a long search then costs little more than joining its lines."""
@@ -313,7 +332,8 @@ def results_csv(trials: Iterable[TrialRecord], param_names: list[str], *, live: 
         if line is None:
             buf.seek(0)
             buf.truncate()
-            w.writerow({k: ("" if v is None else v) for k, v in _row(t, names, metric_names, live, flag).items()})
+            row = _row(t, names, metric_names, live, flag, merit)
+            w.writerow({k: ("" if v is None else v) for k, v in row.items()})
             line = buf.getvalue()
             if key is not None:
                 cache[key] = line
@@ -552,11 +572,11 @@ class RunDir:
         return read_journal(self.journal_path)
 
     def write_results(self, trials: Iterable[TrialRecord], param_names: list[str], *, live: bool = True,
-                      goals: Goals = ()) -> None:
+                      goals: Goals = (), merit: Merit | None = None) -> None:
         """Rewrite results.csv. While the search is `live` the table is a view of the journal (the
         record of truth, fsynced), so it is replaced atomically but not fsynced; the final table is."""
         atomic_write(self.path / RESULTS, results_csv(trials, param_names, live=live, cache=self._table_cache,
-                                                      goals=goals), durable=not live)
+                                                      goals=goals, merit=merit), durable=not live)
 
     def heartbeat(self, state: str, *, stopped: str | None = None) -> None:
         """Say the search is alive (`state` "running") or has ended ("ended"; `stopped`: why it

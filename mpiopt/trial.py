@@ -147,6 +147,9 @@ class TrialRecord:
     # the journal yet: a search cut off there leaves it paused (its checkpoint is at the rung)
     pause_decided: bool = False
     stop_decided: bool = False  # likewise stopped: a search cut off there leaves it pruned at that report
+    # the metrics of its reports since its last result: a search cut off before the next result
+    # leaves the table those of its best report (`journal.shown_metrics`)
+    reports: list[dict[str, float]] = field(default_factory=list)
 
     def shown_status(self, live: bool) -> TrialStatus:
         """The status a user sees: a trial still running when its search stopped is interrupted
@@ -235,7 +238,8 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
                                       first_start=first,
                                       epochs=old.epochs if old else None, metrics=dict(old.metrics) if old else {},
                                       group=event.get("group"), ranks=event.get("ranks"),
-                                      dispatch_s=event.get("dispatch_s"), rung=old.rung if old else None)
+                                      dispatch_s=event.get("dispatch_s"), rung=old.rung if old else None,
+                                      reports=old.reports if old else [])
         return rec
     if kind == "report":
         rec = trials.get(n)
@@ -248,6 +252,8 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
         rec.pause_decided = event.get("decision") == "pause"
         rec.stop_decided = event.get("decision") == "stop"
         rec.rung = event.get("rung", epoch if rec.pause_decided else rec.rung)
+        if isinstance(event.get("metrics"), dict):
+            rec.reports.append(dict(event["metrics"]))
         return rec
     if kind != "finish":
         return None
@@ -258,6 +264,7 @@ def apply_event(trials: dict[int, TrialRecord], event: dict[str, Any]) -> TrialR
     rec.objective = event.get("objective")
     rec.objective_std = event.get("objective_std")
     rec.metrics = dict(event.get("metrics") or {})
+    rec.reports = []
     if event.get("epochs") is not None:  # a result that does not say (a failure): as far as its reports got
         rec.epochs = event.get("epochs")
     rec.error = event.get("error")

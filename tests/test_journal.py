@@ -70,6 +70,27 @@ def test_a_running_trial_the_scheduler_had_paused_shows_as_paused_once_the_searc
         [("interrupted", 2, 1)]
 
 
+def test_a_trial_left_without_its_result_shows_the_metrics_of_its_best_report():
+    def told(n, epoch, accuracy, **more):
+        metrics = {"loss": epoch / 10, "val_accuracy": accuracy}
+        return {"event": "report", "trial": n, "epoch": epoch, "metrics": metrics, "time": 100.0 + epoch, **more}
+
+    paused = {**finish(2, "paused", None), "metrics": {"loss": 0.1, "val_accuracy": 0.9, "params": 10}, "epochs": 1}
+    events = [start(0, 0.1), told(0, 1, 0.6), told(0, 2, 0.8), told(0, 3, 0.7),  # killed as it trained on
+              start(1, 0.2), told(1, 1, 0.5), told(1, 2, 0.6, decision="pause"),  # its paused result cut off
+              start(2, 0.3), told(2, 1, 0.9, decision="pause"), paused, start(2, 0.3), told(2, 2, 0.85),  # promoted
+              start(3, 0.4), told(3, 1, 0.7), start(3, 0.4), told(3, 2, 0.6)]  # run again after a kill
+    trials = replay(events)
+    merit = ("val_accuracy", "maximize")
+    rows = result_rows(trials.values(), ["x"], live=False, merit=merit)[1]
+    assert [(r["status"], r["epochs"], r["val_accuracy"], r["loss"], r["params"]) for r in rows] == [
+        ("interrupted", 3, 0.8, 0.2, None), ("paused", 2, 0.6, 0.2, None), ("interrupted", 2, 0.9, 0.1, 10),
+        ("interrupted", 2, 0.7, 0.1, None)]
+    # while the search runs, a running trial's row waits for its result
+    assert [r["val_accuracy"] for r in result_rows(trials.values(), ["x"], live=True, merit=merit)[1]] == \
+        [None, None, 0.9, None]
+
+
 def test_a_trial_resumed_from_its_checkpoint_counts_its_earlier_training(tmp_path):
     rd = RunDir(tmp_path / "run")
     rd.open(resume=False, config_text=CONFIG)

@@ -240,6 +240,33 @@ def test_the_mnist1d_example_makes_its_data_once_and_remakes_a_broken_cache(tmp_
         assert len(cache.read_bytes()) > 100
 
 
+def test_a_trial_killed_as_it_trained_loads_its_checkpoints_best_weights_and_shows_that_epochs_metrics(
+        model_space, tmp_path):
+    import json
+
+    import numpy as np
+
+    from mpiopt.analysis import _rebuild
+
+    cfg = model_space(OBJ.replace("build_model", "build_batchnorm"), training=", learning_rate: 0.2")
+    run = tmp_path / "run"
+    folder = run / "trials" / "0"
+    out = TrialRunner(cfg).run({"units": 8}, None, trial_dir=folder)  # keeps its checkpoint, as a search's trial
+    best = _rebuild(cfg, {"units": 8}, folder / "best.weights.h5")
+    (folder / "best.weights.h5").unlink()  # killed before its result: the checkpoint holds its best weights
+    (run / "config.yaml").write_text((tmp_path / "model.yaml").read_text() + f"source: {tmp_path / 'model.yaml'}\n")
+    events = [{"event": "start", "trial": 0, "params": {"units": 8}, "group": 0, "ranks": 1, "time": 1.0}]
+    for row in csv.DictReader(open(folder / "history.csv")):  # the epochs it reported
+        metrics = {k: float(v) for k, v in row.items() if k != "epoch"}
+        events.append({"event": "report", "trial": 0, "epoch": int(row["epoch"]), "metrics": metrics, "time": 2.0})
+    (run / "trials.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert events[-1]["metrics"]["val_accuracy"] < out.objective  # its last epoch not its best: which weights tells
+    model = mpiopt.load_model(run, 0)
+    assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), best.get_weights(), strict=True))
+    row = mpiopt.load_results(run).iloc[0]
+    assert (row.status, row.epochs, row.val_accuracy) == ("interrupted", 3, pytest.approx(out.objective))
+
+
 def test_a_loaded_model_is_compiled_with_the_optimizer_it_trained_with():
     from mpiopt.analysis import _keras_optimizer
 
