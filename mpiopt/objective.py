@@ -265,6 +265,8 @@ class TrialContext:
         self._top_reached = False  # with `comm`: a rank of the group reported the top rung
         self.steps = 0  # the last step reported
         self.last: dict[str, float] = {}
+        # the metrics of the last step the scheduler heard: a stopped trial's, whatever it reported on
+        self.judged: dict[str, float] = {}
         self.misuse: str | None = None  # the first report against the contract (raised, and kept:
         # a function that catches every exception still stops the search)
         self.diverged: str | None = None  # the first metric reported not finite
@@ -286,6 +288,7 @@ class TrialContext:
             return
         if self._top is not None and step > self._top:
             self.past_top = int(step)
+        self.judged = self.last
         if self._reporter(int(step), {"epoch": int(step), **self.last}) is not None:
             self._stopped, self.stopped_at = True, int(step)
 
@@ -427,7 +430,7 @@ class TrialRunner:
             return TrialResult(epochs=(context.steps or None) if context is not None else None)
         if context is not None and context.stopped:  # judged at the step the scheduler stopped it, whatever ran on
             return TrialResult(status=TrialStatus.PRUNED, epochs=context.stopped_at or context.steps,
-                               metrics=context.last, reported_after_stop=context.after_stop,
+                               metrics=context.judged, reported_after_stop=context.after_stop,
                                reported_past_top=context.past_top)
         result = judge(value, o.direction, o.metric, o.pareto)
         if context is None:

@@ -141,6 +141,21 @@ def test_a_function_that_trains_until_told_stops_at_the_top_rung(runner):
     assert (out.status, out.epochs, out.objective) == ("completed", 5, 20.0)
 
 
+def test_a_function_that_reports_on_after_its_stop_is_judged_by_what_it_reported_up_to_the_stop(runner,
+                                                                                                   monkeypatch):
+    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "0")
+    heard = []
+
+    def stop_at_step_1(step, row):
+        heard.append(row)
+        return "pruned"
+
+    r = runner("never_asks_to_stop", "search: {scheduler: asha}\n            training: {epochs: 9}")
+    out = r.run({"x": 1.0, "y": 1.0}, None, reporter=stop_at_step_1)
+    assert (out.status, out.epochs, out.reported_after_stop, len(heard)) == ("pruned", 1, 18, 1)
+    assert out.metrics == {"objective": heard[0]["objective"]}  # not its report at step 18
+
+
 def test_time_limit_interrupts_a_sleeping_function(runner, monkeypatch):
     monkeypatch.setenv("MPIOPT_TEST_SLEEP", "30")
     r = runner("branin", "training: {time_limit: 0.3}")
