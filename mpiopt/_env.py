@@ -110,7 +110,14 @@ def defer_check() -> None:
     try:
         check()
     except ConfigError as exc:
-        _deferred.append(ConfigError(f"{exc} (on world rank {launcher_rank()})"))
+        defer(exc)
+
+
+def defer(error: ConfigError) -> None:
+    """Keep a start-up error of this rank of an MPI job (a bad MPIOPT_* value, a file its node
+    lacks) for every rank to learn once MPI started (`launch.agree_at_start`): a rank that ended
+    alone would leave the others waiting in MPI's start for ever."""
+    _deferred.append(error)
 
 
 def misspelt() -> list[str]:
@@ -129,7 +136,7 @@ def misspelt() -> list[str]:
 
 
 def deferred() -> ConfigError | None:
-    """The bad value `defer_check` kept, or None."""
+    """The first start-up error `defer_check` or `defer` kept, or None."""
     return _deferred[0] if _deferred else None
 
 

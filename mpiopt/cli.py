@@ -24,9 +24,8 @@ from . import _results_view as view
 from ._errors import ConfigError
 from ._files import refuse_a_file_in_the_way
 from ._log import FILE_ONLY, STATS, HeldLines, log_to_file, set_rank_tag, setup_logging, stop_logging_to
-from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_or_raise, env_size, hold_warnings, mpi_main,
-                     prepare_threads,
-                     relaunch, say_error, warn_once)
+from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_at_start, agree_or_raise, env_size, hold_warnings,
+                     mpi_main, prepare_threads, ranks_on_hosts, relaunch, say_error, warn_once)
 from .space import Categorical
 from .trial import TrialRecord, TrialResult, TrialStatus
 
@@ -160,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup_logging()
         # under --np the relaunched job's rank 0 says the warnings: once, not twice
         hold_warnings(bool(args.np) and args.command in ("search", "train"))
-        job = _prepare_job(args) if args.command in ("search", "train") else None
+        job = _prepare_or_defer(args)
         if args.np and args.command in ("search", "train"):
             return relaunch(argv, args.np)
     except ConfigError as exc:
@@ -179,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guard(lambda: cmd_status(args))
     if args.command == "report":
         return _guard(lambda: cmd_report(args))
+    if job is None:  # this rank's start-up error: every rank learns it once MPI started
+        return mpi_main(None, lambda comm, placement: 2, coordinator=False, interrupted="")
     command = _search if args.command == "search" else _train
     interrupted = ("the journal is intact: continue with --resume" if args.command == "search" else
                    f"training stopped (mpiopt train does not resume: what it wrote is in {job.out})")
@@ -225,6 +226,21 @@ class _Job:
     sets: tuple[str, ...] = ()  # train: the names --set gave
 
 
+def _prepare_or_defer(args) -> _Job | None:
+    """`_prepare_job` for search and train (else None). Under MPI a refusal is kept for every rank
+    to learn once MPI started (None): one node's ranks may lack a file the others have, and a rank
+    that ended alone would leave them waiting in MPI's start."""
+    if args.command not in ("search", "train"):
+        return None
+    try:
+        return _prepare_job(args)
+    except ConfigError as exc:
+        if env_size() == 1 or args.np:
+            raise
+        _env.defer(exc)
+        return None
+
+
 def _prepare_job(args) -> _Job:
     """Read the configuration and refuse a bad output folder before MPI and TensorFlow start.
 
@@ -268,8 +284,40 @@ def _search(args, job: _Job, comm, placement: str | None = None) -> int:
 
     cfg, size = job.cfg, comm.Get_size()
     nodes, hosts = (transport.node_layout(comm), transport.host_names(comm)) if size > 1 else (None, None)
+    if size > 1:
+        agree_on_data_files(comm, cfg, hosts)
     plan = transport.plan_groups(size, cfg.training["group_size"], nodes, hosts)
     return _search_as(args, job, comm, placement, plan)
+
+
+def agree_on_data_files(comm, cfg, hosts: tuple[str, ...]) -> None:
+    """Refuse, on every rank alike, HDF5 data that some ranks find otherwise than world rank 0
+    (node-local copies that differ, a glob that matches other files there): their groups would
+    train on other data, or an allreduce group wait for ever on a rank with other batches. A collective."""
+    from .config import data_files_seen
+
+    seen = comm.allgather(data_files_seen(cfg))
+    for part in ("train", "val"):
+        other = [r for r, files in enumerate(seen) if files.get(part) != seen[0].get(part)]
+        if other:
+            differ = _data_difference(seen[0][part], seen[other[0]][part])
+            raise ConfigError(f"objective.data.{part}: {ranks_on_hosts({r: hosts[r] for r in other})}: {differ}: "
+                              "give every node the same files", source=cfg.source or str(cfg.path))
+
+
+def _data_difference(ours: list[tuple[str, int]], theirs: list[tuple[str, int]]) -> str:
+    """How the files `theirs` differ from world rank 0's (`ours`), as (name, bytes) pairs."""
+    names, their_names = [n for n, _ in ours], [n for n, _ in theirs]
+    if missing := [n for n in names if n not in their_names]:
+        return f"no {_some(missing)}, which world rank 0 finds"
+    if extra := [n for n in their_names if n not in names]:
+        return f"also {_some(extra)}, which world rank 0 does not find"
+    (name, size), (_, their_size) = next((a, b) for a, b in zip(ours, theirs, strict=True) if a != b)
+    return f"{name} has {their_size:,} bytes, where world rank 0's has {size:,}"
+
+
+def _some(names: list[str], shown: int = 3) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _start_pulse(comm, plan):
@@ -1026,6 +1074,10 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     cfg, out, params = job.cfg, job.out, job.params
     folder = out.absolute()  # written by its absolute path: a chdir in the user's code moves nothing
     rank, size = comm.Get_rank(), comm.Get_size()
+    if size > 1:
+        from .transport import host_names
+
+        agree_on_data_files(comm, cfg, host_names(comm))
     error = None
     if rank == 0:
         try:
@@ -1142,10 +1194,14 @@ def _check_under_mpi(args) -> int:
     from .launch import place_devices
 
     comm = transport.world()
-    agree_or_raise(comm, _env.deferred())
     nodes, hosts = transport.node_layout(comm), transport.host_names(comm)
-    prepare_threads()
-    cfg = _load(args.space, args)  # every rank reads the same file
+    try:
+        cfg = _load(args.space, args)  # every rank reads the same file, where its node has it
+    except ConfigError as exc:
+        cfg = None
+        _env.defer(exc)
+    agree_at_start(comm)
+    agree_on_data_files(comm, cfg, hosts)
     placement = place_devices(comm, cfg, coordinator=0)  # every node deals its own GPUs, as the search does
     lines, error = None, None
     if comm.Get_rank() == 0:  # the preflight trains a model: once, not on every rank

@@ -997,6 +997,21 @@ def _refuse_missing_data_files(data: dict, base_dir: Path, source: str) -> None:
             raise ConfigError(str(exc), source=source) from None
 
 
+def data_files_seen(cfg) -> dict[str, list[tuple[str, int]]]:
+    """The HDF5 files of a model objective's `train` and `val` as this process finds them: per
+    part, (name relative to the space file's folder, size in bytes); {} for other data. Ranks of
+    one job compare them: node-local copies must be the same files."""
+    data = cfg.objective.data
+    if cfg.objective.kind != "model" or not isinstance(data, dict):
+        return {}
+    from .learn._data import file_list
+
+    def seen(part: str) -> list[tuple[str, int]]:
+        return [(os.path.relpath(f, cfg.base_dir), f.stat().st_size) for f in file_list(data[part], cfg.base_dir, part)]
+
+    return {part: seen(part) for part in ("train", "val")}
+
+
 def import_callable(ref: str, base_dir: Path, *, source: str, field: str) -> Callable:
     """Resolve 'path/to/file.py:name' (relative to the YAML's folder) or 'package.module:name'."""
     target, _, attr = ref.rpartition(":")

@@ -144,7 +144,7 @@ def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: boo
 def _run_rank(comm, cfg, command: Callable[[Any, str | None], int], coordinator: bool, interrupted: str) -> int:
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
-        agree_or_raise(comm, _env.deferred())  # a bad MPIOPT_* value some ranks saw (cli.main)
+        agree_at_start(comm)  # a start-up error some ranks met before MPI started (cli.main)
         placement = place_devices(comm, cfg, coordinator=0 if coordinator and size > 1 else None)
         return command(comm, placement)
     except ConfigError as exc:  # raised on every rank alike (agreed before)
@@ -247,6 +247,33 @@ def place_devices(comm, cfg, *, coordinator: int | None) -> str | None:
     lines = transport.gather_text(comm, plan.describe() if rank == first else None) if size > 1 \
         else [plan.describe()]
     return "; ".join(line for line in lines if line) if rank == 0 else None
+
+
+def agree_at_start(comm) -> None:
+    """Raise, on every rank, the first start-up error any rank met before MPI started
+    (`_env.deferred`), saying which ranks and hosts met it where not all did; a collective."""
+    from .transport import agree, host_name
+
+    error = _env.deferred()
+    if comm.Get_size() == 1:
+        if error is not None:
+            raise error
+        return
+    message = agree(comm, str(error) if error else None)
+    if message is None:
+        return
+    seen = comm.allgather(host_name() if error else None)
+    failed = {rank: host for rank, host in enumerate(seen) if host is not None}
+    raise ConfigError(message if len(failed) == len(seen) else f"{message} ({ranks_on_hosts(failed)})")
+
+
+def ranks_on_hosts(ranks: dict[int, str], shown: int = 8) -> str:
+    """'world rank 3 on host a' / 'world ranks 3, 4, 5 and 9 more on hosts a, b' (rank: its host)."""
+    listed = sorted(ranks)
+    names = ", ".join(map(str, listed[:shown])) + (f" and {len(listed) - shown} more" if len(listed) > shown else "")
+    hosts = sorted(set(ranks.values()))
+    return (f"world rank{'s' if len(listed) > 1 else ''} {names} "
+            f"on host{'s' if len(hosts) > 1 else ''} {', '.join(hosts)}")
 
 
 def agree_or_raise(comm, error: ConfigError | None) -> None:

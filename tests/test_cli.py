@@ -665,6 +665,20 @@ def test_timeline_counts_a_group_only_in_the_runs_that_had_it():
     assert per.utilization.tolist() == [1.0, 1.0, 1.0] and summary["utilization"] == 1.0
 
 
+def test_how_one_nodes_data_files_differ_from_world_rank_0s():
+    from mpiopt.cli import _data_difference
+    from mpiopt.launch import ranks_on_hosts
+
+    ours = [("data/a.h5", 100), ("data/b.h5", 200)]
+    assert _data_difference(ours, ours[:1]) == "no data/b.h5, which world rank 0 finds"
+    assert _data_difference(ours, [*ours, ("data/c.h5", 5)]) == "also data/c.h5, which world rank 0 does not find"
+    assert _data_difference(ours, [ours[0], ("data/b.h5", 1500)]) == \
+        "data/b.h5 has 1,500 bytes, where world rank 0's has 200"
+    assert ranks_on_hosts({3: "b", 4: "b"}) == "world ranks 3, 4 on host b"
+    assert ranks_on_hosts({r: "ab"[r % 2] for r in range(1, 11)}) == \
+        "world ranks 1, 2, 3, 4, 5, 6, 7, 8 and 2 more on hosts a, b"
+
+
 def test_yaml_numbers_without_a_dot(write_yaml, tmp_path):
     # PyYAML reads 1e-4 as text (YAML 1.1); a user writes it as a number
     from mpiopt.config import load_config

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import mpiopt
-from conftest import MPIEXEC, run_cli, two_goals_space
+from conftest import MPIEXEC, SPACES, run_cli, two_goals_space
 from mpiopt.transport import RETURNED_GRACE_S
 
 pytestmark = pytest.mark.mpi
@@ -259,8 +260,57 @@ def test_bad_input_under_mpiexec_is_one_line_on_every_rank(write_yaml, tmp_path)
     p = subprocess.run([str(MPIEXEC), "-n", "2", *one, ":", "-n", "1", "-env", "MPIOPT_THREADS", "0", *one],
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.strip().splitlines() == [
-        "mpiopt: error: environment: MPIOPT_THREADS: expected a whole number >= 1, got '0' (on world rank 2)"]
+        "mpiopt: error: environment: MPIOPT_THREADS: expected a whole number >= 1, got '0' "
+        f"(world rank 2 on host {socket.gethostname()})"]
     assert not (tmp_path / "other").exists()
+
+
+@pytest.mark.parametrize("command", ["search", "check"])
+def test_a_file_one_node_lacks_is_one_line_on_every_rank_not_a_hang(write_yaml, tmp_path, command):
+    # two "nodes" in their own folders (node-local copies): the second lacks the objective's module
+    # (search) or the space file itself (check); its rank used to exit alone and leave the others
+    # waiting in MPI's start for ever
+    yaml = space(write_yaml, "staged", trials=2)
+    here, there = tmp_path / "here", tmp_path / "there"
+    for node in (here, there):
+        node.mkdir()
+        (node / yaml.name).write_text(yaml.read_text())
+    (here / "objectives.py").write_text((tmp_path / "objectives.py").read_text())
+    if command == "check":
+        (there / yaml.name).unlink()
+    rank = [sys.executable, "-m", "mpiopt", command, yaml.name]
+    p = subprocess.run([str(MPIEXEC), "-n", "2", "-wdir", str(here), *rank, ":", "-n", "1", "-wdir", str(there), *rank],
+                       capture_output=True, text=True, timeout=60)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    where = f"(world rank 2 on host {socket.gethostname()})"
+    assert lines[0].startswith("mpiopt: error: ") and lines[0].endswith(where), lines
+    assert not (here / "runs").exists()
+
+
+def test_hdf5_files_that_differ_between_nodes_are_refused_on_every_rank(tmp_path):
+    # node-local copies of the data: a glob matches 2 files on the second "node", 3 on the first;
+    # its groups would have trained on other data (an allreduce group waited for ever)
+    import h5py
+    import numpy as np
+
+    here, there = tmp_path / "here", tmp_path / "there"
+    for node, files in ((here, 3), (there, 2)):
+        (node / "data").mkdir(parents=True)
+        (node / "tiny_model.py").write_text((SPACES / "tiny_model.py").read_text())
+        (node / "h5.yaml").write_text(
+            "name: staged\nobjective: {model: tiny_model.py:build_model, data: {train: data/t_*.h5, val: data/v.h5}, "
+            "loss: sparse_categorical_crossentropy, metrics: [accuracy]}\n"
+            "parameters: {units: {type: integer, low: 2, high: 8}}\nsearch: {trials: 2}\ntraining: {epochs: 1}\n")
+        for name in [f"t_{i}" for i in range(files)] + ["v"]:
+            with h5py.File(node / "data" / f"{name}.h5", "w") as h:
+                h["features"], h["labels"] = np.zeros((20, 8), np.float32), np.zeros(20, np.int64)
+    rank = [sys.executable, "-m", "mpiopt", "search", "h5.yaml"]
+    p = subprocess.run([str(MPIEXEC), "-n", "2", "-wdir", str(here), *rank, ":", "-n", "1", "-wdir", str(there), *rank],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        f"mpiopt: error: h5.yaml: objective.data.train: world rank 2 on host {socket.gethostname()}: no "
+        "data/t_2.h5, which world rank 0 finds: give every node the same files"], p.stderr
 
 
 def _finished(journal):
