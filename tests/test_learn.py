@@ -66,6 +66,23 @@ def test_hdf5_shards_by_file_or_by_range(tmp_path, workers, by_file):
         assert sorted(seen) == list(range(total))
 
 
+def test_an_empty_training_file_leaves_no_worker_without_samples(tmp_path):
+    # four files, one of them empty, four workers: dealt by file, one worker had only the empty one
+    from mpiopt._errors import TrialFailed
+
+    total = _h5_files(tmp_path, [20, 20, 20, 0])
+    src = load_source({"train": "part_*.h5", "val": "part_0.h5", "features": "features", "labels": "labels"},
+                      tmp_path)
+    assert [f.name for f in src.train_files] == ["part_0.h5", "part_1.h5", "part_2.h5"]
+    shards = [src.shard(w, 4, 0, seed=1)[1] for w in range(4)]
+    assert min(len(y) for y in shards) > 0 and sorted(np.concatenate(shards).astype(int)) == list(range(total))
+    for f in tmp_path.glob("part_*.h5"):
+        f.unlink()
+    _h5_files(tmp_path, [0, 0])
+    with pytest.raises(TrialFailed, match=r"objective.data.train: every file is empty \(part_0.h5, part_1.h5\)"):
+        load_source({"train": "part_*.h5", "val": "part_1.h5", "features": "features", "labels": "labels"}, tmp_path)
+
+
 def test_files_are_balanced_by_samples(tmp_path):
     _h5_files(tmp_path, [50, 10, 10, 10, 10, 10])
     src = load_source({"train": "part_*.h5", "val": "part_0.h5", "features": "features", "labels": "labels"},

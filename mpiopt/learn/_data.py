@@ -195,6 +195,16 @@ def _count_h5(f: Path, features, labels) -> int:
         raise DataError(f"{f}: cannot read as HDF5: {exc}") from None
 
 
+def _without_empty_files(files: list[Path], counts: list[int]) -> tuple[list[Path], list[int]]:
+    """The training files that hold samples, and their counts: a worker dealt files by file must
+    not get only an empty one (it would train on nothing), nor the first sample come from one."""
+    kept = [(f, n) for f, n in zip(files, counts, strict=True) if n > 0]
+    if not kept:
+        raise DataError(f"objective.data.train: every file is empty ({', '.join(f.name for f in files[:3])}"
+                        f"{', ...' if len(files) > 3 else ''})")
+    return [f for f, _ in kept], [n for _, n in kept]
+
+
 # -- the data of a training job ---------------------------------------------------------------
 @dataclass
 class DataSource:
@@ -303,6 +313,7 @@ def load_source(data: Any, base_dir: Path, loader=None) -> DataSource:
         counts = [_count_h5(f, feats, labels) for f in train]
         for f in val:
             _count_h5(f, feats, labels)
+        train, counts = _without_empty_files(train, counts)
         src = DataSource(train_files=train, counts=counts, val_files=val, features=feats, labels=labels)
     else:
         out = loader()
