@@ -563,8 +563,19 @@ class Coordinator:
     def _note_if_no_group_is_left(self) -> None:
         retired = any(state.retired for state in self.groups)
         if retired and not self._idle and len(self._finished_trials) < self.cfg.search.trials and not self._stopping:
-            self.summary.stopped = "every group was retired (none came back from a trial past its time limit)"
+            self.summary.stopped = self._why_no_group_is_left()
             self.summary.exit_code = 1
+
+    def _why_no_group_is_left(self) -> str:
+        """Every group retired: lost with their nodes, past their trials' time limits, or both."""
+        lost = set(self.summary.lost)
+        late = [g for g in set(self.summary.retired) if g not in lost]
+        if not late:
+            return "every group was lost with its node (their ranks went silent)"
+        if not lost:
+            return "every group was retired (none came back from a trial past its time limit)"
+        return (f"every group was retired: {len(lost)} lost with their nodes, {len(late)} past a trial's time limit "
+                "(none came back)")
 
     def _wait_s(self, due_at: float | None) -> float | None:
         """How long to wait for a result: until the next deadline or send-ahead, or for ever."""

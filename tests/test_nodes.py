@@ -98,7 +98,7 @@ class NodeLoss(SimTransport):
         while self.heap and self.heap[0][2] == self.dead and self.heap[0][0] > self.at:
             heapq.heappop(self.heap)  # the dead group's result never arrives
             self.gone = True
-        return super().recv_message(timeout)
+        return super().recv_message(timeout) if self.heap else None  # every group dead: nothing comes
 
     def lost_groups(self):
         return {self.dead: "no word from world rank 3 for 8 s"} if self.gone else {}
@@ -114,6 +114,13 @@ def test_a_lost_group_s_trials_run_again_on_the_others(cfg):  # noqa: F811
     assert summary.stopped.startswith("group 1 lost its ranks (a node died?) and its trials ran again")
     lost_trial = next(n for k, g, n in t.log if k == "send" and g == 1 and (("recv", 1, n) not in t.log))
     assert summary.trials[lost_trial].group != 1  # another group ran it
+
+
+def test_a_search_whose_every_group_was_lost_says_so(cfg):  # noqa: F811
+    c = cfg()
+    summary = Coordinator(c, make_searcher(c.space, c.search), NodeLoss([1.0], dead=0, at=5.0)).run()
+    assert summary.lost == [0] and summary.exit_code == 1
+    assert summary.stopped == "every group was lost with its node (their ranks went silent)"
 
 
 # -- real mpiexec runs on simulated nodes ----------------------------------------------------------
