@@ -103,6 +103,21 @@ def test_hdf5_groups_give_named_inputs(tmp_path):
     assert set(x) == {"a", "b"} and x["b"].shape == (6, 3) and len(y) == 6
 
 
+def test_a_missing_dataset_inside_a_group_names_the_groups_members(tmp_path):
+    import h5py
+
+    from mpiopt._errors import TrialFailed
+
+    with h5py.File(tmp_path / "jets.h5", "w") as h:
+        h["jets/features"], h["jets/labels"] = np.zeros((6, 2)), np.zeros(6)
+    with pytest.raises(TrialFailed, match=r"no dataset 'jets/feature' \(jets has: features, labels\)"):
+        load_source({"train": "jets.h5", "val": "jets.h5", "features": "jets/feature", "labels": "jets/labels"},
+                    tmp_path)
+    with pytest.raises(TrialFailed, match=r"no dataset 'jet/features' \(it has: jets\)"):
+        load_source({"train": "jets.h5", "val": "jets.h5", "features": "jet/features", "labels": "jets/labels"},
+                    tmp_path)
+
+
 def test_bad_hdf5_data_is_a_clear_error(tmp_path):
     import h5py
 

@@ -143,11 +143,23 @@ def file_list(spec: str | list[str], base_dir: Path, field: str) -> list[Path]:
 def _h5_item(h, name: str, f: Path):
     """The dataset or group `name` of the open file `h`."""
     if name not in h:
-        raise DataError(f"{f}: no dataset {name!r} (it has: {', '.join(h.keys())})")
+        raise DataError(f"{f}: no dataset {name!r} ({_deepest_group_and_members(h, name)})")
     item = h[name]
     if not hasattr(item, "keys") and not item.shape:
         raise DataError(f"{f}: {name!r} is a single value, not a dataset of samples")
     return item
+
+
+def _deepest_group_and_members(h, name: str) -> str:
+    """What the file has where the path `name` goes astray: 'it has: a, b' at the top, 'jets
+    has: x, y' inside the group jets."""
+    group, where = h, []
+    for part in name.strip("/").split("/")[:-1]:
+        if part not in group or not hasattr(group[part], "keys"):
+            break
+        group = group[part]
+        where.append(part)
+    return f"{'/'.join(where) or 'it'} has: {', '.join(group.keys()) or 'nothing'}"
 
 
 def h5_datasets(h, name, f: Path):
