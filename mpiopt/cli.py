@@ -244,8 +244,8 @@ def _prepare_or_defer(args) -> _Job | None:
 def _prepare_job(args) -> _Job:
     """Read the configuration and refuse a bad output folder before MPI and TensorFlow start.
 
-    Every rank reads the same files, so each reaches the same verdict on its own, and a refusal
-    comes before the slow start of MPI and TensorFlow on every rank."""
+    Every rank reads the files it finds (a node may have its own copies), and a refusal comes
+    before the slow start of TensorFlow; under MPI the ranks then agree on it (`_prepare_or_defer`)."""
     cfg = _load(args.space, args)
     if args.command == "train":
         base, out, number = cfg.space.middle(), Path("runs") / cfg.name / "train", None

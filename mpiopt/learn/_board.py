@@ -67,7 +67,7 @@ def drop_steps_from(path: Path, first_step: int) -> None:
         dropped = True
     if not dropped:
         return
-    part = path.with_name(f".{path.name}.part")
+    part = path.with_name(".rewrite.part")  # no "tfevents" in its name: TensorBoard reads no half-written copy
     with tf.io.TFRecordWriter(str(part)) as out:
         for record in kept:
             out.write(record)
