@@ -291,11 +291,18 @@ def _search(args, job: _Job, comm, placement: str | None = None) -> int:
 
 
 def agree_on_data_files(comm, cfg, hosts: tuple[str, ...]) -> None:
-    """Refuse, on every rank alike, HDF5 data that some ranks find otherwise than world rank 0
-    (node-local copies that differ, a glob that matches other files there): their groups would
-    train on other data, or an allreduce group wait for ever on a rank with other batches. A collective."""
+    """Refuse, on every rank alike, a space file or HDF5 data that some ranks read otherwise than
+    world rank 0 (node-local copies that differ, a glob that matches other files there): their
+    groups would train otherwise, or an allreduce group wait for ever on a rank with other batches.
+    A collective."""
     from .config import data_files_seen
 
+    settings = comm.allgather({k: v for k, v in cfg.resolved().items() if k != "source"})
+    if other := [r for r, s in enumerate(settings) if s != settings[0]]:
+        key, ours, theirs = _first_difference(settings[0], settings[other[0]])
+        raise ConfigError(f"{ranks_on_hosts({r: hosts[r] for r in other})} read{'s' if len(other) == 1 else ''} "
+                          f"{key}: {theirs!r} where world rank 0 reads {ours!r}: give every node the same space file",
+                          source=cfg.source or str(cfg.path))
     seen = comm.allgather(data_files_seen(cfg))
     for part in ("train", "val"):
         other = [r for r, files in enumerate(seen) if files.get(part) != seen[0].get(part)]
@@ -303,6 +310,15 @@ def agree_on_data_files(comm, cfg, hosts: tuple[str, ...]) -> None:
             differ = _data_difference(seen[0][part], seen[other[0]][part])
             raise ConfigError(f"objective.data.{part}: {ranks_on_hosts({r: hosts[r] for r in other})}: {differ}: "
                               "give every node the same files", source=cfg.source or str(cfg.path))
+
+
+def _first_difference(ours: Any, theirs: Any, key: str = "") -> tuple[str, Any, Any]:
+    """The first key (dotted) where two resolved configurations differ, and its two values."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        for k in [*ours, *(k for k in theirs if k not in ours)]:
+            if ours.get(k) != theirs.get(k):
+                return _first_difference(ours.get(k), theirs.get(k), f"{key}.{k}" if key else str(k))
+    return key, ours, theirs
 
 
 def _data_difference(ours: list[tuple[str, int]], theirs: list[tuple[str, int]]) -> str:

@@ -1006,8 +1006,13 @@ def data_files_seen(cfg) -> dict[str, list[tuple[str, int]]]:
         return {}
     from .learn._data import file_list
 
+    base = Path(cfg.base_dir).resolve()
+
+    def name(f: Path) -> str:  # a node-local copy beside the space file by its place there; others as they are
+        return str(f.relative_to(base)) if f.is_relative_to(base) else str(f)
+
     def seen(part: str) -> list[tuple[str, int]]:
-        return [(os.path.relpath(f, cfg.base_dir), f.stat().st_size) for f in file_list(data[part], cfg.base_dir, part)]
+        return [(name(f), f.stat().st_size) for f in file_list(data[part], cfg.base_dir, part)]
 
     return {part: seen(part) for part in ("train", "val")}
 

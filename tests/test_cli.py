@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import mpiopt
-from conftest import run_cli
+from conftest import SPACES, run_cli
 from mpiopt._errors import ConfigError
 
 SPACE = """
@@ -677,6 +677,31 @@ def test_how_one_nodes_data_files_differ_from_world_rank_0s():
     assert ranks_on_hosts({3: "b", 4: "b"}) == "world ranks 3, 4 on host b"
     assert ranks_on_hosts({r: "ab"[r % 2] for r in range(1, 11)}) == \
         "world ranks 1, 2, 3, 4, 5, 6, 7, 8 and 2 more on hosts a, b"
+
+
+def test_data_files_are_named_beside_the_space_file_or_by_their_whole_path(tmp_path):
+    # node-local copies beside the space file compare by their place there; files named by an
+    # absolute path compare as such, wherever each node keeps its space file
+    import h5py
+    import numpy as np
+
+    from mpiopt.config import data_files_seen, load_config
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    with h5py.File(shared / "t.h5", "w") as h:
+        h["features"], h["labels"] = np.zeros((4, 2), np.float32), np.zeros(4, np.int64)
+    seen = []
+    for folder in (tmp_path / "a", tmp_path / "b" / "deep"):
+        folder.mkdir(parents=True)
+        (folder / "m.py").write_text((SPACES / "tiny_model.py").read_text())
+        h5 = shared / "t.h5"
+        (folder / "s.yaml").write_text(
+            f"name: x\nobjective: {{model: m.py:build_model, data: {{train: {h5}, val: {h5}}}, "
+            "loss: sparse_categorical_crossentropy}\nparameters: {units: {type: integer, low: 2, high: 8}}\n")
+        seen.append(data_files_seen(load_config(folder / "s.yaml")))
+    assert seen[0] == seen[1] == {part: [(str(shared / "t.h5"), (shared / "t.h5").stat().st_size)]
+                                  for part in ("train", "val")}
 
 
 def test_yaml_numbers_without_a_dot(write_yaml, tmp_path):

@@ -313,6 +313,23 @@ def test_hdf5_files_that_differ_between_nodes_are_refused_on_every_rank(tmp_path
         "data/t_2.h5, which world rank 0 finds: give every node the same files"], p.stderr
 
 
+def test_a_space_file_that_reads_otherwise_on_one_node_is_refused_on_every_rank(write_yaml, tmp_path):
+    # node-local copies of the space file that differ: an allreduce group straddling the nodes
+    # would have waited for ever on ranks with other batch sizes
+    yaml = space(write_yaml, "copies", trials=2)
+    here, there = tmp_path / "here", tmp_path / "there"
+    for node, trials in ((here, 2), (there, 3)):
+        node.mkdir()
+        (node / yaml.name).write_text(yaml.read_text().replace("trials: 2", f"trials: {trials}"))
+        (node / "objectives.py").write_text((tmp_path / "objectives.py").read_text())
+    rank = [sys.executable, "-m", "mpiopt", "search", yaml.name]
+    p = subprocess.run([str(MPIEXEC), "-n", "2", "-wdir", str(here), *rank, ":", "-n", "1", "-wdir", str(there), *rank],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        f"mpiopt: error: {yaml.name}: world rank 2 on host {socket.gethostname()} reads search.trials: 3 where world "
+        "rank 0 reads 2: give every node the same space file"], p.stderr
+
+
 def _finished(journal):
     if not journal.exists():
         return 0
