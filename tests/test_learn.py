@@ -83,6 +83,17 @@ def test_an_empty_training_file_leaves_no_worker_without_samples(tmp_path):
         load_source({"train": "part_*.h5", "val": "part_1.h5", "features": "features", "labels": "labels"}, tmp_path)
 
 
+def test_the_largest_shard_sets_how_long_a_group_steps_together(tmp_path):
+    # 4 equal files on 3 workers: one is dealt 2 of them, twice an even share; an allreduce group
+    # that stepped for an even share left a third of that worker's samples untrained every epoch
+    _h5_files(tmp_path, [1500] * 4)
+    src = load_source({"train": "part_*.h5", "val": "part_0.h5", "features": "features", "labels": "labels"},
+                      tmp_path)
+    assert [len(src.shard(w, 3, 0, 0)[1]) for w in range(3)] == [3000, 1500, 1500]
+    assert src.largest_shard(3) == 3000 and src.largest_shard(4) == 1500
+    assert src.largest_shard(5) == 1200  # fewer files than workers: even ranges
+
+
 def test_files_are_balanced_by_samples(tmp_path):
     _h5_files(tmp_path, [50, 10, 10, 10, 10, 10])
     src = load_source({"train": "part_*.h5", "val": "part_0.h5", "features": "features", "labels": "labels"},

@@ -12,6 +12,7 @@ by file where there are at least as many training files as folds, by sample othe
 from __future__ import annotations
 
 import glob
+import math
 import numbers
 import os
 from dataclasses import dataclass, field
@@ -245,13 +246,27 @@ class DataSource:
 
     def _files_of(self, worker: int, n_workers: int) -> list[int]:
         """Files for each worker, balanced by sample count (largest first onto the lightest)."""
+        return sorted(i for i, w in self._owners(n_workers).items() if w == worker)
+
+    def _owners(self, n_workers: int) -> dict[int, int]:
+        """Each training file's worker, when workers are dealt whole files."""
         loads = [0] * n_workers
         owner = {}
         for i in sorted(range(len(self.counts)), key=lambda i: (-self.counts[i], i)):
             w = min(range(n_workers), key=lambda k: (loads[k], k))
             owner[i] = w
             loads[w] += self.counts[i]
-        return sorted(i for i, w in owner.items() if w == worker)
+        return owner
+
+    def largest_shard(self, n_workers: int) -> int:
+        """The most samples a worker's shard holds: workers dealt whole files can hold more than
+        an even share, and a group that steps together must step until the largest is through."""
+        if not self.by_file(n_workers):
+            return math.ceil(self.n_train() / n_workers)
+        loads = [0] * n_workers
+        for i, w in self._owners(n_workers).items():
+            loads[w] += self.counts[i]
+        return max(loads)
 
     def first(self, n: int) -> Any:
         """The first `n` training inputs (of an HDF5 file, only those are read)."""

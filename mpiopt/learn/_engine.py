@@ -402,7 +402,7 @@ class _AllreduceRank:
             if state.size:
                 self.flat.set_state(state)
         self.bs = int(t["batch_size"])
-        self.steps = math.ceil(math.ceil(job.source.n_train() / self.size) / self.bs)
+        self.steps = math.ceil(job.source.largest_shard(self.size) / self.bs)
         self.buf = np.zeros(self.n + 4, dtype=np.float32)  # grads*nb, loss*nb, nb, "my time is up", "I failed"
         self.deadline = Deadline(t.get("time_limit"))
         x_val, y_val = job.source.validation()
