@@ -29,6 +29,13 @@ def counted(n: int, thing: str) -> str:
     return f"{n} {thing}{'s' * (n != 1)}"
 
 
+def first_few(items: Iterable[Any], most: int) -> str:
+    """'3, 5, 8', or the first `most` and how many more: '3, 5, 8 and 9 more'."""
+    items = list(items)
+    shown = ", ".join(map(str, items[:most]))
+    return shown + (f" and {len(items) - most} more" if len(items) > most else "")
+
+
 def by_status(statuses: Iterable[str]) -> str:
     """'58 completed, 2 failed': trials counted by status, the commonest first."""
     return ", ".join(f"{n} {status}" for status, n in Counter(statuses).most_common())

@@ -325,15 +325,11 @@ def _data_difference(ours: list[tuple[str, int]], theirs: list[tuple[str, int]])
     """How the files `theirs` differ from world rank 0's (`ours`), as (name, bytes) pairs."""
     names, their_names = [n for n, _ in ours], [n for n, _ in theirs]
     if missing := [n for n in names if n not in their_names]:
-        return f"no {_some(missing)}, which world rank 0 finds"
+        return f"no {view.first_few(missing, 3)}, which world rank 0 finds"
     if extra := [n for n in their_names if n not in names]:
-        return f"also {_some(extra)}, which world rank 0 does not find"
+        return f"also {view.first_few(extra, 3)}, which world rank 0 does not find"
     (name, size), (_, their_size) = next((a, b) for a, b in zip(ours, theirs, strict=True) if a != b)
     return f"{name} has {their_size:,} bytes, where world rank 0's has {size:,}"
-
-
-def _some(names: list[str], shown: int = 3) -> str:
-    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _start_pulse(comm, plan):

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from . import pareto
 from ._log import TRIALS
-from ._results_view import counted, format_hours, format_rate
+from ._results_view import counted, first_few, format_hours, format_rate
 from ._send_ahead import SendAhead
 from .config import Config
 from .journal import HEARTBEAT_EVERY_S, RunDir
@@ -1155,5 +1155,4 @@ def _sizes_text(sizes: list[int]) -> str:
 
 def _listed(numbers: list[int], most: int = 10) -> str:
     """'trial 3', 'trials 3, 5, 8', or the first `most` and how many more."""
-    shown = ", ".join(map(str, numbers[:most])) + (f" and {len(numbers) - most} more" if len(numbers) > most else "")
-    return f"trial{'s' * (len(numbers) != 1)} {shown}"
+    return f"trial{'s' * (len(numbers) != 1)} {first_few(numbers, most)}"

@@ -269,10 +269,10 @@ def agree_at_start(comm) -> None:
 
 def ranks_on_hosts(ranks: dict[int, str], shown: int = 8) -> str:
     """'world rank 3 on host a' / 'world ranks 3, 4, 5 and 9 more on hosts a, b' (rank: its host)."""
-    listed = sorted(ranks)
-    names = ", ".join(map(str, listed[:shown])) + (f" and {len(listed) - shown} more" if len(listed) > shown else "")
+    from ._results_view import first_few
+
     hosts = sorted(set(ranks.values()))
-    return (f"world rank{'s' if len(listed) > 1 else ''} {names} "
+    return (f"world rank{'s' if len(ranks) > 1 else ''} {first_few(sorted(ranks), shown)} "
             f"on host{'s' if len(hosts) > 1 else ''} {', '.join(hosts)}")
 
 
