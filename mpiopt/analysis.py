@@ -451,10 +451,7 @@ class _Checkpointed:
     def load_into(self, model) -> None:
         from .learn._flat import FlatModel
 
-        flat = FlatModel(model)
-        flat.set(self.weights)
-        if self.state is not None and self.state.size == flat.state_size > 0:  # as training's end puts them in
-            flat.set_state(self.state)
+        FlatModel(model).set_kept(self.weights, self.state)  # as training's end puts them in
 
 
 def _trial_weights(p: Path, number: int) -> Path | _Checkpointed:

@@ -357,9 +357,7 @@ class _Epochs:
         """Leave the best weights in the model and save them (the master or rank 0)."""
         self.close()
         if self.best_weights is not None and self.stopped != "diverged":
-            flat.set(self.best_weights)
-            if self.best_state is not None and self.best_state.size == flat.state_size > 0:
-                flat.set_state(self.best_state)  # (an older mpiopt's checkpoint may hold another state)
+            flat.set_kept(self.best_weights, self.best_state)
         if self.writer and self.job.out_dir is not None and self.stopped != "diverged":
             self.job.out_dir.mkdir(parents=True, exist_ok=True)
             flat.model.save_weights(str(self.job.out_dir / "best.weights.h5"))

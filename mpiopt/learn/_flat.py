@@ -199,6 +199,13 @@ class FlatModel:
     def set_state(self, flat: np.ndarray) -> None:
         _assign(self.state, flat)
 
+    def set_kept(self, weights: np.ndarray, state: np.ndarray | None) -> None:
+        """Weights and state as a checkpoint kept them; a state of another size (an older mpiopt's,
+        which kept a frozen layer's weights in it) gives way to the model's own."""
+        self.set(weights)
+        if state is not None and state.size == self.state_size > 0:
+            self.set_state(state)
+
     # -- one training batch ----------------------------------------------------------------
     def grad_step(self, x: Any, y: Any) -> tuple[float, np.ndarray]:
         """Loss and flat gradient of one batch; updates the model's metric states (as Keras does).
