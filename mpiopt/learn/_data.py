@@ -246,27 +246,23 @@ class DataSource:
 
     def _files_of(self, worker: int, n_workers: int) -> list[int]:
         """Files for each worker, balanced by sample count (largest first onto the lightest)."""
-        return sorted(i for i, w in self._owners(n_workers).items() if w == worker)
+        owner, _ = self._deal(n_workers)
+        return sorted(i for i, w in owner.items() if w == worker)
 
-    def _owners(self, n_workers: int) -> dict[int, int]:
-        """Each training file's worker, when workers are dealt whole files."""
+    def _deal(self, n_workers: int) -> tuple[dict[int, int], list[int]]:
+        """Each training file's worker when workers are dealt whole files, and each worker's samples."""
         loads = [0] * n_workers
         owner = {}
         for i in sorted(range(len(self.counts)), key=lambda i: (-self.counts[i], i)):
             w = min(range(n_workers), key=lambda k: (loads[k], k))
             owner[i] = w
             loads[w] += self.counts[i]
-        return owner
+        return owner, loads
 
     def largest_shard(self, n_workers: int) -> int:
         """The most samples a worker's shard holds: workers dealt whole files can hold more than
         an even share, and a group that steps together must step until the largest is through."""
-        if not self.by_file(n_workers):
-            return math.ceil(self.n_train() / n_workers)
-        loads = [0] * n_workers
-        for i, w in self._owners(n_workers).items():
-            loads[w] += self.counts[i]
-        return max(loads)
+        return max(self._deal(n_workers)[1]) if self.by_file(n_workers) else math.ceil(self.n_train() / n_workers)
 
     def first(self, n: int) -> Any:
         """The first `n` training inputs (of an HDF5 file, only those are read)."""
