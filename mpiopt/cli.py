@@ -285,12 +285,12 @@ def _search(args, job: _Job, comm, placement: str | None = None) -> int:
     cfg, size = job.cfg, comm.Get_size()
     nodes, hosts = (transport.node_layout(comm), transport.host_names(comm)) if size > 1 else (None, None)
     if size > 1:
-        agree_on_data_files(comm, cfg, hosts)
+        agree_on_space_and_data(comm, cfg, hosts)
     plan = transport.plan_groups(size, cfg.training["group_size"], nodes, hosts)
     return _search_as(args, job, comm, placement, plan)
 
 
-def agree_on_data_files(comm, cfg, hosts: tuple[str, ...]) -> None:
+def agree_on_space_and_data(comm, cfg, hosts: tuple[str, ...]) -> None:
     """Refuse, on every rank alike, a space file or HDF5 data that some ranks read otherwise than
     world rank 0 (node-local copies that differ, a glob that matches other files there): their
     groups would train otherwise, or an allreduce group wait for ever on a rank with other batches.
@@ -1089,7 +1089,7 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     if size > 1:
         from .transport import host_names
 
-        agree_on_data_files(comm, cfg, host_names(comm))
+        agree_on_space_and_data(comm, cfg, host_names(comm))
     error = None
     if rank == 0:
         try:
@@ -1213,7 +1213,7 @@ def _check_under_mpi(args) -> int:
         cfg = None
         _env.defer(exc)
     agree_at_start(comm)
-    agree_on_data_files(comm, cfg, hosts)
+    agree_on_space_and_data(comm, cfg, hosts)
     placement = place_devices(comm, cfg, coordinator=0)  # every node deals its own GPUs, as the search does
     lines, error = None, None
     if comm.Get_rank() == 0:  # the preflight trains a model: once, not on every rank
