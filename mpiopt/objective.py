@@ -761,11 +761,14 @@ def _check_metrics_reported(o, training: dict, reported: set[str], val) -> None:
     from .config import did_you_mean, metric_names_read
     from .learn._data import n_samples
 
-    empty = " (the validation data are empty)" if n_samples(val[0]) == 0 else ""
+    no_validation = n_samples(val[0]) == 0
     for name, field in metric_names_read(o, training):
-        if name not in reported:
-            raise _PreflightError(f"{name!r} is not a metric this model reports (it has: "
-                                  f"{', '.join(sorted(reported))}){empty}{did_you_mean(name, reported)}", field)
+        if name in reported:
+            continue
+        if no_validation and name.startswith("val_"):
+            raise _PreflightError(f"{name!r} is measured on the validation data, and they are empty (0 samples)", field)
+        raise _PreflightError(f"{name!r} is not a metric this model reports (it has: "
+                              f"{', '.join(sorted(reported))}){did_you_mean(name, reported)}", field)
 
 
 def _preflight_mixed_precision(cfg: Config, runner: TrialRunner, batch, params, training) -> None:

@@ -48,6 +48,11 @@ def two_classes_some_ignored():
     return (x, y), v
 
 
+def validation_empty():
+    (x, y), (xv, yv) = two_classes()
+    return (x, y), (xv[:0], yv[:0])
+
+
 def validation_one_feature_wider():
     (x, y), (xv, yv) = two_classes()
     return (x, y), (np.concatenate([xv, xv[:, :1]], axis=1), yv)
@@ -406,6 +411,13 @@ def test_metric_names_read_before_the_model_is_built_are_said_to_be_those_of_the
                                           r"objective.metrics: if build_model compiles it, remove those from the "
                                           r"file\)"):
         load_config(space(model="build_compiled", extra="loss: mse, maximize: val_accuracy"))
+
+
+def test_a_validation_metric_with_empty_validation_data_says_they_are_empty(space):
+    extra = "loss: sparse_categorical_crossentropy, metrics: [accuracy], maximize: val_accuracy"
+    msg = preflight_error(space(data="objs.py:validation_empty", extra=extra))
+    assert msg.endswith("objective.maximize: 'val_accuracy' is measured on the validation data, and they are empty "
+                        "(0 samples)"), msg
 
 
 @pytest.mark.parametrize("key", ["early_stopping", "target"])
