@@ -24,8 +24,8 @@ from . import _results_view as view
 from ._errors import ConfigError
 from ._files import refuse_a_file_in_the_way
 from ._log import FILE_ONLY, STATS, HeldLines, log_to_file, set_rank_tag, setup_logging, stop_logging_to
-from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_at_start, agree_or_raise, env_size, hold_warnings,
-                     mpi_main, prepare_threads, ranks_on_hosts, relaunch, say_error, warn_once)
+from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_at_start, agree_or_raise, catch_sigterm, env_rank,
+                     env_size, hold_warnings, mpi_main, prepare_threads, ranks_on_hosts, relaunch, say_error, warn_once)
 from .space import Categorical
 from .trial import TrialRecord, TrialResult, TrialStatus
 
@@ -156,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # before the space file is read: a user module that imports keras at its top loads
             # TensorFlow there, which reads its log level and thread counts once, as it loads
             prepare_threads()
+            catch_sigterm()  # a SIGTERM while the space file's modules import ends as Ctrl-C does
         setup_logging()
         # under --np the relaunched job's rank 0 says the warnings: once, not twice
         hold_warnings(bool(args.np) and args.command in ("search", "train"))
@@ -165,6 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         say_error(str(exc))
         return 2
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the space file's modules import
+        return _interrupted("while starting; nothing was written")
     finally:
         hold_warnings(False)  # reached only where this process did not relaunch itself
     if args.command in ("search", "train", "check"):  # the commands the variables tune
@@ -193,10 +196,19 @@ def _guard(fn) -> int:
     except ConfigError as exc:
         say_error(str(exc))
         return 2
+    except KeyboardInterrupt:
+        return _interrupted("")
     except BrokenPipeError:  # `mpiopt results DIR | head`
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+
+
+def _interrupted(what: str) -> int:
+    """Ctrl-C or SIGTERM outside a search or a training: one line from rank 0, exit 130."""
+    if env_rank() == 0:
+        print(f"mpiopt: interrupted {what}".rstrip(), file=sys.stderr, flush=True)
+    return 130
 
 
 def _load(path: str, args) -> Any:

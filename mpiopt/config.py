@@ -1040,6 +1040,9 @@ def import_callable(ref: str, base_dir: Path, *, source: str, field: str) -> Cal
             try:
                 with quiet_tensorflow():  # a user module that imports keras at its top
                     spec.loader.exec_module(module)
+            except KeyboardInterrupt:  # Ctrl-C while it imports: the user stops mpiopt, not a bad file
+                del sys.modules[mod_name]
+                raise
             except BaseException as exc:  # the user's module may raise anything, SystemExit included
                 del sys.modules[mod_name]
                 raise ConfigError(f"cannot import {target}: {type(exc).__name__}: {exc}".splitlines()[0],
@@ -1048,6 +1051,8 @@ def import_callable(ref: str, base_dir: Path, *, source: str, field: str) -> Cal
         try:
             with quiet_tensorflow():
                 module = importlib.import_module(target)
+        except KeyboardInterrupt:
+            raise
         except BaseException as exc:
             raise ConfigError(f"cannot import module {target!r}: {type(exc).__name__}: {exc}".splitlines()[0],
                               source=source, field=field) from None

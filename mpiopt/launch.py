@@ -136,7 +136,7 @@ def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: boo
         return 1
     if comm.Get_size() > 1:
         log.debug("waits: %s", transport.configure_waits(comm))
-    signal.signal(signal.SIGTERM, _terminate)
+    catch_sigterm()
     code = _run_rank(comm, cfg, command, coordinator, interrupted)
     return end_rank(comm, code) if comm.Get_size() > 1 else code
 
@@ -182,6 +182,11 @@ def end_rank(comm, code: int) -> int:
         abort_job(comm, code or worst, END_GRACE_S, quiet=True)
     time.sleep(TERM_GRACE_S)  # until rank 0's MPI_Abort ends this rank
     os._exit(code or worst)
+
+
+def catch_sigterm() -> None:
+    """From here on a SIGTERM (a batch system's, or mpiexec's) stops this process as Ctrl-C does."""
+    signal.signal(signal.SIGTERM, _terminate)
 
 
 def _terminate(signum, frame):

@@ -87,6 +87,34 @@ def test_the_log_level_and_thread_counts_are_set_before_a_user_module_is_importe
                                         "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"} for s in seen), seen
 
 
+STOPPED_AT_IMPORT = """
+import os, signal
+
+if os.environ["STOP_WITH"] == "SIGTERM":  # a batch system ending the job as it starts
+    os.kill(os.getpid(), signal.SIGTERM)
+raise KeyboardInterrupt  # Ctrl-C while the module imports (a SIGTERM raises it too, in mpiopt)
+
+
+def f(params):
+    return params["x"]
+"""
+
+
+@pytest.mark.parametrize("np_", [None, 2])
+@pytest.mark.parametrize("signal_", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_space_files_module_imports_stops_every_rank_in_one_line(write_yaml, tmp_path, np_,
+                                                                                      signal_):
+    (tmp_path / "stops.py").write_text(STOPPED_AT_IMPORT)
+    yaml = write_yaml("name: stops\nobjective: {function: stops.py:f}\n"
+                      "parameters: {x: {type: real, low: 0, high: 1}}\nsearch: {trials: 2}\n", "stops.yaml")
+    for command, said in ((["search", yaml], "mpiopt: interrupted while starting; nothing was written"),
+                          (["check", yaml], "mpiopt: interrupted")):
+        p = run_cli(command, cwd=tmp_path, np=np_, timeout=60, env={"STOP_WITH": signal_})
+        assert p.returncode == 130 and p.stderr.splitlines()[-1] == said, (command, p.returncode, p.stderr)
+        assert p.stderr.count("mpiopt:") == 1 and "Traceback" not in p.stderr, p.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_hand_outs_wait_for_a_fresh_round_under_mpi(write_yaml, tmp_path):
     # the rule for trials of minutes, forced on for 0.2 s trials: the background thread and the
     # dispatch loop under a real coordinator, with every model hand-out waiting for a round
