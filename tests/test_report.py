@@ -633,6 +633,20 @@ def test_status_of_a_running_search_lists_groups_and_warns_of_a_silent_one(tmp_p
     assert counted.endswith(f"; {len(busy)} running, {running - len(busy)} sent ahead"), counted
 
 
+def test_status_before_the_first_completed_trial_names_the_best_step_reported(tmp_path):
+    # under asha the first trial completes once one has climbed every rung; the reports tell sooner
+    run = copy_run(tmp_path)
+    lines = (run / "trials.jsonl").read_text().splitlines()
+    events = [json.loads(line) for line in lines]
+    first_done = next(i for i, e in enumerate(events) if e["event"] == "finish" and e["status"] == "completed")
+    (run / "trials.jsonl").write_text("\n".join(lines[:first_done]) + "\n")
+    best = min((e for e in events[:first_done] if e["event"] == "report"), key=lambda e: e["metrics"]["objective"])
+    assert f"best: no trial has completed; the best step so far: objective {best['metrics']['objective']:.6g} at " \
+           f"trial {best['trial']}, step {best['epoch']}" in status_text(str(run)).splitlines()
+    (run / "trials.jsonl").write_text(lines[0] + "\n")
+    assert "best: no trial has completed" in status_text(str(run)).splitlines()
+
+
 def test_a_torn_journal_line_is_warned_of_once_however_many_views_read_it(tmp_path, caplog):
     run = copy_run(tmp_path)
     journal = run / "trials.jsonl"
