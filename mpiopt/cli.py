@@ -899,7 +899,8 @@ def _say_and_log(line: str, *, error: bool = False) -> None:
 
 
 # -- train -------------------------------------------------------------------------------------
-TRAIN_OUTPUTS = ("history.csv", "best.weights.h5")
+# train.yaml is written once the model passed its check: the only one a function that reports no steps leaves
+TRAIN_OUTPUTS = ("history.csv", "best.weights.h5", "train.yaml")
 
 
 def _refuse_a_finished_training(out: Path) -> None:

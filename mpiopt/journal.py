@@ -398,7 +398,8 @@ class RunDir:
         # a search stopped before its first trial leaves its config.yaml: --resume starts it, as
         # its interrupted line said (an empty or unknown folder is more likely a mistyped --out)
         if resume and not self.holds_search() and not self.started_here():
-            why = f"no trial recorded in {JOURNAL}" if self.path.is_dir() else "no such directory"
+            why = ("no such directory" if not self.path.is_dir() else
+                   f"no trial recorded in {JOURNAL}" if self.journal_path.exists() else f"no {JOURNAL}")
             raise ConfigError(f"--resume: no search to resume here ({why}); run without --resume to start one",
                               source=where)
         if is_live(self.path):

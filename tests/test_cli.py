@@ -430,6 +430,9 @@ def test_train_a_function_objective(write_yaml, tmp_path):
     assert "objective = 0.397" in p.stdout
     # a function trains no epochs and writes no history: the line names neither
     assert "epoch" not in p.stdout and "history" not in p.stdout
+    # its folder holds only train.yaml, and a second training there is refused as for a model
+    again = run_cli(["train", write_yaml(SPACE), "--set", "x=1"], cwd=tmp_path)
+    assert again.returncode == 2 and "already holds a training run (train.yaml)" in again.stderr, again.stderr
     # one that reports its steps writes them to history.csv, as a model's training does its epochs
     curve = write_yaml(SPACE.replace("branin", "curve_or_fail"), "curve.yaml")
     p = run_cli(["train", curve, "--set", "x=3.14159", "--set", "y=2.275", "--out", "curve"], cwd=tmp_path,

@@ -271,8 +271,11 @@ def test_refusals(tmp_path):
 
 def test_resume_starts_a_search_stopped_before_its_first_trial(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigError, match="--resume: no search to resume here"):
+    with pytest.raises(ConfigError, match=r"--resume: no search to resume here \(no trials.jsonl\)"):
         RunDir(tmp_path / "empty").open(resume=True, config_text=CONFIG)  # a mistyped --out, likely
+    (tmp_path / "empty" / "trials.jsonl").write_text("")
+    with pytest.raises(ConfigError, match=r"--resume: no search to resume here \(no trial recorded in trials.jsonl\)"):
+        RunDir(tmp_path / "empty").open(resume=True, config_text=CONFIG)
     rd = RunDir(tmp_path / "r")
     rd.open(resume=False, config_text=CONFIG)
     rd.close()  # interrupted before any trial: its config.yaml and an empty journal
