@@ -343,6 +343,8 @@ class Coordinator:
             t = self.trials[n]
             self.searcher.tell(n, t.params, self.search_loss(t))
             self._drop_checkpoint(n)  # one a kill left between the result's record and its deletion
+        for n in sorted(self._paused):  # their points are known, and proposed again only by a promotion
+            self.searcher.set_aside(n, self.trials[n].params)
         kept = f"{counted(len(self._finished_trials), 'finished trial')} kept"
         if self._failed_before and self.cfg.search.max_failures is not None:
             kept += (f" ({len(self._failed_before)} of them failed; search.max_failures counts the failures "

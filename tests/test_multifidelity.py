@@ -335,6 +335,43 @@ def test_a_paused_trial_is_no_fantasy_of_any_model_until_it_runs_again():
     assert model.model_rung == 9 and set(built[-1].pending) == {0, 1, 4}  # 0 and 1 still train
 
 
+@pytest.mark.parametrize("inner, prefetch", [("random", 0), ("bayesian", 0), ("bayesian", 2)])
+def test_no_model_proposes_the_point_of_a_paused_trial_again(inner, prefetch):
+    # a model built on a switch, from the same seed, replayed its stream (a random draw, the
+    # Sobol design) past points it did not know: the paused trials', handed out again
+    settings = SearchSettings(algorithm=inner, surrogate="GP", acquisition="gp_hedge", initial_points=8,
+                              trials=40, seed=0, target=None)
+    model = RungModel(lambda: make_searcher(SPACE, settings, prefetch=prefetch), SPACE, top=TOP, enough=2)
+    handed = {n: model.ask(n) for n in range(6)}
+    for n, params in handed.items():
+        model.tell_rung(n, params, 1, branin(params, 1))
+    for n in (2, 3, 4, 5):  # paused at rung 1; 0 and 1 go on and move the model to rung 3
+        model.drop_pending(n)
+    for n in (0, 1):
+        model.tell_rung(n, handed[n], 3, branin(handed[n], 3))
+    assert model.model_rung == 3 and model.switches == 1
+    later = [model.ask(n) for n in range(6, 12)]
+    keys = [tuple(encode(SPACE, p)) for p in [*handed.values(), *later]]
+    assert len(set(keys)) == len(keys)
+    model.close()
+
+
+def test_a_point_set_aside_is_known_to_a_searcher_but_neither_fitted_nor_pending():
+    searcher = BayesianSearch(SPACE, initial_points=3, seed=0)
+    params = searcher.ask(0)
+    searcher.drop_pending(0)  # paused
+    assert searcher.aside == {0: params} and not searcher.pending and not searcher.observed
+    assert tuple(encode(SPACE, params)) in searcher.known_points() and searcher.handed_out() == 1
+    other = BayesianSearch(SPACE, initial_points=3, seed=0)  # a resumed search's, told of it
+    other.set_aside(0, params)
+    assert other.ask(1) != params  # the design goes on past it
+    searcher.add_pending(0, params)  # promoted
+    assert searcher.pending == {0: params} and not searcher.aside
+    searcher.drop_pending(0)
+    searcher.tell(0, params, 1.0)
+    assert not searcher.aside and searcher.observed[0] == (params, 1.0)
+
+
 def test_prefetching_drops_a_paused_trial_from_its_pending_points():
     settings = SearchSettings(algorithm="bayesian", surrogate="GP", acquisition="gp_hedge", initial_points=2,
                               trials=10, seed=0, target=None)

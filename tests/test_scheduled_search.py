@@ -245,9 +245,13 @@ def test_a_killed_scheduled_search_replays_and_resumes_without_losing_or_repeati
     rd.open(resume=True, config_text=CONFIG)
     trials, _ = rd.load()
     rd.close()
-    again = scheduler()
-    Coordinator(cfg, searcher(cfg), CurveGroups(3), None, trials, scheduler=again, history=before)
+    again, model = scheduler(), searcher(cfg)
+    resumed = Coordinator(cfg, model, CurveGroups(3), None, trials, scheduler=again, history=before)
     assert again.paused() == live.paused() and again.promotable() == live.promotable()
+    resumed._begin_search()  # the searcher knows the paused trials' points, to propose none again
+    paused = set(live.paused())
+    assert set(model.aside) == paused  # and its model, fitted on one rung, has each as a result there or aside
+    assert paused <= set(model.inner.aside) | set(model.inner.observed)
     for n in trials:
         assert again.rung(n) == live.rung(n)
     for e in (1, 3, 9):
@@ -277,6 +281,9 @@ def test_a_killed_scheduled_search_replays_and_resumes_without_losing_or_repeati
     for n, _ in promotions:
         by_trial[n] = by_trial.get(n, 0) + 1
     assert max(by_trial.values()) <= 2  # rungs 1 and 3 below the top: never promoted twice from one
+    # and no new trial is handed the point of one that waits paused, before the kill or after
+    points = {n: (e["params"]["x"], e["params"]["y"]) for e in events if e["event"] == "start" for n in [e["trial"]]}
+    assert len(set(points.values())) == len(points) == 24
 
 
 @pytest.mark.parametrize("kill_after", [50, 51, 52, 53])

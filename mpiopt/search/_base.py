@@ -33,6 +33,8 @@ class Searcher(ABC):
         self.seed = seed
         self.observed: dict[int, tuple[dict[str, Any], float | None]] = {}
         self.pending: dict[int, dict[str, Any]] = {}
+        # handed out, neither running nor told (paused by a scheduler): not fitted, never proposed again
+        self.aside: dict[int, dict[str, Any]] = {}
         self.ask_wait_s = 0.0
 
     # -- the interface -------------------------------------------------------------------
@@ -45,18 +47,30 @@ class Searcher(ABC):
     def tell(self, trial: int, params: dict[str, Any], loss: float | None) -> None:
         """Record a finished trial; `loss=None` (or NaN/inf) for one that did not complete."""
         self.pending.pop(trial, None)
+        self.aside.pop(trial, None)
         if loss is not None and not math.isfinite(loss):
             loss = None
         self.observed[trial] = (dict(params), loss)
 
     def add_pending(self, trial: int, params: dict[str, Any]) -> None:
         """Mark a trial as running without asking for it (a resumed search re-runs it)."""
+        self.aside.pop(trial, None)
         self.pending[trial] = dict(params)
 
     def drop_pending(self, trial: int) -> None:
         """The trial stopped running without a final word (a scheduler paused it): it is no longer
-        pending, so it keeps no group away from its point; `add_pending` when it runs again."""
+        pending, so it keeps no group away from its point, but it is set aside (`set_aside`);
+        `add_pending` when it runs again."""
+        params = self.pending.pop(trial, None)
+        if params is not None:
+            self.aside[trial] = params
+
+    def set_aside(self, trial: int, params: dict[str, Any]) -> None:
+        """A trial handed out that neither runs nor has a final word here (paused at a rung, on a
+        resume or before a model on a higher rung was built): not fitted, but its point is known
+        and never proposed again."""
         self.pending.pop(trial, None)
+        self.aside[trial] = dict(params)
 
     def tell_rung(self, trial: int, params: dict[str, Any], epochs: int, loss: float | None) -> None:  # noqa: B027
         """A trial's loss at a scheduler's rung (after `epochs` epochs), before its final word.
@@ -118,7 +132,12 @@ class Searcher(ABC):
     def completed(self) -> list[tuple[dict[str, Any], float]]:
         return [(p, y) for p, y in self.observed.values() if y is not None]
 
+    def handed_out(self) -> int:
+        """The points handed out: told, pending or set aside."""
+        return len(self.observed) + len(self.pending) + len(self.aside)
+
     def known_points(self) -> set[tuple]:
         pts = {tuple(encode(self.space, p)) for p, _ in self.observed.values()}
         pts |= {tuple(encode(self.space, p)) for p in self.pending.values()}
+        pts |= {tuple(encode(self.space, p)) for p in self.aside.values()}
         return pts

@@ -147,8 +147,8 @@ class BayesianSearch(Searcher):
 
     # -- the initial design ------------------------------------------------------------------
     def design_point(self) -> dict[str, Any]:
-        """The next point of the Sobol design that is not known yet (index: points known so far)."""
-        start = len(self.observed) + len(self.pending)
+        """The next point of the Sobol design that is not known yet (index: points handed out so far)."""
+        start = self.handed_out()
         if len(self._design) < start + 64:  # the sequence, drawn a block at a time
             self._design = self.coder.from_design(_gp.sobol(len(self.space), 0, 2 * (start + 64), self.seed))
         known = None
@@ -169,7 +169,7 @@ class BayesianSearch(Searcher):
         """The surrogate is used once the design is handed out and half of it has completed (and
         from then on: results are never taken back, and counting them is a walk of all of them)."""
         if not self._ready:
-            known = len(self.observed) + len(self.pending)
+            known = self.handed_out()
             done = len(self.completed)
             self._ready = known >= self.initial_points and done >= max(2, math.ceil(self.initial_points / 2))
         return self._ready

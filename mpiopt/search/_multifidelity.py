@@ -118,10 +118,15 @@ class RungModel(Searcher):
 
     def drop_pending(self, trial: int) -> None:
         """A paused trial is no fantasy at any rung: it trains no more unless promoted (BOHB's
-        models hold their rung's results only)."""
+        models hold their rung's results only); set aside, its point is not proposed again."""
         super().drop_pending(trial)
         for inner in self._inners():
             inner.drop_pending(trial)
+
+    def set_aside(self, trial: int, params: Params) -> None:
+        super().set_aside(trial, params)
+        for inner in self._inners():
+            inner.set_aside(trial, params)
 
     def tell_rung(self, trial: int, params: Params, epochs: int, loss: float | None) -> None:
         """A result of `trial` at the rung of `epochs` epochs (None, NaN or inf: it has no loss there)."""
@@ -267,8 +272,8 @@ class RungModel(Searcher):
 
     def _build(self, rung: int) -> tuple[Searcher, int, set[int]]:
         """A new inner searcher that has seen every trial's outcome at `rung`, in trial order:
-        results, then failures, then the trials still pending there; with its rung and the trials
-        it was told."""
+        results, then failures, then the trials still pending there, then the paused ones it has no
+        result of (set aside); with its rung and the trials it was told."""
         inner = self.make_inner()
         inner.stand_by()  # the serving model hands out until this one is ready
         if self._backlog is not None:
@@ -287,6 +292,9 @@ class RungModel(Searcher):
         for trial in sorted(self.pending):
             if trial not in told:
                 inner.add_pending(trial, self.pending[trial])
+        for trial in sorted(self.aside):  # paused below `rung`: known, not fitted
+            if trial not in told:
+                inner.set_aside(trial, self.aside[trial])
         return inner, rung, told
 
 
@@ -364,6 +372,11 @@ class LadderModel(Searcher):
         super().drop_pending(trial)
         if trial not in self.scores:
             self.inner.drop_pending(trial)
+
+    def set_aside(self, trial: int, params: Params) -> None:
+        super().set_aside(trial, params)
+        if trial not in self.scores:
+            self.inner.set_aside(trial, params)
 
     def tell_rung(self, trial: int, params: Params, epochs: int, loss: float | None) -> None:
         """A result of `trial` at the rung of `epochs` epochs (None, NaN or inf: it has no loss there)."""

@@ -48,6 +48,10 @@ class ParetoSearch(Searcher):
         super().drop_pending(trial)
         self.inner.drop_pending(trial)
 
+    def set_aside(self, trial: int, params: dict[str, Any]) -> None:
+        super().set_aside(trial, params)
+        self.inner.set_aside(trial, params)
+
     def report(self) -> str | None:
         return self.inner.report()
 

@@ -125,6 +125,7 @@ class Prefetching(Searcher):
         self._sleep = sleep
         self.observed = inner.observed  # shared views: the coordinator reads them
         self.pending = inner.pending
+        self.aside = inner.aside
         self.groups = max(1, groups)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -224,6 +225,12 @@ class Prefetching(Searcher):
             self._asked[trial] = (self._clock(), self._waited)
             self.inner.add_pending(trial, params)
             self._note_running(trial, params)
+
+    def set_aside(self, trial: int, params: dict[str, Any]) -> None:
+        with self._lock:
+            self._asked.pop(trial, None)
+            self.inner.set_aside(trial, params)
+            self._keys.add(tuple(encode(self.space, params)))
 
     def holds_hand_outs(self, may_hold: bool) -> bool:
         """Whether the next hand-out would wait for a round (`_round_wait_due`), within

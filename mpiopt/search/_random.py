@@ -66,5 +66,9 @@ class RandomSearch(Searcher):
         super().add_pending(trial, params)
         self._known.add(tuple(encode(self.space, params)))
 
+    def set_aside(self, trial: int, params: dict[str, Any]) -> None:
+        super().set_aside(trial, params)
+        self._known.add(tuple(encode(self.space, params)))
+
     def _suggest(self) -> dict[str, Any]:
         return self._random.draw(self._known)
