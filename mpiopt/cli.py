@@ -862,7 +862,10 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float, took_s: 
         stats.info("%s", report)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     n = len(summary.trials)
-    log.info("search finished in %.1f s: %d trial%s (%s)", took_s, n, "s" * (n != 1), counts)
+    finished = sum(t.shown_status(live=False).is_finished() for t in summary.trials.values())
+    cut_short = finished < cfg.search.trials and not summary.target_reached  # max_failures, misuse, no group left
+    ended = "stopped after" if cut_short else "finished in"
+    log.info("search %s %.1f s: %d trial%s (%s)", ended, took_s, n, "s" * (n != 1), counts)
     stats.info("%s; coordinator CPU %.1f s (%.0f%% of one core)",
                dispatch_stats(summary.dispatch_s, summary.first_wave_s), cpu, 100.0 * cpu / max(wall, 1e-9))
     code = 0
@@ -1307,7 +1310,7 @@ def _run_dir_state(out: Path) -> str:
 def _training_line(cfg) -> str:
     """The training settings the trials read; a searched one is named, not its unused default."""
     return ", ".join(f"{k} searched" if k in cfg.space.names else f"{k}={v}"
-                     for k, v in cfg.training_read().items() if v is not None)
+                     for k, v in cfg.training_read().items() if v is not None or k in cfg.space.names)
 
 
 def _layout_lines(plan, library: str | None) -> list[str]:

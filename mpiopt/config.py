@@ -527,9 +527,18 @@ def mode_key_unread(key: str, training: dict[str, Any], space: Space) -> str | N
     return f"training.mode is {modes[0]}" if len(modes) == 1 else f"the searched modes are {', '.join(modes)}"
 
 
+# training keys that change nothing on groups of one rank: one process trains alone
+GROUP_KEYS = ("mode", "lr_scaling")
+
+
 def _check_searched_mode_keys(training: dict[str, Any], space: Space, source: str) -> None:
     """Refuse a searched key that no trial's mode reads: a dimension of the search that would
     change nothing (`kappa` under downpour, any of them on groups of one rank)."""
+    for key in GROUP_KEYS:
+        if key in space.names and training["group_size"] == 1:
+            raise ConfigError("read only by groups of several ranks, but training.group_size is 1: each trial "
+                              "trains on one process, so searching it would change nothing",
+                              source=source, field=f"parameters.{key}")
     for key, readers in MODE_KEYS.items():
         why = mode_key_unread(key, training, space) if key in space.names else None
         if why == "training.group_size is 1":

@@ -191,9 +191,11 @@ def judge_history(history: list[dict[str, float]], direction: str, metric: str, 
                            metrics={k: v for k, v in last.items() if k != "epoch"},
                            error="training diverged: a NaN or infinite loss, metric or weight (a NaN in the "
                                  "data?)")
+    if not history and stopped == "timeout":
+        return TrialResult(status=TrialStatus.TIMEOUT, epochs=0,
+                           error="stopped by training.time_limit before its first epoch finished")
     if not history:
-        status = TrialStatus.TIMEOUT if stopped == "timeout" else TrialStatus.FAILED
-        return TrialResult(status=status, epochs=0, error="no epoch finished")
+        return TrialResult(status=TrialStatus.FAILED, epochs=0, error="no epoch finished")
     if metric not in history[0]:
         have = ", ".join(k for k in history[0] if k != "epoch")
         return TrialResult(status=TrialStatus.FAILED, epochs=epochs,

@@ -153,10 +153,12 @@ def test_check_names_searched_training_keys_instead_of_their_defaults(write_yaml
         parameters:
           learning_rate: {type: real, low: 1.0e-4, high: 0.1, prior: log-uniform}
           units: {type: integer, low: 2, high: 8}
+          time_limit: {type: real, low: 10, high: 60}   # its default (no limit) is None
         training: {batch_size: 16}
     """), resolve=False)
     line = _training_line(cfg)
     assert "learning_rate searched" in line and "batch_size=16" in line and "learning_rate=" not in line
+    assert "time_limit searched" in line
 
 
 def test_a_resume_budget_counts_the_interrupted_trials_it_runs_again(write_yaml, tmp_path):
@@ -759,6 +761,10 @@ def test_a_search_in_which_no_trial_completed_exits_1(write_yaml, tmp_path):
     # the log's closing line first, then why the search failed: the last lines a user sees
     lines = p.stderr.splitlines()
     assert lines.index(line[0]) > next(i for i, ln in enumerate(lines) if "search finished in" in ln)
+    # one that max_failures stops did not finish, and its closing line says so
+    stopped = SPACE.replace("py:branin", "py:always_fails").replace("seed: 0}", "seed: 0, max_failures: 3}")
+    p = run_cli(["search", write_yaml(stopped, "stopped.yaml"), "--out", "stopped"], cwd=tmp_path)
+    assert p.returncode == 1 and "search stopped after " in p.stderr and "finished in" not in p.stderr, p.stderr
 
 
 def test_refusals_come_before_mpi_and_tensorflow_start(tmp_path):

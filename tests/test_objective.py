@@ -69,6 +69,9 @@ def test_judge_history_takes_the_best_epoch():
     t = judge_history(h, "minimize", "val_loss", "timeout")
     assert t.status == "timeout" and t.objective is None
     assert judge_history([], "minimize", "val_loss", None).status == "failed"
+    assert t.error == "stopped by training.time_limit after 3 epochs"
+    early = judge_history([], "minimize", "val_loss", "timeout")  # the limit came within the first epoch
+    assert early.status == "timeout" and early.error == "stopped by training.time_limit before its first epoch finished"
 
 
 @pytest.fixture

@@ -301,6 +301,11 @@ def test_a_momentum_no_trial_optimizer_could_take_is_refused(write_yaml, paramet
      "parameters.elastic_force: read only by mode easgd, but the searched modes are downpour, gem"),
     ("sync_every: {type: integer, low: 1, high: 8}", "{mode: gem}",
      "parameters.sync_every: read only by groups of workers (downpour, easgd, gem), but training.group_size is 1"),
+    ("mode: {choices: [downpour, allreduce]}", "{}",
+     "parameters.mode: read only by groups of several ranks, but training.group_size is 1: each trial trains on one "
+     "process"),
+    ("lr_scaling: {choices: [none, linear]}", "{mode: allreduce}",
+     "parameters.lr_scaling: read only by groups of several ranks, but training.group_size is 1"),
 ])
 def test_a_searched_key_no_trial_mode_reads_is_refused(write_yaml, parameters, training, expected):
     head, _, searched = training.partition("\n")
@@ -434,5 +439,5 @@ def test_notes_of_a_training_metric_judged_and_of_mode_keys_no_mode_reads(write_
     assert _warmup_note(cfg(training="epochs: 4, warmup_epochs: 1")) == (
         "training.warmup_epochs 1: ramps the learning rate up to the one training.lr_scaling gives, and lr_scaling "
         "is none, so it changes nothing")
-    assert _warmup_note(cfg(training="epochs: 4, warmup_epochs: 1",
+    assert _warmup_note(cfg(training="epochs: 4, warmup_epochs: 1, group_size: 2",
                             params="  lr_scaling: {choices: [none, linear]}\n")) is None  # a linear trial ramps
