@@ -66,6 +66,19 @@ def test_small_discrete_space_has_no_duplicates_until_exhausted():
     assert len(set(seen)) == 6
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_the_gp_asked_one_at_a_time_never_repeats_a_point_of_a_small_discrete_space(seed):
+    # the best of the space on its edge: every candidate the acquisition ranks high rounds to it
+    space = Space((Integer("units", 16, 128), Categorical("activation", ("relu", "tanh"))))
+    s = BayesianSearch(space, initial_points=4, seed=seed)
+    seen = []
+    for n in range(30):
+        p = s.ask(n)
+        seen.append((p["units"], p["activation"]))
+        s.tell(n, p, -p["units"] / 128 - 0.1 * (p["activation"] == "relu"))
+    assert len(set(seen)) == len(seen)
+
+
 def test_bayesian_beats_random_on_branin():
     def best_of(searcher, n=30):
         best = math.inf

@@ -254,6 +254,7 @@ class BayesianSearch(Searcher):
         post = _gp.Posterior(self.hyper, X, ys, capacity=len(X) + len(running) + extra, checkpoint=checkpoint)
         best = float(ys[:n_done].min())
         known = {tuple(np.round(x, 9)) for x in X}
+        known |= {tuple(np.round(self.coder.encode(p), 9)) for p in self.aside.values()}  # paused: not fitted
         rows: dict[tuple, tuple[int, float]] = {}  # pending point -> (its row in `post`, its fantasy value)
         for p in running:
             if checkpoint is not None:
@@ -280,7 +281,21 @@ class BayesianSearch(Searcher):
         picks = _gp.select(post, k, kinds, best, rule=self.batch_rule, coder=self.coder,
                            polish_picks=0 if _past(deadline) else k, exclude=known, deadline=deadline,
                            checkpoint=checkpoint)
-        return [self.coder.decode(x) for x in picks]
+        return self._unknown([self.coder.decode(x) for x in picks])
+
+    def _unknown(self, picks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The picks, each known point among them replaced by a random unknown one: in a small
+        discrete space every candidate the acquisition ranks high can be a point already tried."""
+        known = self.known_points()
+        out = []
+        for params in picks:
+            key = tuple(encode(self.space, params))
+            if key in known:
+                params = self._random.draw(known)
+                key = tuple(encode(self.space, params))
+            known.add(key)
+            out.append(params)
+        return out
 
     # -- rounds (suggestions handed out one at a time) ------------------------------------------
     def prepare_round(self, polish: int = 6, *, defer_fit: bool = False, deadline: float | None = None,
