@@ -129,12 +129,13 @@ class BayesianSearch(Searcher):
     def snapshot(self, round_no: int) -> BayesianSearch:
         """A copy to prepare round `round_no` on while this one goes on handing out and learning.
 
-        It has its own observed and pending points and gp_hedge gains, and its own random stream
-        seeded by the round number, so that preparing a round never advances this one's.
+        It has its own observed, pending and set-aside points and gp_hedge gains, and its own random
+        stream seeded by the round number, so that preparing a round never advances this one's.
         """
         twin = copy.copy(self)
         twin.observed = dict(self.observed)
         twin.pending = dict(self.pending)
+        twin.aside = dict(self.aside)
         twin.gains = self.gains.copy()
         twin._random = self._random.with_rng(np.random.RandomState([self.seed, round_no]))
         return twin
