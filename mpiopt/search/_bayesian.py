@@ -383,13 +383,11 @@ class BayesianSearch(Searcher):
                             random_state=seed)
             opt.tell(X, y)
             params = self.space.from_list(opt.ask())
-            key = tuple(encode(self.space, params, fill=True))
-            if key in known:
-                params = self._draw()
-                key = tuple(encode(self.space, params, fill=True))
+            if tuple(encode(self.space, params)) in known:  # as known_points has it: inactive ones left out
+                params = self._random.draw(known)
             out.append(params)
-            known.add(key)
-            X.append(list(key))
+            known.add(tuple(encode(self.space, params)))
+            X.append(encode(self.space, params, fill=True))
             y.append(best)
         return out
 

@@ -120,7 +120,7 @@ class UnitCoder:
                 continue
             v = params[p.name]
             if isinstance(p, Categorical):
-                x[c.start + next((i for i, ch in enumerate(p.choices) if ch == v), 0)] = 1.0
+                x[c.start + next((i for i, ch in enumerate(p.choices) if is_choice(v, (ch,))), 0)] = 1.0
             else:
                 x[c.start] = self._scale(p, float(v))
         return x
