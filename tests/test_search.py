@@ -96,6 +96,26 @@ def test_the_tree_surrogates_never_repeat_a_point_of_a_conditional_space(surroga
     assert len(set(seen)) == len(seen)
 
 
+def test_in_a_discrete_space_the_gp_hands_out_its_best_unknown_candidate_not_a_fallback():
+    # most candidates snap onto points already tried: the 64 the acquisition ranks first can all be
+    from mpiopt.search import _gp
+    from mpiopt.space import encode
+
+    space = Space((Integer("units", 1, 64), Categorical("act", ("relu", "tanh", "elu"))))
+    s = BayesianSearch(space, seed=0, initial_points=5, acquisition="LCB")
+    for n in range(25):
+        p = s.ask(n)
+        s.tell(n, p, (p["units"] - 40) ** 2 / 100 + ("relu", "tanh", "elu").index(p["act"]))
+    known = s.known_points()
+    post, (_, _, best, _), _, unit_known, _ = s._posterior(1)
+    picks = _gp.select(post, 4, ["LCB"] * 4, best, rule=s.batch_rule, coder=s.coder, polish_picks=0,
+                       exclude=unit_known)
+    assert all(tuple(encode(space, s.coder.decode(x))) not in known for x in picks)
+    round_ = s.prepare_round(polish=0)
+    handed = [round_.hand_out(known, polish_s=0.0) for _ in range(4)]
+    assert all(p is not None and tuple(encode(space, p)) not in known for p in handed), handed
+
+
 def test_the_gp_tells_true_from_1_among_a_categoricals_choices():
     from mpiopt.search._gp import UnitCoder
 

@@ -52,6 +52,7 @@ PESSIMISM = 0.2  # the prior mean sits this share of the losses' range above the
 MAX_TRAIN = 300  # results fitted: the best half, the most recent quarter of the rest, a spread of the others
 MAX_FANTASIES = 256  # running trials conditioned on: the latest hand-outs
 MAX_ROUND_GROWTH = 256  # hand-outs a round conditions on before the next round replaces it
+EXAMINED_PER_HAND_OUT = 64  # distinct candidates a hand-out checks before it falls back to the design
 
 Checkpoint = Callable[[], None]
 
@@ -412,8 +413,8 @@ class Round:
         self.mean, self.sd, self.best, self.worst = mean, sd, best, worst
         self.rng = rng
         self.probs = probs
-        self.taken = np.zeros(len(post.C), dtype=bool)
         self.known = set(known)
+        self.taken = _gp.rows_in(post.C, self.known)  # in a discrete space many candidates are known points
         self.applied: set[tuple] = set()
         self.polished = 0  # hand-outs whose pick was polished
         self.limit = post.n + MAX_ROUND_GROWTH  # past it, a hand-out is only kept from being handed out again
@@ -424,12 +425,12 @@ class Round:
         if key in self.rows:
             return
         x = self.owner.coder.encode(params)
+        self.known.add(tuple(np.round(x, 9)))
+        self.taken |= _gp.same_rows(self.post.C, x)
         if self.post.n >= self.limit:
-            self.known.add(tuple(np.round(x, 9)))
             return
         row = self.post.n
         self.rows[key] = (row, self.post.add_fantasy(x, self.owner.batch_rule, self.best))
-        self.known.add(tuple(np.round(x, 9)))
 
     def learn(self, params: dict[str, Any], loss: float | None) -> None:
         """A running trial finished: its fantasy becomes its value (failures: the worst value)."""
@@ -455,14 +456,19 @@ class Round:
             kind = _gp.ACQUISITIONS[int(self.rng.choice(len(self.probs), p=self.probs))]
         score = _gp.acquisition(kind, self.post.mu_c, self.post.var_c, self.best)
         score[self.taken] = -np.inf
-        for j in np.argsort(-score)[:64]:
+        examined = 0
+        for j in np.argsort(-score):
             j = int(j)
-            if not np.isfinite(score[j]):
+            if not np.isfinite(score[j]) or examined == EXAMINED_PER_HAND_OUT:
                 break
+            if self.taken[j]:  # a copy of a candidate found taken below
+                continue
+            examined += 1
             self.taken[j] = True
             x = self.post.C[j]
             params = self.owner.coder.decode(x)
             if not self._free(x, params, taken_keys):
+                self.taken |= _gp.same_rows(self.post.C, x)  # its copies too: a discrete space has many
                 continue
             if self.owner.coder.continuous and polish_s > 0:
                 x2, _ = _gp.polish(self.post, x, kind, self.best, self.owner.coder.free_at(x),

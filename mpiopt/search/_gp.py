@@ -540,14 +540,15 @@ def select(post: Posterior, k: int, kinds: list[str], best: float, *, rule: str,
     C = post.C
     taken = np.zeros(len(C), dtype=bool)
     exclude = set(exclude or ())
+    known = rows_in(C, exclude)  # in a discrete space most candidates can be points already tried
     picks: list[np.ndarray] = []
     for i in range(k):
         if checkpoint is not None:
             checkpoint()
         score = acquisition(kinds[i], post.mu_c, post.var_c, best)
         score[taken] = -np.inf
-        order = np.argsort(-score)
-        j = next((int(j) for j in order[:64] if tuple(np.round(C[j], 9)) not in exclude), int(order[0]))
+        # the best unknown candidate; where every one is known, the best (the caller replaces it)
+        j = int(np.argmax(np.where(known, -np.inf, score))) if not known[~taken].all() else int(np.argmax(score))
         taken[j] = True
         x = C[j]
         free = coder.free_at(x)
@@ -556,6 +557,17 @@ def select(post: Posterior, k: int, kinds: list[str], best: float, *, rule: str,
             if tuple(np.round(x, 9)) in exclude:
                 x = C[j]
         exclude.add(tuple(np.round(x, 9)))
+        known |= same_rows(C, x)
         picks.append(x)
         post.add_fantasy(x, rule, best)
     return picks
+
+
+def rows_in(C: np.ndarray, keys: set[tuple]) -> np.ndarray:
+    """Which rows of C are among `keys` (points rounded to 9 decimals, as tuples)."""
+    return np.fromiter((tuple(r) in keys for r in np.round(C, 9)), dtype=bool, count=len(C))
+
+
+def same_rows(C: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Which rows of C are the point x (to 9 decimals)."""
+    return np.all(np.abs(C - x) <= 1e-9, axis=1)
