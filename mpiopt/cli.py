@@ -918,7 +918,8 @@ def _refuse_a_finished_training(out: Path) -> None:
                           "DIR/train-trial-N with --from DIR)", source=str(out))
     kept = [name for name in TRAIN_OUTPUTS if (out / name).exists()]
     if kept:
-        raise ConfigError(f"already holds a training run ({', '.join(kept)}); choose another --out or remove them",
+        raise ConfigError(f"already holds a training run ({', '.join(kept)}); choose another --out or remove "
+                          f"{'them' if len(kept) > 1 else 'it'}",
                           source=str(out))
 
 

@@ -123,6 +123,15 @@ def test_the_gp_tells_true_from_1_among_a_categoricals_choices():
     assert [int(np.argmax(coder.encode({"c": v}))) for v in (1, True, 0, False)] == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_random_search_tries_every_point_of_a_discrete_space_before_repeating_one(seed):
+    # a hundred redraws rarely find the last few points left: they are listed instead
+    space = Space((Integer("a", 1, 100),))
+    s = RandomSearch(space, seed=seed)
+    seen = [s.ask(n)["a"] for n in range(100)]
+    assert sorted(seen) == list(range(1, 101))
+
+
 def test_bayesian_beats_random_on_branin():
     def best_of(searcher, n=30):
         best = math.inf

@@ -10,6 +10,7 @@ from ..space import Space, native_value, encode, to_skopt
 from ._base import Searcher
 
 _MAX_REDRAWS = 100
+_MAX_LISTED = 100_000  # points of a discrete space listed to find the few not yet known
 
 
 class RandomDraw:
@@ -44,7 +45,30 @@ class RandomDraw:
             params = self.space.from_list(x)
             if tuple(encode(self.space, params)) not in known:
                 return params
-        return params  # a small discrete space is exhausted: repeating is the only choice
+        left = self._unknown_points(known)  # a nearly exhausted discrete space: draw among those left
+        return left[int(self.rng.randint(len(left)))] if left else params  # exhausted: a repeat it must be
+
+    def _unknown_points(self, known: set[tuple]) -> list[dict[str, Any]]:
+        """Every point of a discrete space of at most _MAX_LISTED points that is not known ([]
+        for a space with a real parameter, or a larger one)."""
+        import itertools
+
+        from ..space import Categorical, Integer
+
+        values = []
+        for p in self.space.params:
+            if isinstance(p, Categorical):
+                values.append(list(p.choices))
+            elif isinstance(p, Integer):
+                values.append(list(range(p.low, p.high + 1)))
+            else:
+                return []
+        if np.prod([float(len(v)) for v in values]) > _MAX_LISTED:
+            return []
+        names = [p.name for p in self.space.params]
+        every = (self.space.active(dict(zip(names, combo, strict=True))) for combo in itertools.product(*values))
+        points = {tuple(encode(self.space, q)): q for q in every}  # inactive values make no other point
+        return [q for key, q in points.items() if key not in known]
 
 
 class RandomSearch(Searcher):
