@@ -101,7 +101,7 @@ parameters:
      "parameters.momentum: 0 (its lowest) leaves a trial without momentum: mode gem needs"),
     ("training: {mode: gem}\n  optimizer: {type: categorical, choices: [adam, sgd]}",
      "parameters.optimizer: mode gem needs"),
-    ("training: {optimizer: sgd}\n  mode: {type: categorical, choices: [downpour, gem]}",
+    ("training: {optimizer: sgd, group_size: 2}\n  mode: {type: categorical, choices: [downpour, gem]}",
      "training.optimizer: mode gem needs"),
 ])
 def test_the_configuration_refuses_gem_without_momentum_in_one_line(write_yaml, extra, field):
