@@ -534,17 +534,17 @@ GROUP_KEYS = ("mode", "lr_scaling")
 def _check_searched_mode_keys(training: dict[str, Any], space: Space, source: str) -> None:
     """Refuse a searched key that no trial's mode reads: a dimension of the search that would
     change nothing (`kappa` under downpour, any of them on groups of one rank)."""
+    def on_one_rank(key: str, readers: str) -> ConfigError:
+        return ConfigError(f"read only by {readers}, but training.group_size is 1: each trial trains on one "
+                           "process, so searching it would change nothing", source=source, field=f"parameters.{key}")
+
     for key in GROUP_KEYS:
         if key in space.names and training["group_size"] == 1:
-            raise ConfigError("read only by groups of several ranks, but training.group_size is 1: each trial "
-                              "trains on one process, so searching it would change nothing",
-                              source=source, field=f"parameters.{key}")
+            raise on_one_rank(key, "groups of several ranks")
     for key, readers in MODE_KEYS.items():
         why = mode_key_unread(key, training, space) if key in space.names else None
         if why == "training.group_size is 1":
-            raise ConfigError(f"read only by groups of workers ({', '.join(readers)}), but {why}: each trial trains "
-                              "on one process, so searching it would change nothing",
-                              source=source, field=f"parameters.{key}")
+            raise on_one_rank(key, f"groups of workers ({', '.join(readers)})")
         if why is not None:
             raise ConfigError(f"read only by mode {' and '.join(readers)}, but {why}: searching it would change "
                               "nothing", source=source, field=f"parameters.{key}")

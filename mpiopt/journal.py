@@ -182,6 +182,12 @@ def column_clash(names) -> str | None:
     return next((n for n in names if n in NOT_METRICS or n.startswith("params_")), None)
 
 
+def finite_metric(metrics: dict[str, Any], metric: str) -> bool:
+    """Whether `metrics` hold a finite number for `metric` (a report that can be judged by it)."""
+    value = metrics.get(metric)
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def shown_metrics(t: TrialRecord, live: bool, merit: Merit | None) -> dict[str, float]:
     """A trial's metrics in the table: its result's. One the search left without a result for its
     last stretch (interrupted, or paused or pruned at its last report) shows those of its best
@@ -189,8 +195,7 @@ def shown_metrics(t: TrialRecord, live: bool, merit: Merit | None) -> dict[str, 
     if merit is None or t.status != TrialStatus.RUNNING or t.shown_status(live) == TrialStatus.RUNNING:
         return t.metrics
     metric, direction = merit
-    judged = [m for m in (t.metrics, *t.reports)
-              if isinstance(m.get(metric), (int, float)) and math.isfinite(m[metric])]
+    judged = [m for m in (t.metrics, *t.reports) if finite_metric(m, metric)]
     pick = min if direction == "minimize" else max
     return {**t.metrics, **pick(judged, key=lambda m: m[metric])} if judged else t.metrics  # its parameter count
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from ._errors import ConfigError
 from .analysis import _run_info, direction_of, lost_intervals, run_directory
 from ._results_view import format_hours, format_rate, params_text
-from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, LOCK, read_journal, replay
+from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, LOCK, finite_metric, read_journal, replay
 from .scheduler import Scheduler, make_scheduler
 from .trial import TrialRecord, TrialStatus, reached_by_state
 
@@ -219,7 +219,7 @@ def status_text(path: str, now: float | None = None) -> str:
     dead = dead_time(events, alive, now)
     lines = [_state_line(run, alive, budget)]
     lines += _count_lines(list(trials.values()), budget, alive)
-    lines += _best_lines(run, list(trials.values()), events)
+    lines += _best_lines(run, list(trials.values()), events, info)
     epoch_lines = _epoch_lines(events, trials, budget, ladder_of(info), now, alive, dead)
     lines += _rate_lines(list(trials.values()), budget, now, alive, dead, eta=not epoch_lines)
     lines += epoch_lines
@@ -320,12 +320,12 @@ def _sent_ahead(trials: list[TrialRecord], alive: Liveness) -> int:
     return len(running) - len({t.group for t in running})
 
 
-def _best_lines(run: Path, trials: list[TrialRecord], events: list[dict]) -> list[str]:
+def _best_lines(run: Path, trials: list[TrialRecord], events: list[dict], info: dict) -> list[str]:
     direction, metric = direction_of(run)
     done = [t for t in trials if t.status == TrialStatus.COMPLETED and t.objective is not None]
     pick = min if direction == "minimize" else max
     if not done:
-        step = "step" if "function" in (_run_info(run).get("objective") or {}) else "epoch"
+        step = "step" if "function" in (info.get("objective") or {}) else "epoch"
         return ["best: no trial has completed" + _best_report_text(events, metric, pick, step)]
     best = pick(done, key=lambda t: t.objective)
     return [f"best {metric}: {best.objective:.6g} at trial {best.trial} ({params_text(best.params)})"]
@@ -335,15 +335,11 @@ def _best_report_text(events: list[dict], metric: str, pick, step: str) -> str:
     """The best epoch (a function's step) any trial has reported: under a scheduler, or with
     trials of hours, the first trial completes long after the search has learnt something."""
     reported = [(float(e["metrics"][metric]), e["trial"], e["epoch"]) for e in events
-                if e.get("event") == "report" and _finite_number((e.get("metrics") or {}).get(metric))]
+                if e.get("event") == "report" and finite_metric(e.get("metrics") or {}, metric)]
     if not reported:
         return ""
     value, trial, epoch = pick(reported, key=lambda r: r[0])
     return f"; the best {step} so far: {metric} {value:.6g} at trial {trial}, {step} {epoch}"
-
-
-def _finite_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _rate_lines(trials: list[TrialRecord], budget: int, now: float, alive: Liveness, dead: tuple[float, float] | None,

@@ -289,15 +289,14 @@ class BayesianSearch(Searcher):
         """The picks, each known point among them replaced by a random unknown one: in a small
         discrete space every candidate the acquisition ranks high can be a point already tried."""
         known = self.known_points()
-        out = []
-        for params in picks:
-            key = tuple(encode(self.space, params))
-            if key in known:
-                params = self._random.draw(known)
-                key = tuple(encode(self.space, params))
-            known.add(key)
-            out.append(params)
-        return out
+        return [self._unknown_or_drawn(params, known) for params in picks]
+
+    def _unknown_or_drawn(self, params: dict[str, Any], known: set[tuple]) -> dict[str, Any]:
+        """`params`, or a random unknown point where it is known; `known` then holds the one returned."""
+        if tuple(encode(self.space, params)) in known:  # as known_points has it: inactive ones left out
+            params = self._random.draw(known)
+        known.add(tuple(encode(self.space, params)))
+        return params
 
     # -- rounds (suggestions handed out one at a time) ------------------------------------------
     def prepare_round(self, polish: int = 6, *, defer_fit: bool = False, deadline: float | None = None,
@@ -383,11 +382,8 @@ class BayesianSearch(Searcher):
             opt = Optimizer(self._dims, base_estimator=estimator, n_initial_points=1, acq_func=self.acquisition,
                             random_state=seed)
             opt.tell(X, y)
-            params = self.space.from_list(opt.ask())
-            if tuple(encode(self.space, params)) in known:  # as known_points has it: inactive ones left out
-                params = self._random.draw(known)
+            params = self._unknown_or_drawn(self.space.from_list(opt.ask()), known)
             out.append(params)
-            known.add(tuple(encode(self.space, params)))
             X.append(encode(self.space, params, fill=True))
             y.append(best)
         return out

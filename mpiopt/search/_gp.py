@@ -548,7 +548,8 @@ def select(post: Posterior, k: int, kinds: list[str], best: float, *, rule: str,
         score = acquisition(kinds[i], post.mu_c, post.var_c, best)
         score[taken] = -np.inf
         # the best unknown candidate; where every one is known, the best (the caller replaces it)
-        j = int(np.argmax(np.where(known, -np.inf, score))) if not known[~taken].all() else int(np.argmax(score))
+        free = ~(taken | known)
+        j = int(np.argmax(np.where(free, score, -np.inf))) if free.any() else int(np.argmax(score))
         taken[j] = True
         x = C[j]
         free = coder.free_at(x)

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any
 
 import numpy as np
 
-from ..space import Space, native_value, encode, to_skopt
+from ..space import Categorical, Integer, Space, native_value, encode, to_skopt
 from ._base import Searcher
 
 _MAX_REDRAWS = 100
@@ -51,10 +52,6 @@ class RandomDraw:
     def _unknown_points(self, known: set[tuple]) -> list[dict[str, Any]]:
         """Every point of a discrete space of at most _MAX_LISTED points that is not known ([]
         for a space with a real parameter, or a larger one)."""
-        import itertools
-
-        from ..space import Categorical, Integer
-
         values = []
         for p in self.space.params:
             if isinstance(p, Categorical):
