@@ -64,3 +64,37 @@ def run_cli(args, *, cwd, np: int | None = None, timeout: float = 120, env=None)
         cmd = [str(MPIEXEC), "-n", str(np), *cmd]
     full_env = {**os.environ, "MPIOPT_TEST_SLEEP": "0", **(env or {})}
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+# -- MPICH's shared-memory files of jobs the tests kill -----------------------------------------
+# A rank killed with SIGKILL (as the fault tests do) never reaches MPI_Finalize, which is where
+# MPICH removes its /dev/shm files; each holds megabytes of memory until the machine reboots.
+_SHM = Path("/dev/shm")
+
+
+def _mpich_shm_files() -> set[Path]:
+    return set(_SHM.glob("mpich_shm_*")) if _SHM.is_dir() else set()
+
+
+def _mapped_shm_files() -> set[str]:
+    """The /dev/shm files any live process maps (a job still running keeps its files)."""
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped |= {line.split(maxsplit=5)[-1] for line in maps.read_text().splitlines() if " /dev/shm/" in line}
+        except OSError:  # the process ended, or is not ours to read
+            continue
+    return mapped
+
+
+def pytest_sessionstart(session):
+    session.config.shm_before = _mpich_shm_files()
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller cleans up once
+        return
+    mapped = _mapped_shm_files()
+    for f in _mpich_shm_files() - session.config.shm_before:
+        if str(f) not in mapped:
+            f.unlink(missing_ok=True)

@@ -142,6 +142,20 @@ def test_every_rank_counts_the_ranks_on_its_node():
     assert len(lines) == 3 and all(line.startswith("here 3 3 ranks on ") for line in lines), p.stdout
 
 
+def test_a_job_that_ends_with_an_error_leaves_no_shared_memory_behind():
+    # ranks that agree on an error end by MPI_Abort, which skips MPICH's removal of its /dev/shm files
+    code = ("from mpi4py import MPI; from mpiopt import launch; w = MPI.COMM_WORLD; "
+            "files = [l.split()[-1] for l in open('/proc/self/maps') if ' /dev/shm/mpich_shm_' in l "
+            "and not l.endswith('(deleted)\\n')]; print('mapped', *files, flush=True); w.Barrier(); "
+            "launch.abort_job(w, 2, 0.0, quiet=True) if w.Get_rank() == 0 else __import__('time').sleep(30)")
+    p = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2, p.stderr
+    mapped = {f for line in p.stdout.splitlines() if line.startswith("mapped") for f in line.split()[1:]}
+    assert mapped, p.stdout  # MPICH of the wheel shares memory through /dev/shm files
+    assert not [f for f in mapped if Path(f).exists()], mapped
+
+
 def test_five_ranks_groups_of_two_get_their_own_communicator(write_yaml, tmp_path):
     p = run_cli(["search", space(write_yaml, "n5", fn="with_comm", trials=8, group_size=2)], cwd=tmp_path, np=5)
     assert p.returncode == 0, p.stderr
