@@ -26,7 +26,7 @@ from ._files import refuse_a_file_in_the_way
 from ._log import FILE_ONLY, STATS, HeldLines, log_to_file, set_rank_tag, setup_logging, stop_logging_to
 from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_at_start, agree_or_raise, catch_sigterm, env_rank,
                      env_size, hold_warnings, mpi_main, prepare_threads, ranks_on_hosts, relaunch, say_error, warn_once)
-from .space import Categorical
+from .space import Categorical, every_point
 from .trial import TrialRecord, TrialResult, TrialStatus
 
 log = logging.getLogger("mpiopt.cli")
@@ -591,7 +591,7 @@ def _plan_notes(cfg, plan) -> list[str]:
              _initial_points_note(cfg), _direction_note(cfg), _accuracy_of_a_regression_note(cfg),
              _uneven_groups_note(cfg, plan) or _no_group_of_the_size_note(cfg, plan), _searched_training_keys_note(cfg),
              _training_metric_note(cfg),
-             _unread_mode_keys_note(cfg), _warmup_note(cfg)]
+             _unread_mode_keys_note(cfg), _warmup_note(cfg), _more_trials_than_points_note(cfg)]
     return [n for n in notes if n is not None]
 
 
@@ -769,6 +769,17 @@ def _initial_points_note(cfg) -> str | None:
         return None
     return (f"search.initial_points {s.initial_points} is not below search.trials {s.trials}: every trial is one "
             "of the initial design's points and the model never suggests one")
+
+
+def _more_trials_than_points_note(cfg) -> str | None:
+    """A discrete space with fewer distinct points than trials: the searchers never repeat a point
+    while one is left, so the rest repeat, and a user who did not count should hear of it first."""
+    points = every_point(cfg.space, limit=100_000)
+    if points is None or len(points) >= cfg.search.trials:
+        return None
+    extra = cfg.search.trials - len(points)
+    return (f"search.trials {cfg.search.trials} is more than the {len(points)} distinct points of the space: "
+            f"{view.counted(extra, 'trial')} will repeat a point already tried")
 
 
 def _make_link(cfg, comm, plan):

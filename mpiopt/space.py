@@ -9,6 +9,7 @@ This module is pure Python (scikit-optimize is imported lazily by `to_skopt`).
 """
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from collections.abc import Sequence
@@ -377,6 +378,21 @@ def encode(space: Space, params: dict[str, Any], *, fill: bool = False) -> list[
         else:
             out.append(params[p.name])
     return out
+
+
+def every_point(space: Space, limit: int) -> list[dict[str, Any]] | None:
+    """Every distinct point of a discrete space of at most `limit` combinations of values, or None
+    for a space with a real parameter or a larger one. Values of inactive parameters make no other
+    point: (optimizer sgd, momentum 0.9) and (optimizer adam) are two points, not one per momentum."""
+    values = []
+    for p in space.params:
+        if isinstance(p, Real):
+            return None
+        values.append(list(p.choices) if isinstance(p, Categorical) else list(range(p.low, p.high + 1)))
+    if math.prod(float(len(v)) for v in values) > limit:
+        return None
+    every = (space.active(dict(zip(space.names, combo, strict=True))) for combo in itertools.product(*values))
+    return list({tuple(encode(space, q)): q for q in every}.values())
 
 
 def _filler(p: Parameter) -> Any:

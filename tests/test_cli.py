@@ -409,6 +409,11 @@ def test_check_prints_the_plan(write_yaml, tmp_path):
     p = run_cli(["check", write_yaml(SPACE.replace("trials: 8", "trials: 4"), "few.yaml")], cwd=tmp_path)
     assert "  note        search.initial_points 4 is not below search.trials 4: every trial is one of the initial " \
         "design's points" in p.stdout
+    discrete = SPACE.replace("x: {type: real, low: -5.0, high: 10.0}", "x: {type: integer, low: -2, high: 2}")
+    discrete = discrete.replace("y: {type: real, low: 0.0, high: 15.0}", "y: {choices: [0.5, 2.5]}")
+    p = run_cli(["check", write_yaml(discrete.replace("trials: 8", "trials: 13"), "ten.yaml")], cwd=tmp_path)
+    assert "  note        search.trials 13 is more than the 10 distinct points of the space: 3 trials will repeat " \
+        "a point already tried" in p.stdout
     p = run_cli(["check", write_yaml(SPACE.replace("{function: objectives.py:branin}",
                                                     "{function: objectives.py:branin, maximize: val_loss}"),
                                      "loss.yaml")], cwd=tmp_path)

@@ -5,7 +5,7 @@ import pytest
 
 from mpiopt._errors import ConfigError
 from mpiopt.config import load_config, training_keys_also_searched
-from mpiopt.space import Categorical, Integer, Real
+from mpiopt.space import Categorical, Integer, Real, every_point, parse_space
 
 GOOD = """
 objective:
@@ -441,3 +441,15 @@ def test_notes_of_a_training_metric_judged_and_of_mode_keys_no_mode_reads(write_
         "is none, so it changes nothing")
     assert _warmup_note(cfg(training="epochs: 4, warmup_epochs: 1, group_size: 2",
                             params="  lr_scaling: {choices: [none, linear]}\n")) is None  # a linear trial ramps
+
+
+def test_every_point_of_a_discrete_space_counts_inactive_values_once():
+    space = parse_space({"opt": {"choices": ["sgd", "adam"]},
+                         "momentum": {"choices": [0.0, 0.9], "when": {"opt": "sgd"}},
+                         "layers": {"type": "integer", "low": 1, "high": 3}}, source="s", did_you_mean=lambda *_: "")
+    points = every_point(space, limit=100)
+    assert len(points) == 9  # (sgd, 2 momenta, 3 depths) and (adam, 3 depths)
+    assert {"opt": "adam", "layers": 2} in points and {"opt": "sgd", "momentum": 0.9, "layers": 2} in points
+    assert every_point(space, limit=11) is None  # 12 combinations to list
+    real = parse_space({"lr": {"type": "real", "low": 0.1, "high": 1.0}}, source="s", did_you_mean=lambda *_: "")
+    assert every_point(real, limit=100) is None

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import copy
-import itertools
 from typing import Any
 
 import numpy as np
 
-from ..space import Categorical, Integer, Space, native_value, encode, to_skopt
+from ..space import Space, encode, every_point, native_value, to_skopt
 from ._base import Searcher
 
 _MAX_REDRAWS = 100
@@ -52,20 +51,8 @@ class RandomDraw:
     def _unknown_points(self, known: set[tuple]) -> list[dict[str, Any]]:
         """Every point of a discrete space of at most _MAX_LISTED points that is not known ([]
         for a space with a real parameter, or a larger one)."""
-        values = []
-        for p in self.space.params:
-            if isinstance(p, Categorical):
-                values.append(list(p.choices))
-            elif isinstance(p, Integer):
-                values.append(list(range(p.low, p.high + 1)))
-            else:
-                return []
-        if np.prod([float(len(v)) for v in values]) > _MAX_LISTED:
-            return []
-        names = [p.name for p in self.space.params]
-        every = (self.space.active(dict(zip(names, combo, strict=True))) for combo in itertools.product(*values))
-        points = {tuple(encode(self.space, q)): q for q in every}  # inactive values make no other point
-        return [q for key, q in points.items() if key not in known]
+        every = every_point(self.space, _MAX_LISTED) or []
+        return [q for q in every if tuple(encode(self.space, q)) not in known]
 
 
 class RandomSearch(Searcher):
