@@ -372,6 +372,21 @@ def test_weights_gone_nan_with_a_finite_loss_end_the_run_diverged():
     assert epochs.stopped == "diverged"
 
 
+@pytest.mark.parametrize("every, reported, warned", [(1, 3, True), (2, 1, False), (2, 2, True), (1, 0, False)])
+def test_a_trial_whose_reported_epochs_have_no_checkpoint_is_warned_of(tmp_path, caplog, every, reported, warned):
+    from mpiopt.learn._engine import Job, _Epochs
+
+    # a paused trial's checkpoint deleted by hand: promoted, it trains again from epoch 0, and says so;
+    # with checkpoint_every 2, an epoch 1 reported before its kill had no checkpoint to lose
+    job = Job(build=None, model_kwargs={}, source=None, training={"checkpoint_every": every}, out_dir=tmp_path,
+              reported=reported, name="trial 7")
+    with caplog.at_level("WARNING", logger="mpiopt.learn"):
+        assert _Epochs(job, writer=True).restore(None) is None
+    assert [r.getMessage() for r in caplog.records] == (
+        [f"trial 7: no readable checkpoint.npz in {tmp_path}, though the search holds {reported} of its epochs: it "
+         "trains again from epoch 0"] if warned else [])
+
+
 def test_data_paths_take_the_home_folder_as_a_shell_does(tmp_path, monkeypatch):
     from mpiopt.learn._data import file_list
 

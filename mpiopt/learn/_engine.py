@@ -333,6 +333,7 @@ class _Epochs:
             return None
         found = _checkpoint.load(self.job.out_dir)
         if found is None:
+            self._warn_of_a_lost_checkpoint()
             return None
         arrays, meta = found
         self.history = list(meta.get("history", []))
@@ -346,6 +347,15 @@ class _Epochs:
             _checkpoint.load_optimizer(opt, arrays, meta.get("optimizer"))
         # epochs done = next epoch index; the state as get_state gives it (an older checkpoint's is float32)
         return int(meta["epoch"]), arrays["weights"], np.asarray(arrays["state"], dtype=np.float64)
+
+    def _warn_of_a_lost_checkpoint(self) -> None:
+        """A checkpoint is saved before an epoch that is due one is reported, so a trial the
+        search holds such a report of must have one: without it (deleted, unreadable) the trial's
+        epochs are trained again, which the user should hear of."""
+        reported = self.job.reported or 0
+        if self.writer and any(checkpoint_due(self.job, e) for e in range(1, reported + 1)):
+            log.warning("%s: no readable %s in %s, though the search holds %d of its epochs: it trains again "
+                        "from epoch 0", self.job.name, _checkpoint.NPZ, self.job.out_dir, reported)
 
     def outcome(self, timing: dict[str, dict[str, float]], samples: int, t0: float, flat: FlatModel) -> TrainOutcome:
         """What training of `flat` produced, `t0` its start (perf_counter)."""
