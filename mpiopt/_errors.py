@@ -5,6 +5,12 @@
 """
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
+# what no trial can be blamed for: its rerun, once there is room again, would go through
+_STORAGE_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+
 
 class MpioptError(Exception):
     """Base class of mpiopt's own errors."""
@@ -57,3 +63,26 @@ class GroupPeerReturned(GroupPeerFailed):
 
     def line(self) -> str:
         return str(self.args[0])
+
+
+def storage_failure(exc: BaseException, own: Path | None = None) -> bool:
+    """Whether `exc` is the storage failing rather than the code: a full disk, a spent quota, a
+    read-only file system, or a file under `own` (mpiopt's folder) it may no longer write."""
+    if not isinstance(exc, OSError):
+        return False
+    if exc.errno in _STORAGE_FULL:
+        return True
+    return (own is not None and isinstance(exc, PermissionError) and exc.filename is not None
+            and Path(exc.filename).resolve().is_relative_to(own.resolve()))
+
+
+def file_error(exc: BaseException) -> bool:
+    """Whether `exc` is a file that could not be read or written (an OSError naming it) or the
+    storage failing: said in one line, not as an internal error."""
+    return isinstance(exc, OSError) and (exc.filename is not None or storage_failure(exc))
+
+
+def storage_text(exc: OSError) -> str:
+    """'FILE: No space left on device' (the reason alone where the error names no file)."""
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename is not None else reason

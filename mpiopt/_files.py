@@ -1,10 +1,11 @@
 """Writing files that readers never see half-written, and where files can be written at all."""
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
-from collections.abc import Callable
 
 from ._errors import ConfigError
 
@@ -14,17 +15,33 @@ def atomic_write(path: Path, data: bytes | Callable[[IO[bytes]], None], *, durab
     readers see the old or the new file, never a mix; `durable`: on disk (the file and its
     folder fsynced) before this returns."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        if callable(data):
-            data(f)
-        else:
-            f.write(data)
-        f.flush()
-        if durable:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with naming(path), open(tmp, "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data)
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no half-written file left to hold its space
+        tmp.unlink(missing_ok=True)
+        raise
     if durable:
         fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """An OSError that names no file (a write to a full disk) re-raised naming `path`, so that
+    the user hears which file could not be written."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def fsync_dir(folder: Path) -> None:
@@ -44,7 +61,11 @@ def fsync_dir(folder: Path) -> None:
 def refuse_a_file_in_the_way(path: Path, source: str | None = None) -> None:
     """A ConfigError (under `source`, default the path) where a file stands where `path` or one
     of its parents must be a folder to write in."""
-    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    try:
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    except OSError as exc:  # a name longer than the file system takes, a loop of links
+        raise ConfigError(f"cannot use this path: {exc.strerror}", source=str(path) if source is None else source) \
+            from None
     if blocker is not None:
         raise ConfigError(f"cannot write here: {blocker} exists and is not a directory",
                           source=str(path) if source is None else source)

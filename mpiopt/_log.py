@@ -98,9 +98,25 @@ def _for_the_console(record: logging.LogRecord) -> bool:
     return record.name != STATS or logging.getLogger(_ROOT).level <= logging.DEBUG
 
 
+class _LogFile(logging.FileHandler):
+    """search.log: a path that is not UTF-8 written with escapes; on a full disk, one line on the
+    console and no more writing, instead of logging's traceback at every line."""
+
+    def __init__(self, path) -> None:
+        super().__init__(path, encoding="utf-8", errors="backslashreplace")
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):
+            return super().handleError(record)
+        logging.getLogger(_ROOT).removeHandler(self)
+        print(f"mpiopt: {self.baseFilename}: {exc.strerror or exc}: no more lines are written to it",
+              file=sys.stderr, flush=True)
+
+
 def log_to_file(path) -> logging.Handler:
     """Also append this process's `mpiopt` lines to `path` (dated, at the level set); returns the handler."""
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = _LogFile(path)
     handler.setFormatter(logging.Formatter(_FORMAT, "%Y-%m-%d %H:%M:%S"))
     handler.addFilter(_filter)
     logging.getLogger(_ROOT).addHandler(handler)

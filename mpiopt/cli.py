@@ -21,7 +21,7 @@ from typing import Any
 
 from . import __version__, _env
 from . import _results_view as view
-from ._errors import ConfigError
+from ._errors import ConfigError, file_error, storage_text
 from ._files import refuse_a_file_in_the_way
 from ._log import FILE_ONLY, STATS, HeldLines, log_to_file, set_rank_tag, setup_logging, stop_logging_to
 from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_at_start, agree_or_raise, catch_sigterm, env_rank,
@@ -202,6 +202,11 @@ def _guard(fn) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a full disk under `report`'s plots, an unreadable file
+        if not file_error(exc):
+            raise
+        say_error(storage_text(exc))
+        return 1
 
 
 def _interrupted(what: str) -> int:
@@ -1147,12 +1152,13 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
 
     trial = job.trial or 0
     reporter = Reporter(Task(trial, params), progress, send=None) if rank == 0 else None
+    outcome = None  # stays None where run raises (a full disk)
     try:
         outcome = runner.run(params, group, trial=trial, trial_dir=folder, reporter=reporter)
-        if group is not None and outcome.status != TrialStatus.COMPLETED and group.failed_peer is None:
-            group.notify_failure()  # the others stop waiting for this rank
     finally:
         if group is not None:
+            if (outcome is None or outcome.status != TrialStatus.COMPLETED) and group.failed_peer is None:
+                group.notify_failure()  # the others stop waiting for this rank
             group.close()
         if cfg.objective.kind == "function" and steps:
             _write_function_history(folder / "history.csv", steps)

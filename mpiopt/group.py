@@ -135,7 +135,9 @@ def serve(channel, runner_factory) -> int:
             mine, start, _ = run_task(runner, task, comm, send)
             if mine.status not in SUCCESSFUL and comm.failed_peer is None:
                 comm.notify_failure()
-        except BaseException:
+        except BaseException:  # a full disk, Ctrl-C: the other ranks must stop waiting for this one to close
+            if comm.failed_peer is None:
+                comm.notify_failure()
             comm.close()
             raise
         # closing the trial's communicator waits for every rank's part, as the gather does

@@ -5,6 +5,7 @@ executed: the journal is JSON lines, the config is YAML read safely.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as _dt
 import fcntl
@@ -25,7 +26,7 @@ import yaml
 
 from ._errors import ConfigError
 from . import pareto
-from ._files import atomic_write, refuse_a_file_in_the_way
+from ._files import atomic_write, naming, refuse_a_file_in_the_way
 from .pareto import Goals
 from .trial import TrialRecord, TrialStatus, apply_event, clean, trial_of
 
@@ -428,15 +429,17 @@ class RunDir:
         where = str(self.shown)
         self.check(resume=resume, config_text=config_text)
         self._made = [p for p in (self.path, *self.path.parents) if not p.exists()]  # deepest first
+        probe = self.path / f".write-test.{os.getpid()}"
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            probe = self.path / f".write-test.{os.getpid()}"
             probe.write_bytes(b"ok")
-            probe.unlink()
         except OSError as exc:
+            self._unmake(probe)
             raise ConfigError(f"cannot write here: {exc.strerror or exc}", source=where) from None
+        probe.unlink()
         free = shutil.disk_usage(self.path).free
         if free < MIN_FREE_BYTES:
+            self._unmake()
             raise ConfigError(f"the file system is full ({free / 2**20:.1f} MiB free; a search needs at least "
                               f"{MIN_FREE_BYTES // 2**20} MiB for its journal, table and checkpoints)", source=where)
         self._acquire_lock()
@@ -515,22 +518,24 @@ class RunDir:
         process at once); fsynced before this returns unless `sync=False`, in which case `sync()`
         must follow (the coordinator syncs once a loop, before it waits for the next result)."""
         assert self._journal is not None, "RunDir.open() first"
-        if self._needs_header:  # with the first event: a journal that holds no trial stays empty
-            self._needs_header = False
-            self._journal.write(_line(header()))
-        self._journal.write(_line(event))
-        self._journal.flush()
-        if sync:
-            os.fsync(self._journal.fileno())
-        else:
-            self._unsynced = True
+        with naming(self.journal_path):
+            if self._needs_header:  # with the first event: a journal that holds no trial stays empty
+                self._needs_header = False
+                self._journal.write(_line(header()))
+            self._journal.write(_line(event))
+            self._journal.flush()
+            if sync:
+                os.fsync(self._journal.fileno())
+            else:
+                self._unsynced = True
 
     def sync(self) -> None:
         """fsync the journal now if records were appended with `sync=False` since the last one."""
         self._raise_sync_error()
         if self._journal is not None and self._unsynced:
             self._unsynced = False
-            os.fsync(self._journal.fileno())
+            with naming(self.journal_path):
+                os.fsync(self._journal.fileno())
 
     def sync_soon(self) -> None:
         """Have a helper thread fsync the journal (group commit): the records are already written
@@ -565,7 +570,8 @@ class RunDir:
     def _raise_sync_error(self) -> None:
         if self._sync_error is not None:
             exc, self._sync_error = self._sync_error, None
-            raise exc
+            with naming(self.journal_path):
+                raise exc
 
     def load(self) -> tuple[dict[int, TrialRecord], list[str]]:
         events, problems = self.events()
@@ -634,6 +640,15 @@ class RunDir:
         except OSError:  # never made, or something else was put there meanwhile: keep it
             pass
 
+    def _unmake(self, probe: Path | None = None) -> None:
+        """Leave no trace of an `open` refused before it wrote anything: the write test's file, and
+        the folders it made."""
+        with contextlib.suppress(OSError):
+            if probe is not None:
+                probe.unlink(missing_ok=True)
+            for folder in self._made:
+                folder.rmdir()
+
     def discard(self) -> None:
         """Remove a new search that stopped on its objective's misuse before anything else finished
         (`Summary.discard`): what it wrote, the trial folders and the folders `open` made, so that
@@ -658,11 +673,12 @@ class RunDir:
             self._syncer = None
             self._journal = journal
         if self._journal is not None:
-            try:
-                os.fsync(self._journal.fileno())
-            finally:
-                self._journal.close()
-                self._journal = None
+            journal, self._journal = self._journal, None
+            with naming(self.journal_path):
+                try:
+                    os.fsync(journal.fileno())
+                finally:
+                    journal.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _env
-from ._errors import ConfigError
+from ._errors import ConfigError, file_error, storage_text
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,10 @@ def _run_rank(comm, cfg, command: Callable[[Any, str | None], int], coordinator:
             print(f"mpiopt: interrupted; {interrupted}", file=sys.stderr, flush=True)
         return 130
     except Exception as exc:  # a bug, a full disk, a lost file: never leave the other ranks blocked
-        _internal_error(comm, exc)
+        if file_error(exc):
+            _file_error(comm, exc, interrupted)
+        else:
+            _internal_error(comm, exc)
         return 1
 
 
@@ -195,6 +198,18 @@ def _terminate(signum, frame):
     watchdog.daemon = True
     watchdog.start()
     raise KeyboardInterrupt
+
+
+def _file_error(comm, exc: OSError, interrupted: str) -> None:
+    """Say which file failed and why (a full disk, a lost permission), on this rank's stderr, and
+    end the job."""
+    log.debug("traceback of the file error", exc_info=exc)
+    print(f"mpiopt: error on world rank {comm.Get_rank()}: {storage_text(exc)}; the job stops: {interrupted}",
+          file=sys.stderr, flush=True)
+    if comm.Get_size() > 1:
+        abort_job(comm, 1, ABORT_GRACE_S, quiet=True)
+    else:
+        logging.shutdown()
 
 
 def _internal_error(comm, exc: Exception) -> None:

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ._errors import DataError, GroupPeerFailed, GroupPeerReturned, TrialFailed, TrialTimeout
+from ._errors import DataError, GroupPeerFailed, GroupPeerReturned, TrialFailed, TrialTimeout, storage_failure
 from .config import Config, import_callable
 from .journal import column_clash
 from .pareto import MEASURED
@@ -389,6 +389,10 @@ class TrialRunner:
                                misuse_field="objective.data")
         except (UnknownParameter, ReportMisuse, GroupPeerReturned) as exc:
             return TrialResult(status=TrialStatus.FAILED, error=exc.line(), detail=error_detail(exc), misuse=True)
+        except OSError as exc:  # a full disk is no fault of the trial: the search stops, and --resume reruns it
+            if storage_failure(exc, trial_dir.parent.parent if trial_dir is not None else None):
+                raise
+            return TrialResult(status=TrialStatus.FAILED, error=error_text(exc), detail=error_detail(exc))
         except Exception as exc:  # user code: any exception fails the trial, never the search
             return TrialResult(status=TrialStatus.FAILED, error=error_text(exc), detail=error_detail(exc))
         except SystemExit as exc:  # sys.exit() in user code ends its trial, not the rank (and the search)

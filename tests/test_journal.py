@@ -360,7 +360,36 @@ def test_full_file_system_is_refused_at_start(tmp_path, monkeypatch):
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(sh, "disk_usage", lambda p: usage(10**9, 10**9 - 2**20, 2**20))
     with pytest.raises(ConfigError, match=r"the file system is full \(1.0 MiB free"):
-        RunDir(tmp_path / "r").open(resume=False, config_text=CONFIG)
+        RunDir(tmp_path / "r" / "deeper").open(resume=False, config_text=CONFIG)
+    assert list(tmp_path.iterdir()) == []  # no empty run directory left behind
+
+
+def test_a_write_that_fills_the_disk_names_its_file_and_leaves_no_part_behind(tmp_path):
+    import errno
+
+    from mpiopt._files import atomic_write
+
+    def full(f):
+        f.write(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    (tmp_path / "results.csv").write_text("old\n")
+    with pytest.raises(OSError) as info:
+        atomic_write(tmp_path / "results.csv", full)
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(tmp_path / "results.csv")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.csv"]  # no .results.csv.tmpPID
+    assert (tmp_path / "results.csv").read_text() == "old\n"
+    rd = RunDir(tmp_path / "run")
+    rd.open(resume=False, config_text=CONFIG)
+
+    class FullDisk(io.BytesIO):
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    rd._journal = FullDisk()
+    with pytest.raises(OSError) as info:
+        rd.append(start(0, 0.1))
+    assert info.value.filename == str(tmp_path / "run" / "trials.jsonl")
 
 
 def test_cached_table_matches_a_fresh_one_as_trials_finish(tmp_path):

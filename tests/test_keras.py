@@ -323,3 +323,24 @@ def test_a_model_that_makes_its_weights_on_its_first_call_is_loaded(model_space,
     trained.save_weights(tmp_path / "best.weights.h5")
     model = _rebuild(cfg, {"units": 4}, tmp_path / "best.weights.h5")  # as load_model(RUN_DIR) rebuilds it
     assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), trained.get_weights(), strict=True))
+
+
+def test_weights_the_disk_cannot_hold_are_refused_before_hdf5_starts_the_file(tmp_path, monkeypatch):
+    # HDF5 running out of space in the middle of a file can crash the process instead of raising
+    import errno
+    from collections import namedtuple
+
+    import keras
+
+    from mpiopt.learn import _engine
+
+    model = keras.Sequential([keras.Input((300,)), keras.layers.Dense(1000)])  # 1.2 MB of weights
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(_engine.shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 2 * 2**20, 2 * 2**20))
+    with pytest.raises(OSError) as info:
+        _engine.save_weights(model, tmp_path / "best.weights.h5")
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(tmp_path / "best.weights.h5")
+    assert not (tmp_path / "best.weights.h5").exists()
+    monkeypatch.setattr(_engine.shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 4 * 2**20, 4 * 2**20))
+    _engine.save_weights(model, tmp_path / "best.weights.h5")
+    assert (tmp_path / "best.weights.h5").stat().st_size > 1_200_000

@@ -65,3 +65,33 @@ def test_search_log_keeps_every_trial_line(tmp_path):
         stop_logging_to(handler)
         root.setLevel(level)
     assert (tmp_path / "search.log").read_text().count(" pruned") == 3 * TRIAL_LINES_PER_S
+
+
+def test_search_log_on_a_full_disk_says_so_once_and_a_path_not_utf8_is_escaped(tmp_path, capsys):
+    import errno
+
+    from mpiopt._log import log_to_file, stop_logging_to
+
+    class FullDisk:
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self):
+            pass
+
+    root = logging.getLogger("mpiopt")
+    level = root.level
+    root.setLevel(logging.INFO)
+    handler = log_to_file(tmp_path / "search.log")
+    try:
+        logging.getLogger("mpiopt.coordinator").info("run directory %s", tmp_path / "bad\udcff")
+        handler.stream = FullDisk()
+        for n in range(3):
+            logging.getLogger("mpiopt.coordinator").info("trial %d completed", n)
+    finally:
+        stop_logging_to(handler)
+        root.setLevel(level)
+    assert "bad\\udcff" in (tmp_path / "search.log").read_text()
+    assert capsys.readouterr().err.splitlines()[-1] == (f"mpiopt: {tmp_path / 'search.log'}: No space left on device: "
+                                                        "no more lines are written to it")
+    assert handler not in root.handlers

@@ -193,6 +193,29 @@ def test_a_failing_rank_does_not_hang_its_group(write_yaml, tmp_path):
     assert (df[df.status == "completed"].params_x <= 0).all()
 
 
+@pytest.mark.parametrize("command", ["search", "train"])
+def test_a_full_disk_on_a_group_rank_stops_the_job_in_one_line_and_resume_runs_its_trial(write_yaml, tmp_path,
+                                                                                         command):
+    (tmp_path / "full").touch()
+    path = space(write_yaml, "full", fn="full_disk", trials=8, group_size=2)
+    args = ["search", path] if command == "search" else ["train", path, "--set", "x=1"]
+    p = run_cli(args, cwd=tmp_path, np=3, timeout=60)
+    assert p.returncode == 1, p.stderr
+    rank = 1 if command == "search" else 0  # the group's first rank: world rank 1 beside a coordinator
+    assert p.stderr.strip().splitlines()[-1].startswith(
+        f"mpiopt: error on world rank {rank}: /scratch/out.npz: No space left on device; the job stops: "), p.stderr
+    assert "Traceback" not in p.stderr and "internal error" not in p.stderr
+    if command == "train":
+        return
+    df = mpiopt.load_results(tmp_path / "runs" / "full")
+    assert "failed" not in set(df.status) and "interrupted" in set(df.status)  # the disk, not the trial
+    (tmp_path / "full").unlink()
+    p = run_cli(["search", path, "--resume"], cwd=tmp_path, np=3, timeout=60)
+    assert p.returncode == 0, p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "full")
+    assert list(df.sort_values("trial").trial) == list(range(8)) and set(df.status) == {"completed"}
+
+
 STALE_NOTICES = """
 import time
 from mpi4py import MPI

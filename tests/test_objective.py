@@ -85,6 +85,18 @@ def runner(write_yaml):
     return make
 
 
+def test_a_file_the_trial_cannot_write_fails_it_only_where_the_trial_is_to_blame(runner, tmp_path, monkeypatch):
+    r = runner("unwritable")
+    trial_dir = tmp_path / "run" / "trials" / "3"
+    with pytest.raises(OSError, match="No space left"):  # a full disk: the search stops, --resume reruns it
+        r.run({"x": -1.0, "y": 1.0}, None, trial_dir=trial_dir)
+    monkeypatch.setenv("MPIOPT_TEST_UNWRITABLE", str(tmp_path / "run" / "trials" / "3" / "x.npz"))
+    with pytest.raises(PermissionError):  # the run's own folder: the same
+        r.run({"x": 1.0, "y": 1.0}, None, trial_dir=trial_dir)
+    own = r.run({"x": 6.0, "y": 1.0}, None, trial_dir=trial_dir)  # the objective's own business
+    assert own.status == "failed" and own.error == "PermissionError: [Errno 13] Permission denied: '/etc/shadow'"
+
+
 def test_runner_statuses(runner):
     r = runner("moody")
     failed = r.run({"x": -3.0, "y": 1.0}, None)

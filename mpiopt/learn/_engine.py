@@ -12,10 +12,13 @@ small per-epoch reports (JSON bytes).
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
+import os
 import queue
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import GroupPeerFailed, TrialFailed
+from .._files import naming
 from ..journal import drop_checkpoint
 from . import _checkpoint
 from ._control import Deadline, EarlyStopping, Schedule, target_reached
@@ -264,22 +268,23 @@ class _Epochs:
         if self.job.out_dir is None:
             return
         path = self.job.out_dir / "history.csv"
-        new = self._csv is None
-        if new:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._columns = history_columns(row)
-            self._csv = open(path, "w")
-            self._csv.write(",".join(self._columns) + "\n")
-            for old in self.history[:-1]:  # rows restored from a checkpoint
-                self._csv.write(",".join(repr(old.get(c, "")) for c in self._columns) + "\n")
-        self._csv.write(",".join(repr(row.get(c, "")) if c != "epoch" else str(int(row[c]))
-                                 for c in self._columns) + "\n")
-        self._csv.flush()
+        with naming(path):
+            if self._csv is None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._columns = history_columns(row)
+                self._csv = open(path, "w")
+                self._csv.write(",".join(self._columns) + "\n")
+                for old in self.history[:-1]:  # rows restored from a checkpoint
+                    self._csv.write(",".join(repr(old.get(c, "")) for c in self._columns) + "\n")
+            self._csv.write(",".join(repr(row.get(c, "")) if c != "epoch" else str(int(row[c]))
+                                     for c in self._columns) + "\n")
+            self._csv.flush()
 
     def close(self) -> None:
         if self._csv is not None:
-            self._csv.close()
-            self._csv = None
+            csv, self._csv = self._csv, None
+            with naming(self.job.out_dir / "history.csv"):
+                csv.close()
         if self._board is not None:
             self._board.close()
             self._board = None
@@ -370,12 +375,23 @@ class _Epochs:
             flat.set_kept(self.best_weights, self.best_state)
         if self.writer and self.job.out_dir is not None and self.stopped != "diverged":
             self.job.out_dir.mkdir(parents=True, exist_ok=True)
-            flat.model.save_weights(str(self.job.out_dir / "best.weights.h5"))
+            save_weights(flat.model, self.job.out_dir / "best.weights.h5")
         # A search's trial keeps its checkpoint until the journal holds its result (the search
         # drops it then): a kill before that continues the trial from it, where it ended. A run no
         # search resumes (mpiopt train) is done with it here.
         if self.writer and self.job.out_dir is not None and not self.job.resume and self.stopped != "diverged":
             drop_checkpoint(self.job.out_dir)
+
+
+def save_weights(model, path: Path) -> None:
+    """`model.save_weights(path)`, refused with ENOSPC beforehand where the disk cannot hold the
+    weights: HDF5 running out of space in the middle of a file can crash the process (a
+    segmentation fault) where it should raise."""
+    need = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
+    room = shutil.disk_usage(path.parent).free + (path.stat().st_size if path.exists() else 0)
+    if room < 1.1 * need + (1 << 20):  # HDF5's own structures: well under a MiB
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    model.save_weights(str(path))
 
 
 def _schedule(training: dict[str, Any], spec: dict[str, Any], workers: int) -> Schedule:

@@ -37,6 +37,28 @@ def failing_rank(params, comm):
     return comm.allreduce(params["x"] + params["y"])
 
 
+def full_disk(params, comm):
+    """While a file `full` lies beside this module, rank 0 of the group meets a full disk at x > 0,
+    with its peer waiting for it in a collective: the job must stop, not fail the trial or hang."""
+    import errno
+    from pathlib import Path
+
+    if comm.Get_rank() == 0 and params["x"] > 0 and (Path(__file__).parent / "full").exists():
+        raise OSError(errno.ENOSPC, "No space left on device", "/scratch/out.npz")
+    return comm.allreduce(params["x"] + params["y"])
+
+
+def unwritable(params):
+    """Meets an OSError: x picks which (a full disk, a file of the run it may not write, one of its own)."""
+    import errno
+
+    if params["x"] < 0:
+        raise OSError(errno.ENOSPC, "No space left on device", "/scratch/out.npz")
+    if params["x"] < 5:
+        raise PermissionError(errno.EACCES, "Permission denied", os.environ["MPIOPT_TEST_UNWRITABLE"])
+    raise PermissionError(errno.EACCES, "Permission denied", "/etc/shadow")
+
+
 def moody(params):
     """Fails, diverges or returns a wrong type depending on x."""
     x = params["x"]
