@@ -16,7 +16,7 @@ def atomic_write(path: Path, data: bytes | Callable[[IO[bytes]], None], *, durab
     folder fsynced) before this returns."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        with naming(path), open(tmp, "wb") as f:
+        with naming(path, tmp), open(tmp, "wb") as f:
             if callable(data):
                 data(f)
             else:
@@ -26,20 +26,21 @@ def atomic_write(path: Path, data: bytes | Callable[[IO[bytes]], None], *, durab
                 os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:  # a full disk: no half-written file left to hold its space
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # none made (a read-only file system): the first error stands
+            tmp.unlink()
         raise
     if durable:
         fsync_dir(path.parent)
 
 
 @contextlib.contextmanager
-def naming(path: Path) -> Iterator[None]:
-    """An OSError that names no file (a write to a full disk) re-raised naming `path`, so that
-    the user hears which file could not be written."""
+def naming(path: Path, tmp: Path | None = None) -> Iterator[None]:
+    """An OSError that names no file (a write to a full disk), or only the temporary file `tmp`
+    written in its place, re-raised naming `path`: the user hears of the file they know."""
     try:
         yield
     except OSError as exc:
-        if exc.filename is not None:
+        if exc.filename is not None and (tmp is None or exc.filename != str(tmp)):
             raise
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
 

@@ -858,11 +858,13 @@ def _run_coordinator(cfg, searcher, link, run_dir, journal: _Journal):
 
 
 def _close_run_dir(cfg, run_dir, trials) -> None:
+    stopping = sys.exc_info()[1]  # the error that stops the search, if one does (called from `finally`)
     try:
         run_dir.write_results(trials.values(), cfg.space.names, live=False, goals=cfg.objective.pareto,
                               merit=(cfg.objective.metric, cfg.objective.direction))
     except OSError as exc:  # keep the original error in view; the journal has everything
-        log.error("could not write %s: %s", run_dir.path / "results.csv", exc)
+        if not file_error(stopping):  # a full disk's stop line says it already
+            log.error("could not write %s: %s", run_dir.path / "results.csv", exc)
     run_dir.close()
 
 

@@ -379,6 +379,10 @@ def test_a_write_that_fills_the_disk_names_its_file_and_leaves_no_part_behind(tm
     assert info.value.errno == errno.ENOSPC and info.value.filename == str(tmp_path / "results.csv")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.csv"]  # no .results.csv.tmpPID
     assert (tmp_path / "results.csv").read_text() == "old\n"
+    (tmp_path / f".results.csv.tmp{os.getpid()}").mkdir()  # the temporary file cannot be made
+    with pytest.raises(OSError) as info:
+        atomic_write(tmp_path / "results.csv", b"new\n")
+    assert info.value.filename == str(tmp_path / "results.csv")  # the file the user knows, not the temporary one
     rd = RunDir(tmp_path / "run")
     rd.open(resume=False, config_text=CONFIG)
 
