@@ -119,7 +119,7 @@ def test_groups_of_several_sizes_under_a_scheduler_are_noted(write_yaml):
 
     text = """
         objective: {model: m.py:build, data: m.py:load}   # not imported: resolve=False
-        parameters: {units: {type: integer, low: 2, high: 8}}
+        parameters: {units: {type: integer, low: 2, high: 512}}
         search: {scheduler: %s}
         training: {group_size: 2}
     """
