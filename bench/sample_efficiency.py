@@ -13,7 +13,9 @@ what a search with `trials: B` would have found (no method here looks at the bud
 
 Functions: branin, hartmann6, and `mixed`: a made-up training loss over 11 parameters (3
 categorical, 2 integer, 6 real), 5 of them conditional on an optimizer or a depth (see `mixed`),
-minimum 0. `optuna` runs on the all-real spaces only.
+minimum 0; `branin+cat`: Branin beside a categorical of 4 that changes nothing; `categories`: two
+categoricals that matter (8 x 3 combinations) and a log-scaled real, minimum 0. `optuna` runs on
+the all-real spaces only.
 
 Methods:
   mpiopt            BayesianSearch: GP, gp_hedge, initial_points 10, each suggestion computed
@@ -115,10 +117,31 @@ MIXED = parse_space({
     "activation": {"choices": ["relu", "tanh", "elu"]},
 }, source="bench/sample_efficiency.py", did_you_mean=lambda *_: "")
 
+def branin_cat(p: dict) -> float:
+    """Branin beside a categorical that changes nothing: what a kernel must learn to ignore."""
+    return branin(p)
+
+
+_ARCH = {"a": 5, "b": 4, "c": 3, "d": 0, "e": 6, "f": 7, "g": 2, "h": 8}
+_ACT = {"relu": 0, "tanh": 1, "elu": 2}
+
+
+def categories(p: dict) -> float:
+    """Two categoricals that matter (8 x 3 combinations) and a log-scaled real, 0 at (d, relu, 10^-2.5)."""
+    return _ARCH[p["arch"]] + _ACT[p["act"]] + 0.2 * (math.log10(p["lr"]) + 2.5) ** 2
+
+
 FUNCTIONS = {
     "branin": (branin, Space((Real("x1", -5.0, 10.0), Real("x2", 0.0, 15.0))), BRANIN_MIN),
     "hartmann6": (hartmann6, Space(tuple(Real(f"x{i}", 0.0, 1.0) for i in range(1, 7))), HARTMANN6_MIN),
     "mixed": (mixed, MIXED, 0.0),
+    "branin+cat": (branin_cat, Space((Real("x1", -5.0, 10.0), Real("x2", 0.0, 15.0),
+                                      parse_space({"c": {"choices": ["a", "b", "c", "d"]}}, source="bench",
+                                                  did_you_mean=lambda *_: "").params[0])), BRANIN_MIN),
+    "categories": (categories, parse_space({
+        "arch": {"choices": list(_ARCH)}, "act": {"choices": list(_ACT)},
+        "lr": {"type": "real", "low": 1e-4, "high": 1e-1, "prior": "log-uniform"}},
+        source="bench/sample_efficiency.py", did_you_mean=lambda *_: ""), 0.0),
 }
 
 

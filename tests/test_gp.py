@@ -30,6 +30,32 @@ def test_the_marginal_likelihood_gradient_matches_finite_differences():
     assert np.allclose(grad, numeric, rtol=1e-4, atol=1e-3)
 
 
+def test_a_categoricals_shared_length_scale_has_the_gradient_of_its_columns():
+    X, y = _data(d=5)
+    X[:, 2:5] = np.eye(3)[np.arange(len(X)) % 3]  # a categorical of 3, one-hot
+    scales = _gp.Scales.of(5, [slice(2, 5)])
+    assert scales.of_column.tolist() == [0, 1, 2, 2, 2] and scales.categorical.tolist() == [False, False, True]
+    theta = Hyper(np.array([0.3, 0.5, 2.0]), 1.3, 1e-2).vector()
+    _, grad = _neg_log_posterior(theta, X, y, scales)
+    numeric = approx_fprime(theta, lambda t: _neg_log_posterior(t, X, y, scales)[0], 1e-6)
+    assert np.allclose(grad, numeric, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("matters", [False, True])
+def test_the_fit_tells_a_categorical_that_matters_from_one_that_does_not(matters):
+    # Branin beside a categorical of 3 that changes nothing, or that mirrors it in x or y
+    rng = np.random.default_rng(3)
+    xy, c = rng.random((30, 2)), rng.integers(0, 3, 30)
+    X = np.column_stack([xy, np.eye(3)[c]])
+    seen = [(a, b) if not matters or k == 0 else (1 - a, b) if k == 1 else (a, 1 - b)
+            for (a, b), k in zip(xy, c, strict=True)]
+    y = np.array([branin({"x": -5 + 15 * a, "y": 15 * b}) for a, b in seen])
+    h = fit_hyper(X, (y - y.mean()) / y.std(), scales=_gp.Scales.of(5, [slice(2, 5)]), restarts=3)
+    across = _gp.kernel(np.array([[0.5, 0.5, 1, 0, 0]]), np.array([[0.5, 0.5, 0, 1, 0]]), h)[0, 0] / h.amplitude
+    assert h.lengthscales[2] == h.lengthscales[3] == h.lengthscales[4]
+    assert (across < 0.6) if matters else (across > 0.9), (across, h)
+
+
 def test_adding_points_one_by_one_equals_conditioning_on_all_of_them():
     X, y = _data()
     h = fit_hyper(X, y)

@@ -110,6 +110,7 @@ class BayesianSearch(Searcher):
         self._random = RandomDraw(space, np.random.RandomState(seed))
         self._dims = to_skopt(space)
         self.coder = _gp.UnitCoder(space)
+        self.scales = _gp.Scales.of(self.coder.dim, self.coder.blocks)
         self._design = np.zeros((0, self.coder.dim))
         self._discrete = bool(self.coder.integer or self.coder.blocks)
         # imported now, not in the background thread in the middle of a search: loading compiled
@@ -250,7 +251,8 @@ class BayesianSearch(Searcher):
         if self.hyper is None or not defer_fit:
             # on a bounded part of many results one start is enough, and three cost seconds
             restarts = 1 if len(self.observed) > MAX_TRAIN else 3 if self.hyper is None else 2
-            self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=restarts, rng=rng, checkpoint=checkpoint)
+            self.hyper = _gp.fit_hyper(X, ys, self.hyper, scales=self.scales, restarts=restarts, rng=rng,
+                                        checkpoint=checkpoint)
             self.fitted_on = len(self.observed)
         running = list(self.pending.values())[-MAX_FANTASIES:]
         post = _gp.Posterior(self.hyper, X, ys, capacity=len(X) + len(running) + extra, checkpoint=checkpoint)
@@ -343,7 +345,8 @@ class BayesianSearch(Searcher):
         X, y, _ = self._data()
         mean, sd = prior_mean(y)
         ys = (y - mean) / sd
-        self.hyper = _gp.fit_hyper(X, ys, self.hyper, restarts=1, maxiter=maxiter, checkpoint=checkpoint)
+        self.hyper = _gp.fit_hyper(X, ys, self.hyper, scales=self.scales, restarts=1, maxiter=maxiter,
+                                    checkpoint=checkpoint)
         self.fitted_on = len(self.observed)
 
     def _kinds(self, post: _gp.Posterior, k: int, rng: np.random.Generator, probabilities: bool = False):

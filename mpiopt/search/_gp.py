@@ -7,9 +7,10 @@ point of the batch:
 * Inputs live in the unit cube (`UnitCoder`: reals and integers scaled, log priors in log
   space, categoricals one-hot); outputs are centred on a pessimistic prior mean (the worst loss
   seen and then some, `_bayesian.prior_mean`) and scaled by their standard deviation.
-* The kernel is Matern 5/2 with one length scale per input, an amplitude and a noise level,
-  fitted by maximum a posteriori (L-BFGS on the log marginal likelihood with analytic gradients,
-  warm-started from the previous fit, with weak Gamma priors that keep a fit on 10 points sane).
+* The kernel is Matern 5/2 with one length scale per input (a categorical's one-hot columns
+  share one), an amplitude and a noise level, fitted by maximum a posteriori (L-BFGS on the log
+  marginal likelihood with analytic gradients, warm-started from the previous fit, with weak
+  Gamma priors that keep a fit on 10 points sane).
 * `Posterior` holds the Cholesky factor of the training covariance and grows it one point at a
   time (O(n^2) a point), keeping the mean and variance of a candidate set up to date (O(n C)).
 * `select()` picks a batch: every pending point and every earlier pick of the batch is added as
@@ -206,9 +207,45 @@ def kernel(A: np.ndarray, B: np.ndarray, h: Hyper) -> np.ndarray:
 
 
 # Weak priors (inputs in the unit cube, outputs standardised), as in BoTorch's classic defaults:
-# length scale ~ Gamma(3, 6), amplitude ~ Gamma(2, 0.15), noise ~ Gamma(1.1, 0.05).
-_PRIOR = {"ls": (3.0, 6.0), "amp": (2.0, 0.15), "noise": (1.1, 0.05)}
+# length scale ~ Gamma(3, 6), amplitude ~ Gamma(2, 0.15), noise ~ Gamma(1.1, 0.05). A categorical's
+# length scale has its own, Gamma(2, 0.5) (mode 2: two categories correlate about 0.75), loose
+# enough for a fit to find a choice that does not matter as well as one that does; under the
+# reals' prior every two categories would be nearly independent.
+_PRIOR = {"ls": (3.0, 6.0), "category": (2.0, 0.5), "amp": (2.0, 0.15), "noise": (1.1, 0.05)}
 _BOUNDS = {"ls": (0.01, 20.0), "amp": (0.01, 50.0), "noise": (1e-6, 1.0)}
+
+
+@dataclass(frozen=True)
+class Scales:
+    """Which fitted length scale each input column uses: its own for a real or an integer, one for
+    all the one-hot columns of a categorical (its categories are one input, not several)."""
+
+    of_column: np.ndarray  # column -> length scale
+    categorical: np.ndarray  # length scale -> whether a categorical's
+
+    @classmethod
+    def of(cls, dim: int, blocks: list[slice] = ()) -> Scales:
+        of_column, categorical, k = np.zeros(dim, dtype=int), [], 0
+        for c in range(dim):
+            block = next((b for b in blocks if b.start <= c < b.stop), None)
+            if block is not None and c > block.start:
+                of_column[c] = of_column[block.start]
+                continue
+            of_column[c], k = k, k + 1
+            categorical.append(block is not None)
+        return cls(of_column, np.array(categorical, dtype=bool))
+
+    def __len__(self) -> int:
+        return len(self.categorical)
+
+    def firsts(self, lengthscales: np.ndarray) -> np.ndarray:
+        """Each length scale's value, read from one per column."""
+        return lengthscales[[int(np.flatnonzero(self.of_column == k)[0]) for k in range(len(self))]]
+
+    def prior(self) -> tuple[np.ndarray, np.ndarray]:
+        """The Gamma prior's shape and rate of each length scale."""
+        shape = np.where(self.categorical, _PRIOR["category"][0], _PRIOR["ls"][0])
+        return shape, np.where(self.categorical, _PRIOR["category"][1], _PRIOR["ls"][1])
 
 
 def inverse_cholesky(K: np.ndarray, checkpoint=None) -> tuple[np.ndarray, np.ndarray]:
@@ -240,9 +277,14 @@ def _triangular_inverse(L: np.ndarray, leaf: int = 64, checkpoint=None) -> np.nd
     return out
 
 
-def _neg_log_posterior(theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-    h = Hyper.of(theta)
+def _neg_log_posterior(theta: np.ndarray, X: np.ndarray, y: np.ndarray,
+                       scales: Scales | None = None) -> tuple[float, np.ndarray]:
+    """The negative log posterior of log(length scales of `scales`, amplitude, noise) and its
+    gradient (`scales`: one per column of X, none categorical, if not given)."""
     n, d = X.shape
+    scales = scales or Scales.of(d)
+    m = len(scales)
+    h = Hyper(np.exp(theta[:m])[scales.of_column], float(np.exp(theta[m])), float(np.exp(theta[m + 1])))
     A = X / h.lengthscales
     r = np.sqrt(_sqdist(A, A))
     e = np.exp(-SQRT5 * r)
@@ -259,17 +301,17 @@ def _neg_log_posterior(theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple
     G = h.amplitude * (5.0 / 3.0) * (1.0 + SQRT5 * r) * e  # dK/dlog(l_j) = G * (a_i - a_k)^2
     RG = R * G
     rs = RG.sum(1)
-    g_ls = -0.5 * (2.0 * (rs @ (A * A)) - 2.0 * (A * (RG @ A)).sum(0))
+    g_columns = -0.5 * (2.0 * (rs @ (A * A)) - 2.0 * (A * (RG @ A)).sum(0))
+    g_ls = np.bincount(scales.of_column, weights=g_columns, minlength=m)  # a shared scale: its columns' sum
     g_amp = -0.5 * (R * Kf).sum()
     g_noise = -0.5 * np.trace(R) * h.noise
     grad = np.concatenate([g_ls, [g_amp, g_noise]])
     # log priors in log-space (Gamma(k, rate) on the positive value, times the Jacobian)
-    lp, glp = 0.0, np.zeros_like(theta)
-    for sl, key in ((slice(0, d), "ls"), (slice(d, d + 1), "amp"), (slice(d + 1, d + 2), "noise")):
-        k, rate = _PRIOR[key]
-        v = np.exp(theta[sl])
-        lp += (k * theta[sl] - rate * v).sum()
-        glp[sl] = k - rate * v
+    shape, rate = scales.prior()
+    shape = np.concatenate([shape, [_PRIOR["amp"][0], _PRIOR["noise"][0]]])
+    rate = np.concatenate([rate, [_PRIOR["amp"][1], _PRIOR["noise"][1]]])
+    v = np.exp(theta)
+    lp, glp = (shape * theta - rate * v).sum(), shape - rate * v
     return float(nll - lp), grad - glp
 
 
@@ -282,29 +324,34 @@ def _checkpointed(f, checkpoint):
     return call
 
 
-def fit_hyper(X: np.ndarray, y: np.ndarray, start: Hyper | None = None, *, restarts: int = 1,
-              rng: np.random.Generator | None = None, maxiter: int = 200, checkpoint=None) -> Hyper:
-    """The maximum a posteriori kernel hyperparameters for centred and scaled `y`."""
+def fit_hyper(X: np.ndarray, y: np.ndarray, start: Hyper | None = None, *, scales: Scales | None = None,
+              restarts: int = 1, rng: np.random.Generator | None = None, maxiter: int = 200,
+              checkpoint=None) -> Hyper:
+    """The maximum a posteriori kernel hyperparameters for centred and scaled `y`, with the length
+    scales of `scales` (one per column of X if not given)."""
     d = X.shape[1]
-    bounds = [tuple(np.log(_BOUNDS["ls"]))] * d + [tuple(np.log(_BOUNDS["amp"])), tuple(np.log(_BOUNDS["noise"]))]
-    starts = []
-    if start is not None:
-        starts.append(start.vector())
-    starts.append(Hyper(np.full(d, 0.3), 1.0, 1e-3).vector())
+    scales = scales or Scales.of(d)
+    m = len(scales)
+    bounds = [tuple(np.log(_BOUNDS["ls"]))] * m + [tuple(np.log(_BOUNDS["amp"])), tuple(np.log(_BOUNDS["noise"]))]
+    starts = [] if start is None else [Hyper(scales.firsts(start.lengthscales), start.amplitude, start.noise).vector()]
+    starts.append(Hyper(np.full(m, 0.3), 1.0, 1e-3).vector())
     rng = rng or np.random.default_rng(0)
     for _ in range(max(0, restarts - 1)):
-        starts.append(Hyper(np.exp(rng.uniform(np.log(0.05), np.log(2.0), d)), float(np.exp(rng.uniform(-1, 1))),
+        starts.append(Hyper(np.exp(rng.uniform(np.log(0.05), np.log(2.0), m)), float(np.exp(rng.uniform(-1, 1))),
                             1e-3).vector())
     objective = _neg_log_posterior if checkpoint is None else _checkpointed(_neg_log_posterior, checkpoint)
     best = None
     for theta0 in starts:
         theta0 = np.clip(theta0, [b[0] for b in bounds], [b[1] for b in bounds])
         with np.errstate(all="ignore"):
-            res = minimize(objective, theta0, args=(X, y), jac=True, method="L-BFGS-B", bounds=bounds,
+            res = minimize(objective, theta0, args=(X, y, scales), jac=True, method="L-BFGS-B", bounds=bounds,
                            options={"maxiter": maxiter})
         if np.isfinite(res.fun) and (best is None or res.fun < best.fun):
             best = res
-    return Hyper.of(best.x) if best is not None else Hyper(np.full(d, 0.3), 1.0, 1e-3)
+    if best is None:
+        return Hyper(np.full(d, 0.3), 1.0, 1e-3)
+    fitted = Hyper.of(best.x)
+    return Hyper(fitted.lengthscales[scales.of_column], fitted.amplitude, fitted.noise)
 
 
 # -- the posterior, grown one point at a time -----------------------------------------------------

@@ -562,6 +562,7 @@ class BudgetModel(Searcher):
                              f"top={top}, initial_points={initial_points}, refit_every={refit_every}")
         super().__init__(space, seed=seed)
         self.coder = _gp.UnitCoder(space)
+        self.scales = _gp.Scales.of(self.coder.dim + 1, self.coder.blocks)  # and the budget's
         self.top = top
         self.initial_points = initial_points
         self.refit_every = refit_every
@@ -630,7 +631,7 @@ class BudgetModel(Searcher):
         mean, scale = prior_mean(y)
         y = (y - mean) / scale
         if self._hyper is None or self._suggested % self.refit_every == 0:
-            self._hyper = _gp.fit_hyper(X, y, self._hyper, maxiter=60)
+            self._hyper = _gp.fit_hyper(X, y, self._hyper, scales=self.scales, maxiter=60)
         fresh = [p for t, p in self.pending.items() if t not in self._x]
         post = _gp.Posterior(self._hyper, X, y, capacity=len(X) + len(fresh))
         seen = np.array(list(self._x.values()))
