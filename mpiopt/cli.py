@@ -1314,9 +1314,10 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
 
 def _run_dir_state(out: Path) -> str:
     """What a search would find in the run directory `out`; a ConfigError where it cannot write."""
-    from .journal import RunDir, is_live
+    from .journal import RunDir, is_live, refuse_an_unwritable_place
 
     refuse_a_file_in_the_way(out)
+    refuse_an_unwritable_place(out)
     run = RunDir(out)
     run.refuse_a_journal_that_is_no_file()
     if run.holds_search() and is_live(out):

@@ -437,11 +437,11 @@ class RunDir:
             self._unmake(probe)
             raise ConfigError(f"cannot write here: {exc.strerror or exc}", source=where) from None
         probe.unlink()
-        free = shutil.disk_usage(self.path).free
-        if free < MIN_FREE_BYTES:
+        try:
+            refuse_a_full_file_system(self.path, where)
+        except ConfigError:
             self._unmake()
-            raise ConfigError(f"the file system is full ({free / 2**20:.1f} MiB free; a search needs at least "
-                              f"{MIN_FREE_BYTES // 2**20} MiB for its journal, table and checkpoints)", source=where)
+            raise
         self._acquire_lock()
         if resume:
             self._check_same_search(config_text)
@@ -682,6 +682,23 @@ class RunDir:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def refuse_a_full_file_system(folder: Path, where: str) -> None:
+    """A ConfigError (under `where`) where the file system of `folder` has no room for a search."""
+    free = shutil.disk_usage(folder).free
+    if free < MIN_FREE_BYTES:
+        raise ConfigError(f"the file system is full ({free / 2**20:.1f} MiB free; a search needs at least "
+                          f"{MIN_FREE_BYTES // 2**20} MiB for its journal, table and checkpoints)", source=where)
+
+
+def refuse_an_unwritable_place(path: Path) -> None:
+    """What a search would refuse at `path` before it writes (for `check`, which writes nothing):
+    a folder it cannot write in (read-only, no permission) or a full file system."""
+    folder = next(p for p in (path, *path.parents) if p.exists())
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write here: {folder} is read-only or not writable by you", source=str(path))
+    refuse_a_full_file_system(folder, str(path))
 
 
 def _line(event: dict[str, Any]) -> bytes:

@@ -364,6 +364,23 @@ def test_full_file_system_is_refused_at_start(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # no empty run directory left behind
 
 
+def test_check_refuses_a_place_a_search_could_not_write_in(tmp_path, monkeypatch):
+    import shutil as sh
+    from collections import namedtuple
+
+    from mpiopt.journal import refuse_an_unwritable_place
+
+    refuse_an_unwritable_place(tmp_path / "new" / "run")  # room, and writable: nothing to say
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(sh, "disk_usage", lambda p: usage(10**9, 10**9 - 2**20, 2**20))
+    with pytest.raises(ConfigError, match=r"run: the file system is full \(1.0 MiB free"):
+        refuse_an_unwritable_place(tmp_path / "run")
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # what a read-only file system answers
+    with pytest.raises(ConfigError, match=f"cannot write here: {tmp_path} is read-only or not writable by you"):
+        refuse_an_unwritable_place(tmp_path / "new" / "run")
+    assert list(tmp_path.iterdir()) == []  # check writes nothing
+
+
 def test_a_write_that_fills_the_disk_names_its_file_and_leaves_no_part_behind(tmp_path):
     import errno
 
