@@ -16,6 +16,7 @@ import pytest
 
 import mpiopt
 from conftest import MPIEXEC, SPACES, run_cli, two_goals_space
+from mpiopt.journal import is_live
 from mpiopt.transport import RETURNED_GRACE_S
 
 pytestmark = pytest.mark.mpi
@@ -207,6 +208,10 @@ def test_a_full_disk_on_a_group_rank_stops_the_job_in_one_line_and_resume_runs_i
     assert "Traceback" not in p.stderr and "internal error" not in p.stderr
     if command == "train":
         return
+    # mpiexec can return while a killed rank still holds the run directory's lock (a trial reads running)
+    deadline = time.monotonic() + 30
+    while is_live(tmp_path / "runs" / "full") and time.monotonic() < deadline:
+        time.sleep(0.1)
     df = mpiopt.load_results(tmp_path / "runs" / "full")
     assert "failed" not in set(df.status) and "interrupted" in set(df.status)  # the disk, not the trial
     (tmp_path / "full").unlink()
