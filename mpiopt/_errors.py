@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 # what no trial can be blamed for: its rerun, once there is room again, would go through
@@ -66,14 +67,28 @@ class GroupPeerReturned(GroupPeerFailed):
 
 
 def storage_failure(exc: BaseException, own: Path | None = None) -> bool:
-    """Whether `exc` is the storage failing rather than the code: a full disk, a spent quota, a
-    read-only file system, or a file under `own` (mpiopt's folder) it may no longer write."""
+    """Whether `exc` is the storage failing under mpiopt rather than the trial's code: a full disk,
+    a spent quota or a read-only file system, or a file under `own` (the trial's folder) that may
+    no longer be written. Outside `own` the objective's own files are its business: a read-only
+    cache of its container fails every trial alike, and a stop would have --resume stop again."""
     if not isinstance(exc, OSError):
         return False
-    if exc.errno in _STORAGE_FULL:
+    where = _named(exc)
+    if exc.errno in _STORAGE_FULL and (where is None or own is None):  # a write() names no file
         return True
-    return (own is not None and isinstance(exc, PermissionError) and exc.filename is not None
-            and Path(exc.filename).resolve().is_relative_to(own.resolve()))
+    if not (exc.errno in _STORAGE_FULL or isinstance(exc, PermissionError)) or where is None or own is None:
+        return False
+    try:
+        return where.resolve().is_relative_to(own.resolve())
+    except (OSError, RuntimeError):  # a loop of links
+        return False
+
+
+def _named(exc: OSError) -> Path | None:
+    """The file an OSError names, if any (bytes decoded as the file system does)."""
+    if isinstance(exc.filename, bytes):
+        return Path(os.fsdecode(exc.filename))
+    return Path(exc.filename) if isinstance(exc.filename, str) else None
 
 
 def file_error(exc: BaseException) -> bool:

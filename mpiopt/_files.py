@@ -40,8 +40,8 @@ def naming(path: Path, tmp: Path | None = None) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        if exc.filename is not None and (tmp is None or exc.filename != str(tmp)):
-            raise
+        if exc.errno is None or exc.filename is not None and (tmp is None or exc.filename != str(tmp)):
+            raise  # (an OSError of a message alone, no errno, cannot be made again naming a file)
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 

@@ -1,6 +1,7 @@
 """Logging under the `mpiopt` root logger; lines from ranks carry `[group g rank r]`."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -110,6 +111,9 @@ class _LogFile(logging.FileHandler):
         if not isinstance(exc, OSError):
             return super().handleError(record)
         logging.getLogger(_ROOT).removeHandler(self)
+        stream, self.stream = self.stream, None  # closing would write the refused text again, and fail
+        with contextlib.suppress(OSError, ValueError):
+            stream.close()
         print(f"mpiopt: {self.baseFilename}: {exc.strerror or exc}: no more lines are written to it",
               file=sys.stderr, flush=True)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ._errors import TrialTimeout
+from ._errors import TrialTimeout, storage_failure
 from ._files import atomic_write
 from .journal import drop_checkpoint
 from .trial import Report, TrialResult, TrialStatus
@@ -233,6 +233,8 @@ def _fit_fold(runner, source, params, training, sub, k: int, trial: int, folder:
     except TrialTimeout as exc:
         return FoldRun(k, 0, TrialResult(status=TrialStatus.TIMEOUT, epochs=0, error=str(exc)))
     except Exception as exc:  # user code: a failing fold fails its trial, never the search
+        if storage_failure(exc, folder.parent if folder is not None else None):  # a full disk stops the search
+            raise
         return FoldRun(k, 0, TrialResult(status=TrialStatus.FAILED, error=error_text(exc), detail=error_detail(exc)))
     outcome = runner.last_training if lead else None
     return FoldRun(k, 0, result, outcome.history if outcome is not None else None, result.resumed_s or 0.0)

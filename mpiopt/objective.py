@@ -390,7 +390,7 @@ class TrialRunner:
         except (UnknownParameter, ReportMisuse, GroupPeerReturned) as exc:
             return TrialResult(status=TrialStatus.FAILED, error=exc.line(), detail=error_detail(exc), misuse=True)
         except OSError as exc:  # a full disk is no fault of the trial: the search stops, and --resume reruns it
-            if storage_failure(exc, trial_dir.parent.parent if trial_dir is not None else None):
+            if storage_failure(exc, trial_dir):
                 raise
             return TrialResult(status=TrialStatus.FAILED, error=error_text(exc), detail=error_detail(exc))
         except Exception as exc:  # user code: any exception fails the trial, never the search

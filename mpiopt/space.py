@@ -384,13 +384,13 @@ def every_point(space: Space, limit: int) -> list[dict[str, Any]] | None:
     """Every distinct point of a discrete space of at most `limit` combinations of values, or None
     for a space with a real parameter or a larger one. Values of inactive parameters make no other
     point: (optimizer sgd, momentum 0.9) and (optimizer adam) are two points, not one per momentum."""
-    values = []
-    for p in space.params:
-        if isinstance(p, Real):
-            return None
-        values.append(list(p.choices) if isinstance(p, Categorical) else list(range(p.low, p.high + 1)))
-    if math.prod(float(len(v)) for v in values) > limit:
+    if any(isinstance(p, Real) for p in space.params):
         return None
+    # counted before listed: an integer of a million values is a million-long list
+    if math.prod(float(len(p.choices) if isinstance(p, Categorical) else p.high - p.low + 1)
+                 for p in space.params) > limit:
+        return None
+    values = [list(p.choices) if isinstance(p, Categorical) else list(range(p.low, p.high + 1)) for p in space.params]
     every = (space.active(dict(zip(space.names, combo, strict=True))) for combo in itertools.product(*values))
     return list({tuple(encode(space, q)): q for q in every}.values())
 

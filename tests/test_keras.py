@@ -344,3 +344,10 @@ def test_weights_the_disk_cannot_hold_are_refused_before_hdf5_starts_the_file(tm
     monkeypatch.setattr(_engine.shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 4 * 2**20, 4 * 2**20))
     _engine.save_weights(model, tmp_path / "best.weights.h5")
     assert (tmp_path / "best.weights.h5").stat().st_size > 1_200_000
+    # many small variables: HDF5's structures outweigh the numbers (400 layers of 2 units, ~1.1 MB)
+    many = keras.Sequential([keras.Input((1,))] + [keras.layers.Dense(2) for _ in range(400)])
+    many.save_weights(str(tmp_path / "many.weights.h5"))
+    size = (tmp_path / "many.weights.h5").stat().st_size
+    monkeypatch.setattr(_engine.shutil, "disk_usage", lambda p: usage(10**9, 10**9 - size, size - 1))
+    with pytest.raises(OSError):
+        _engine.save_weights(many, tmp_path / "other.weights.h5")

@@ -72,12 +72,15 @@ def test_search_log_on_a_full_disk_says_so_once_and_a_path_not_utf8_is_escaped(t
 
     from mpiopt._log import log_to_file, stop_logging_to
 
-    class FullDisk:
+    class FullDisk:  # as a buffered file: closing writes out the text refused, and fails again
         def write(self, text):
             raise OSError(errno.ENOSPC, "No space left on device")
 
         def flush(self):
             pass
+
+        def close(self):
+            raise OSError(errno.ENOSPC, "No space left on device")
 
     root = logging.getLogger("mpiopt")
     level = root.level
@@ -92,7 +95,7 @@ def test_search_log_on_a_full_disk_says_so_once_and_a_path_not_utf8_is_escaped(t
         for n in range(3):
             logging.getLogger("mpiopt.coordinator").info("trial %d completed", n)
     finally:
-        stop_logging_to(handler)
+        stop_logging_to(handler)  # a search that finished still finishes: closing the log raises nothing
         root.setLevel(level)
     assert "bad\\udcff" in (tmp_path / "search.log").read_text()
     assert capsys.readouterr().err.splitlines()[-1] == (f"mpiopt: {tmp_path / 'search.log'}: No space left on device: "

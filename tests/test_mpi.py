@@ -204,7 +204,7 @@ def test_a_full_disk_on_a_group_rank_stops_the_job_in_one_line_and_resume_runs_i
     assert p.returncode == 1, p.stderr
     rank = 1 if command == "search" else 0  # the group's first rank: world rank 1 beside a coordinator
     assert p.stderr.strip().splitlines()[-1].startswith(
-        f"mpiopt: error on world rank {rank}: /scratch/out.npz: No space left on device; the job stops: "), p.stderr
+        f"mpiopt: error on world rank {rank}: No space left on device; the job stops: "), p.stderr
     assert "Traceback" not in p.stderr and "internal error" not in p.stderr
     if command == "train":
         return

@@ -97,6 +97,22 @@ def test_a_file_the_trial_cannot_write_fails_it_only_where_the_trial_is_to_blame
     assert own.status == "failed" and own.error == "PermissionError: [Errno 13] Permission denied: '/etc/shadow'"
 
 
+def test_a_full_disk_or_a_lost_permission_is_the_storages_only_where_mpiopt_writes(tmp_path):
+    import errno
+
+    from mpiopt._errors import storage_failure
+
+    mine = tmp_path / "trials" / "3"
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert storage_failure(OSError(errno.ENOSPC, "No space left on device"), mine)  # a write() names no file
+    assert storage_failure(OSError(errno.ENOSPC, "No space left on device", str(mine / "a.npz")), mine)
+    assert storage_failure(PermissionError(errno.EACCES, "Permission denied", bytes(mine / "a.npz")), mine)
+    # the objective's own files: a read-only cache in its container fails every trial alike
+    assert not storage_failure(OSError(errno.EROFS, "Read-only file system", "/usr/share/cache/x"), mine)
+    assert not storage_failure(PermissionError(errno.EACCES, "Permission denied", b"/proc/1/mem"), mine)
+    assert not storage_failure(PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "loop" / "x")), mine)
+
+
 def test_runner_statuses(runner):
     r = runner("moody")
     failed = r.run({"x": -3.0, "y": 1.0}, None)

@@ -453,3 +453,7 @@ def test_every_point_of_a_discrete_space_counts_inactive_values_once():
     assert every_point(space, limit=11) is None  # 12 combinations to list
     real = parse_space({"lr": {"type": "real", "low": 0.1, "high": 1.0}}, source="s", did_you_mean=lambda *_: "")
     assert every_point(real, limit=100) is None
+    # counted before listed: a seed over the whole int32 range would be a list of 2**31 values
+    wide = parse_space({"seed": {"type": "integer", "low": 0, "high": 2**31 - 1}, "opt": {"choices": ["a", "b"]}},
+                       source="s", did_you_mean=lambda *_: "")
+    assert every_point(wide, limit=100_000) is None

@@ -387,9 +387,10 @@ def save_weights(model, path: Path) -> None:
     """`model.save_weights(path)`, refused with ENOSPC beforehand where the disk cannot hold the
     weights: HDF5 running out of space in the middle of a file can crash the process (a
     segmentation fault) where it should raise."""
-    need = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
+    data = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
+    need = 1.1 * data + 4096 * len(model.weights) + (1 << 20)  # HDF5's structures: ~1.4 kB a variable
     room = shutil.disk_usage(path.parent).free + (path.stat().st_size if path.exists() else 0)
-    if room < 1.1 * need + (1 << 20):  # HDF5's own structures: well under a MiB
+    if room < need:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
     model.save_weights(str(path))
 
