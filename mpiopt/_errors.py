@@ -73,13 +73,15 @@ def storage_failure(exc: BaseException, own: Path | None = None) -> bool:
     cache of its container fails every trial alike, and a stop would have --resume stop again."""
     if not isinstance(exc, OSError):
         return False
-    where = _named(exc)
-    if exc.errno in _STORAGE_FULL and (where is None or own is None):  # a write() names no file
+    full, where = exc.errno in _STORAGE_FULL, _named(exc)
+    if full and (where is None or own is None):  # a write() names no file
         return True
-    if not (exc.errno in _STORAGE_FULL or isinstance(exc, PermissionError)) or where is None or own is None:
-        return False
+    return (full or isinstance(exc, PermissionError)) and where is not None and own is not None and _inside(where, own)
+
+
+def _inside(path: Path, folder: Path) -> bool:
     try:
-        return where.resolve().is_relative_to(own.resolve())
+        return path.resolve().is_relative_to(folder.resolve())
     except (OSError, RuntimeError):  # a loop of links
         return False
 
