@@ -26,7 +26,7 @@ from ._files import refuse_a_file_in_the_way
 from ._log import FILE_ONLY, STATS, HeldLines, log_to_file, set_rank_tag, setup_logging, stop_logging_to
 from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_at_start, agree_or_raise, catch_sigterm, env_rank,
                      env_size, hold_warnings, mpi_main, prepare_threads, ranks_on_hosts, relaunch, say_error, warn_once)
-from .space import Categorical, every_point
+from .space import Categorical, distinct_points
 from .trial import TrialRecord, TrialResult, TrialStatus
 
 log = logging.getLogger("mpiopt.cli")
@@ -779,11 +779,11 @@ def _initial_points_note(cfg) -> str | None:
 def _more_trials_than_points_note(cfg) -> str | None:
     """A discrete space with fewer distinct points than trials: the searchers never repeat a point
     while one is left, so the rest repeat, and a user who did not count should hear of it first."""
-    points = every_point(cfg.space, limit=100_000)
-    if points is None or len(points) >= cfg.search.trials:
+    points = distinct_points(cfg.space)
+    if points is None or points >= cfg.search.trials:
         return None
-    extra = cfg.search.trials - len(points)
-    return (f"search.trials {cfg.search.trials} is more than the {len(points)} distinct points of the space: "
+    extra = cfg.search.trials - points
+    return (f"search.trials {cfg.search.trials} is more than the {points} distinct points of the space: "
             f"{view.counted(extra, 'trial')} will repeat a point already tried")
 
 

@@ -206,10 +206,7 @@ def _file_error(comm, exc: OSError, interrupted: str) -> None:
     log.debug("traceback of the file error", exc_info=exc)
     print(f"mpiopt: error on world rank {comm.Get_rank()}: {storage_text(exc)}; the job stops: {interrupted}",
           file=sys.stderr, flush=True)
-    if comm.Get_size() > 1:
-        abort_job(comm, 1, ABORT_GRACE_S, quiet=True)
-    else:
-        logging.shutdown()
+    _end_job(comm, quiet=True)
 
 
 def _internal_error(comm, exc: Exception) -> None:
@@ -220,8 +217,13 @@ def _internal_error(comm, exc: Exception) -> None:
     print(f"mpiopt: internal error on world rank {comm.Get_rank()}{where}: {type(exc).__name__}: {exc}; stopping "
           "the whole job (finished trials are in the journal: fix the cause, then --resume; "
           "MPIOPT_LOG_LEVEL=DEBUG shows the traceback)", file=sys.stderr, flush=True)
+    _end_job(comm, quiet=False)
+
+
+def _end_job(comm, *, quiet: bool) -> None:
+    """After an error's line: with several ranks, abort the job (exit 1); alone, close the logs."""
     if comm.Get_size() > 1:
-        abort_job(comm, 1, ABORT_GRACE_S)
+        abort_job(comm, 1, ABORT_GRACE_S, quiet=quiet)
     else:
         logging.shutdown()
 

@@ -380,15 +380,33 @@ def encode(space: Space, params: dict[str, Any], *, fill: bool = False) -> list[
     return out
 
 
-def every_point(space: Space, limit: int) -> list[dict[str, Any]] | None:
+MAX_LISTED_POINTS = 100_000  # a discrete space's points listed at most (about 0.7 s to list them all)
+
+
+def distinct_points(space: Space, limit: int = MAX_LISTED_POINTS) -> int | None:
+    """How many distinct points a discrete space of at most `limit` combinations has (None as
+    `every_point`); listed only where conditions can make combinations one point."""
+    if not space.conditional:
+        points = _combinations(space)
+        return int(points) if points is not None and points <= limit else None
+    every = every_point(space, limit)
+    return len(every) if every is not None else None
+
+
+def _combinations(space: Space) -> float | None:
+    """The number of combinations of values of a discrete space (None with a real parameter)."""
+    if any(isinstance(p, Real) for p in space.params):
+        return None
+    return math.prod(float(len(p.choices) if isinstance(p, Categorical) else p.high - p.low + 1)
+                     for p in space.params)
+
+
+def every_point(space: Space, limit: int = MAX_LISTED_POINTS) -> list[dict[str, Any]] | None:
     """Every distinct point of a discrete space of at most `limit` combinations of values, or None
     for a space with a real parameter or a larger one. Values of inactive parameters make no other
     point: (optimizer sgd, momentum 0.9) and (optimizer adam) are two points, not one per momentum."""
-    if any(isinstance(p, Real) for p in space.params):
-        return None
-    # counted before listed: an integer of a million values is a million-long list
-    if math.prod(float(len(p.choices) if isinstance(p, Categorical) else p.high - p.low + 1)
-                 for p in space.params) > limit:
+    combinations = _combinations(space)  # counted before listed: an integer of a million values is a long list
+    if combinations is None or combinations > limit:
         return None
     values = [list(p.choices) if isinstance(p, Categorical) else list(range(p.low, p.high + 1)) for p in space.params]
     every = (space.active(dict(zip(space.names, combo, strict=True))) for combo in itertools.product(*values))

@@ -5,7 +5,7 @@ import pytest
 
 from mpiopt._errors import ConfigError
 from mpiopt.config import load_config, training_keys_also_searched
-from mpiopt.space import Categorical, Integer, Real, every_point, parse_space
+from mpiopt.space import Categorical, Integer, Real, distinct_points, every_point, parse_space
 
 GOOD = """
 objective:
@@ -457,3 +457,8 @@ def test_every_point_of_a_discrete_space_counts_inactive_values_once():
     wide = parse_space({"seed": {"type": "integer", "low": 0, "high": 2**31 - 1}, "opt": {"choices": ["a", "b"]}},
                        source="s", did_you_mean=lambda *_: "")
     assert every_point(wide, limit=100_000) is None
+    # the count behind check's note: listed where conditions merge points, multiplied where none can
+    assert distinct_points(space, limit=100) == 9 and distinct_points(wide) is None and distinct_points(real) is None
+    plain = parse_space({"a": {"type": "integer", "low": 1, "high": 5}, "b": {"choices": ["x", "y"]}}, source="s",
+                        did_you_mean=lambda *_: "")
+    assert distinct_points(plain) == 10 == len(every_point(plain))

@@ -595,8 +595,8 @@ def select(post: Posterior, k: int, kinds: list[str], best: float, *, rule: str,
         score = acquisition(kinds[i], post.mu_c, post.var_c, best)
         score[taken] = -np.inf
         # the best unknown candidate; where every one is known, the best (the caller replaces it)
-        free = ~(taken | known)
-        j = int(np.argmax(np.where(free, score, -np.inf))) if free.any() else int(np.argmax(score))
+        unknown = ~(taken | known)
+        j = int(np.argmax(np.where(unknown, score, -np.inf))) if unknown.any() else int(np.argmax(score))
         taken[j] = True
         x = C[j]
         free = coder.free_at(x)

@@ -10,7 +10,6 @@ from ..space import Space, encode, every_point, native_value, to_skopt
 from ._base import Searcher
 
 _MAX_REDRAWS = 100
-_MAX_LISTED = 100_000  # points of a discrete space listed to find the few not yet known
 
 
 class RandomDraw:
@@ -49,9 +48,9 @@ class RandomDraw:
         return left[int(self.rng.randint(len(left)))] if left else params  # exhausted: a repeat it must be
 
     def _unknown_points(self, known: set[tuple]) -> list[dict[str, Any]]:
-        """Every point of a discrete space of at most _MAX_LISTED points that is not known ([]
+        """Every point of a discrete space of at most MAX_LISTED_POINTS points that is not known ([]
         for a space with a real parameter, or a larger one)."""
-        every = every_point(self.space, _MAX_LISTED) or []
+        every = every_point(self.space) or []
         return [q for q in every if tuple(encode(self.space, q)) not in known]
 
 
