@@ -434,7 +434,7 @@ class RunDir:
             self.path.mkdir(parents=True, exist_ok=True)
             probe.write_bytes(b"ok")
         except OSError as exc:
-            self._unmake(probe)
+            self._unmake(probe.name)
             raise ConfigError(f"cannot write here: {exc.strerror or exc}", source=where) from None
         probe.unlink()
         try:
@@ -630,22 +630,15 @@ class RunDir:
         must leave that search's files alone."""
         ours = self._lock_fd is not None and not self.holds_search()
         self.close()
-        if not ours:
-            return
-        try:
-            for name in (JOURNAL, CONFIG, LOCK):
-                (self.path / name).unlink(missing_ok=True)
-            for folder in self._made:
-                folder.rmdir()
-        except OSError:  # never made, or something else was put there meanwhile: keep it
-            pass
+        if ours:
+            self._unmake(JOURNAL, CONFIG, LOCK)
 
-    def _unmake(self, probe: Path | None = None) -> None:
-        """Leave no trace of an `open` refused before it wrote anything: the write test's file, and
-        the folders it made."""
+    def _unmake(self, *names: str) -> None:
+        """Remove the files `names` of the folder, then the folders `open` made, deepest first. The
+        first that cannot go stops it: something else was put there meanwhile, and stays."""
         with contextlib.suppress(OSError):
-            if probe is not None:
-                probe.unlink(missing_ok=True)
+            for name in names:
+                (self.path / name).unlink(missing_ok=True)
             for folder in self._made:
                 folder.rmdir()
 
@@ -657,11 +650,7 @@ class RunDir:
         for name in (JOURNAL, RESULTS, CONFIG, LOG, HEARTBEAT, LOCK):
             (self.path / name).unlink(missing_ok=True)
         shutil.rmtree(self.path / "trials", ignore_errors=True)
-        for folder in self._made:
-            try:
-                folder.rmdir()
-            except OSError:  # something else is there: keep it
-                break
+        self._unmake()
 
     def close(self) -> None:
         if self._syncer is not None:

@@ -389,11 +389,9 @@ class TrialRunner:
                                misuse_field="objective.data")
         except (UnknownParameter, ReportMisuse, GroupPeerReturned) as exc:
             return TrialResult(status=TrialStatus.FAILED, error=exc.line(), detail=error_detail(exc), misuse=True)
-        except OSError as exc:  # a full disk is no fault of the trial: the search stops, and --resume reruns it
-            if storage_failure(exc, trial_dir):
-                raise
-            return TrialResult(status=TrialStatus.FAILED, error=error_text(exc), detail=error_detail(exc))
         except Exception as exc:  # user code: any exception fails the trial, never the search
+            if storage_failure(exc, trial_dir):  # but a full disk is no trial's fault: --resume reruns it
+                raise
             return TrialResult(status=TrialStatus.FAILED, error=error_text(exc), detail=error_detail(exc))
         except SystemExit as exc:  # sys.exit() in user code ends its trial, not the rank (and the search)
             return TrialResult(status=TrialStatus.FAILED, error=exited(exc), detail=error_detail(exc))
