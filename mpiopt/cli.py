@@ -25,7 +25,8 @@ from ._errors import ConfigError, file_error, storage_text
 from ._files import refuse_a_file_in_the_way
 from ._log import FILE_ONLY, STATS, HeldLines, log_to_file, set_rank_tag, setup_logging, stop_logging_to
 from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_at_start, agree_or_raise, catch_sigterm, env_rank,
-                     env_size, hold_warnings, mpi_main, prepare_threads, ranks_on_hosts, relaunch, say_error, warn_once)
+                     env_size, hold_warnings, interrupts_at_safe_points, mpi_main, prepare_threads,
+                     raise_if_interrupted, ranks_on_hosts, relaunch, say_error, warn_once)
 from .space import Categorical, distinct_points
 from .trial import TrialRecord, TrialResult, TrialStatus
 
@@ -548,6 +549,13 @@ def _coordinate(cfg, plan, comm, run_dir, journal: _Journal, placement: str | No
 
 
 def _run_search(cfg, plan, comm, run_dir, journal: _Journal, placement: str | None) -> int:
+    if plan.shared:  # trials run in this process: Ctrl-C must stop the user's code where it is
+        return _coordinate_here(cfg, plan, comm, run_dir, journal, placement)
+    with interrupts_at_safe_points():  # the coordinator's rank: Ctrl-C waits for the loop's next wait
+        return _coordinate_here(cfg, plan, comm, run_dir, journal, placement)
+
+
+def _coordinate_here(cfg, plan, comm, run_dir, journal: _Journal, placement: str | None) -> int:
     began = time.perf_counter()  # the search's time includes the searcher's start (its imports take seconds)
     _announce(cfg, plan, run_dir, placement)
     link = _make_link(cfg, comm, plan)
@@ -792,7 +800,7 @@ def _make_link(cfg, comm, plan):
     from . import transport
 
     if not plan.shared:
-        return transport.MPITransport(comm, plan)
+        return transport.MPITransport(comm, plan, interrupt=raise_if_interrupted)
     from .group import run_task
     from .objective import TrialRunner
 

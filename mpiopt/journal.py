@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import queue
 import shutil
 import socket
 import threading
@@ -372,8 +373,10 @@ class RunDir:
         self._unsynced = False
         self._table_cache: dict = {}
         self._syncer: threading.Thread | None = None
-        self._sync_cv = threading.Condition()
-        self._sync_due = False
+        # requests to the syncer: True (fsync) or None (stop). A SimpleQueue takes them in one C
+        # call: a Ctrl-C's KeyboardInterrupt can land between any two bytecodes, and one raised in
+        # a Condition's Python-level __enter__ leaves its lock held, so the syncer never wakes
+        self._sync_requests: queue.SimpleQueue = queue.SimpleQueue()
         self._sync_error: OSError | None = None
         self._needs_header = False  # a new journal: its first append writes the format header first
         self._made: list[Path] = []  # the folders `open` created, deepest first
@@ -546,26 +549,29 @@ class RunDir:
         if self._journal is None or not self._unsynced:
             return
         self._unsynced = False
-        with self._sync_cv:
-            self._sync_due = True
-            if self._syncer is None:
-                self._syncer = threading.Thread(target=self._sync_loop, name="mpiopt-journal-sync", daemon=True)
-                self._syncer.start()
-            self._sync_cv.notify()
+        if self._syncer is None:  # known before it starts: close() must stop any syncer that runs
+            self._syncer = threading.Thread(target=self._sync_loop, args=(self._journal,), name="mpiopt-journal-sync",
+                                            daemon=True)
+            self._syncer.start()
+        self._sync_requests.put(True)
 
-    def _sync_loop(self) -> None:
-        while True:
-            with self._sync_cv:
-                self._sync_cv.wait_for(lambda: self._sync_due)
-                self._sync_due = False
-                journal = self._journal
-            if journal is None:
-                return
+    def _sync_loop(self, journal) -> None:
+        """fsync `journal` once for all the requests waiting (group commit), until told to stop."""
+        while self._take_sync_requests():
             try:
                 os.fsync(journal.fileno())
-            except (OSError, ValueError) as exc:  # ValueError: closed meanwhile (close() syncs itself)
-                if isinstance(exc, OSError):
-                    self._sync_error = exc
+            except ValueError:  # closed: close() gave up waiting for this fsync and made its own
+                return
+            except OSError as exc:
+                self._sync_error = exc
+
+    def _take_sync_requests(self) -> bool:
+        """Wait for a request and take those queued behind it; False once one says stop."""
+        requests = [self._sync_requests.get()]
+        with contextlib.suppress(queue.Empty):
+            while True:
+                requests.append(self._sync_requests.get_nowait())
+        return None not in requests
 
     def _raise_sync_error(self) -> None:
         if self._sync_error is not None:
@@ -653,14 +659,11 @@ class RunDir:
         self._unmake()
 
     def close(self) -> None:
-        if self._syncer is not None:
-            with self._sync_cv:
-                journal, self._journal = self._journal, None
-                self._sync_due = True
-                self._sync_cv.notify()
-            self._syncer.join(timeout=60)
+        if self._syncer is not None:  # the last fsync is close's own: the syncer stops before the file closes
+            self._sync_requests.put(None)
+            if self._syncer.is_alive():  # not when an interrupt came before it started
+                self._syncer.join(timeout=60)
             self._syncer = None
-            self._journal = journal
         if self._journal is not None:
             journal, self._journal = self._journal, None
             with naming(self.journal_path):

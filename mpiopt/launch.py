@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import shutil
 import signal
 import sys
@@ -18,6 +19,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +138,8 @@ def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: boo
         return 1
     if comm.Get_size() > 1:
         log.debug("waits: %s", transport.configure_waits(comm))
+    if comm.Get_rank() == 0:
+        _interrupts.line = interrupted
     catch_sigterm()
     code = _run_rank(comm, cfg, command, coordinator, interrupted)
     return end_rank(comm, code) if comm.Get_size() > 1 else code
@@ -152,8 +156,7 @@ def _run_rank(comm, cfg, command: Callable[[Any, str | None], int], coordinator:
             print(f"mpiopt: error: {exc}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
-        if rank == 0:
-            print(f"mpiopt: interrupted; {interrupted}", file=sys.stderr, flush=True)
+        say_interrupted()
         return 130
     except Exception as exc:  # a bug, a full disk, a lost file: never leave the other ranks blocked
         if file_error(exc):
@@ -187,17 +190,83 @@ def end_rank(comm, code: int) -> int:
     os._exit(code or worst)
 
 
+@dataclass
+class _Interrupts:
+    """This process's Ctrl-C and SIGTERM: held for a safe point (`interrupts_at_safe_points`) or
+    raised at once as KeyboardInterrupt, and what rank 0 says once interrupted."""
+
+    held: bool = False  # within interrupts_at_safe_points
+    pending: bool = False  # one came there and was not raised yet
+    line: str | None = None  # rank 0's `mpiopt: interrupted` line, until it is said
+    # the watchdog's alarm: SimpleQueue.put is reentrant, safe in a signal handler (a thread's
+    # start is not: it takes locks the interrupted code may hold)
+    alarm: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    watchdog: threading.Thread | None = None
+
+
+_interrupts = _Interrupts()
+
+
 def catch_sigterm() -> None:
-    """From here on a SIGTERM (a batch system's, or mpiexec's) stops this process as Ctrl-C does."""
+    """From here on a SIGTERM (a batch system's, or mpiexec's) stops this process as Ctrl-C does,
+    and ends it for sure TERM_GRACE_S after."""
+    if _interrupts.watchdog is None:
+        _interrupts.watchdog = threading.Thread(target=_watch, name="mpiopt-sigterm-watchdog", daemon=True)
+        _interrupts.watchdog.start()
     signal.signal(signal.SIGTERM, _terminate)
 
 
 def _terminate(signum, frame):
-    """A batch system's SIGTERM: stop as cleanly as Ctrl-C, and for sure within TERM_GRACE_S."""
-    watchdog = threading.Timer(TERM_GRACE_S, os._exit, args=(130,))
-    watchdog.daemon = True
-    watchdog.start()
+    """A batch system's SIGTERM (or a Ctrl-C where interrupts are held): stop as cleanly as
+    Ctrl-C, now or at the next safe point."""
+    _interrupts.alarm.put(signum)
+    if _interrupts.held and not _interrupts.pending:
+        _interrupts.pending = True
+        return
+    _interrupts.pending = False  # a second one while the first waits for its safe point: at once, for both
     raise KeyboardInterrupt
+
+
+def _watch() -> None:
+    """TERM_GRACE_S after a signal, end this process with 130 (rank 0 saying it was interrupted,
+    if it has not yet), wherever it is stuck."""
+    _interrupts.alarm.get()
+    time.sleep(TERM_GRACE_S)
+    say_interrupted()
+    os._exit(130)
+
+
+def say_interrupted() -> None:
+    """Rank 0's `mpiopt: interrupted; ...` line, once."""
+    line, _interrupts.line = _interrupts.line, None
+    if line is not None:
+        print(f"mpiopt: interrupted; {line}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def interrupts_at_safe_points():
+    """Within, Ctrl-C and SIGTERM raise KeyboardInterrupt only at `raise_if_interrupted` (or at
+    the end, where none was): raised between any two bytecodes, it can leave a lock of the
+    threading module held (a Condition's __enter__ is Python code), and cleanup then waits on
+    it. For the coordinator, which waits often and runs no user code; a second signal raises at
+    once."""
+    before = signal.signal(signal.SIGINT, _terminate)
+    _interrupts.held = True
+    try:
+        yield
+    finally:
+        _interrupts.held = False
+        signal.signal(signal.SIGINT, before)
+        pending, _interrupts.pending = _interrupts.pending, False
+    if pending:
+        raise KeyboardInterrupt
+
+
+def raise_if_interrupted() -> None:
+    """A safe point: raise the KeyboardInterrupt of a signal held since the last one."""
+    if _interrupts.pending:
+        _interrupts.pending = False
+        raise KeyboardInterrupt
 
 
 def _file_error(comm, exc: OSError, interrupted: str) -> None:

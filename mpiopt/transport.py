@@ -558,9 +558,10 @@ class MPITransport:
 
     watch_s = 1.0  # how often the coordinator looks for lost groups
 
-    def __init__(self, comm, plan: GroupPlan) -> None:
+    def __init__(self, comm, plan: GroupPlan, interrupt: Callable[[], None] | None = None) -> None:
         self.comm = comm
         self.plan = plan
+        self._interrupt = interrupt or (lambda: None)  # a safe point for a held Ctrl-C, while it waits
         self._leaders = {ranks[0]: g for g, ranks in enumerate(plan.groups)}
         self._sends: list[tuple[Any, bytes]] = []  # (request, buffer) of sends not known to be complete
         self._watched = pulsing_ranks(plan)
@@ -595,9 +596,11 @@ class MPITransport:
         """Wait until any group sends a result or an epoch's report (the first to arrive is served
         first), or None after `timeout` s."""
         end = None if timeout is None else time.monotonic() + timeout
+        self._interrupt()
         while True:
             left = None if end is None else max(0.0, end - time.monotonic())
-            got = recv_bytes(self.comm, _mpi().ANY_SOURCE, _mpi().ANY_TAG, timeout=left, with_tag=True)
+            got = recv_bytes(self.comm, _mpi().ANY_SOURCE, _mpi().ANY_TAG, timeout=left, with_tag=True,
+                             interrupt=self._interrupt)
             if got is None:
                 return None
             data, source, tag = got

@@ -869,14 +869,17 @@ def test_one_process_says_it_ignores_the_group_size(write_yaml, tmp_path):
            "trains on 1 rank" in p.stderr
 
 
-def test_a_sigterm_whose_interrupt_python_swallowed_still_ends_the_rank():
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_sigterm_whose_interrupt_python_swallowed_still_ends_the_rank(rank):
     # the KeyboardInterrupt lands where Python only prints it (here: caught and dropped, as in a
-    # weakref callback); the rank must not live on without its coordinator
-    script = """
+    # weakref callback), or cleanup hangs: the rank must not live on without its coordinator, and
+    # rank 0 still says the job was interrupted
+    script = f"""
 import os, signal, time
 from mpiopt import launch
 launch.TERM_GRACE_S = 0.5
-signal.signal(signal.SIGTERM, launch._terminate)
+launch._interrupts.line = "the journal is intact" if {rank} == 0 else None
+launch.catch_sigterm()
 try:
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(1)
@@ -886,6 +889,38 @@ time.sleep(30)
 """
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=20)
     assert p.returncode == 130, p.stderr
+    assert p.stderr == ("mpiopt: interrupted; the journal is intact\n" if rank == 0 else ""), p.stderr
+
+
+def test_held_interrupts_wait_for_a_safe_point_and_a_second_one_does_not(monkeypatch):
+    import os
+    import signal
+
+    from mpiopt import launch
+
+    monkeypatch.setattr(launch, "_interrupts", launch._Interrupts())  # no watchdog: this process lives on
+    before = signal.signal(signal.SIGTERM, launch._terminate)
+    reached = []
+    try:
+        with pytest.raises(KeyboardInterrupt), launch.interrupts_at_safe_points():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)  # a second one before the first was raised: at once
+            reached.append("after the second")
+        assert reached == []
+        with pytest.raises(KeyboardInterrupt), launch.interrupts_at_safe_points():
+            os.kill(os.getpid(), signal.SIGINT)
+            reached.append("held")
+            launch.raise_if_interrupted()
+            reached.append("past the safe point")
+        assert reached == ["held"]
+        with pytest.raises(KeyboardInterrupt), launch.interrupts_at_safe_points():  # none met: at the end
+            os.kill(os.getpid(), signal.SIGTERM)
+            reached.append("to the end")
+        assert reached == ["held", "to the end"]
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert launch._interrupts.alarm.qsize() == 4  # each signal would have armed the watchdog
 
 
 def test_train_names_where_its_values_come_from():

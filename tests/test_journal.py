@@ -563,3 +563,51 @@ def test_the_live_search_and_the_replay_of_its_journal_agree(tmp_path, write_yam
     assert problems == [] and {t.status for t in replayed.values()} == {TrialStatus.COMPLETED, TrialStatus.FAILED,
                                                                         TrialStatus.DIVERGED}
     assert replayed == live.trials
+
+
+def _interrupted_at(n: int, call) -> bool:
+    """Run `call` with a KeyboardInterrupt raised at the n-th call or return of a Python function
+    it runs on this thread, where CPython runs a signal's handler (on entering a function, and
+    once a call returned); True if the interrupt was raised."""
+    import sys
+
+    seen = [0]
+
+    def tracer(frame, event, arg):
+        if event in ("call", "return"):
+            seen[0] += 1
+            if seen[0] == n:
+                raise KeyboardInterrupt
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        call()
+    except KeyboardInterrupt:
+        return True
+    finally:
+        sys.settrace(None)
+    return False
+
+
+def test_a_ctrl_c_anywhere_in_a_group_commit_never_stops_the_journal_from_closing(tmp_path):
+    # a KeyboardInterrupt in a Condition's Python-level __enter__ once left its lock held: close()
+    # then waited 60 s for a syncer that could not wake (a SIGTERM's search ended without its line)
+    import threading
+
+    for n in range(1, 300):
+        rd = RunDir(tmp_path / f"run{n}")
+        rd.open(resume=False, config_text=CONFIG)
+        rd.append(start(0, 0.1), sync=False)
+        rd.sync_soon()  # the syncer runs (starting a thread is the standard library's own affair)
+        rd.append(finish(0), sync=False)
+        hit = _interrupted_at(n, rd.sync_soon)
+        closing = threading.Thread(target=rd.close, daemon=True)
+        closing.start()
+        closing.join(timeout=5)
+        assert not closing.is_alive(), f"close() hangs after a KeyboardInterrupt at call or return {n} of sync_soon"
+        events, problems = read_journal(tmp_path / f"run{n}" / "trials.jsonl")
+        assert problems == [] and [e["event"] for e in events] == ["start", "finish"]
+        if not hit:  # every call and return of sync_soon has been tried
+            break
+    assert not hit, "sync_soon made more than 300 calls"
