@@ -91,7 +91,45 @@ def test_the_largest_shard_sets_how_long_a_group_steps_together(tmp_path):
                       tmp_path)
     assert [len(src.shard(w, 3, 0, 0)[1]) for w in range(3)] == [3000, 1500, 1500]
     assert src.largest_shard(3) == 3000 and src.largest_shard(4) == 1500
-    assert src.largest_shard(5) == 1200  # fewer files than workers: even ranges
+    sizes = [len(src.shard(w, 5, 0, 0)[1]) for w in range(5)]  # fewer files than workers: blocks of 19 rows
+    assert src.largest_shard(5) == max(sizes) and max(sizes) - min(sizes) <= 19 and sum(sizes) == 6000
+
+
+def test_workers_sharing_a_file_each_read_only_their_own_blocks_of_it(tmp_path):
+    # one file sorted by class, 4 workers: each used to read the whole file (4 copies in a group);
+    # now each holds a quarter, the same every epoch in a new order, as much of each class
+    from mpiopt.learn import _data
+
+    _h5_files(tmp_path, [4000])
+    spec = {"train": "part_*.h5", "val": "part_0.h5", "features": "features", "labels": "labels"}
+    src = load_source(spec, tmp_path)
+    shards = [[src.shard(w, 4, epoch, seed=3)[1].astype(int) for epoch in range(2)] for w in range(4)]
+    assert sorted(np.concatenate([s[0] for s in shards])) == list(range(4000)) and src.train is None
+    for first, second in shards:
+        assert 1000 - 16 <= len(first) <= 1000 + 16 and sorted(first) == sorted(second)
+        assert not np.array_equal(first, second)
+        assert 0.47 < np.mean(first < 2000) < 0.53  # as much of both halves of the sorted file
+    assert _data.deal_blocks([4000], 4) == _data.deal_blocks([4000], 4)  # every process deals alike
+    assert all(_data.BLOCKS_PER_WORKER - 2 <= len(mine) <= _data.BLOCKS_PER_WORKER
+               for mine in _data.deal_blocks([4000], 4))  # 250 blocks of 16 rows
+
+
+def test_a_bad_value_in_a_workers_block_names_its_row_in_the_file(tmp_path):
+    import h5py
+
+    from mpiopt._errors import TrialFailed
+
+    x = np.zeros((1000, 2), dtype=np.float32)
+    x[777, 1] = np.nan
+    with h5py.File(tmp_path / "d.h5", "w") as h:
+        h["features"], h["labels"] = x, np.zeros(1000)
+    src = load_source({"train": "d.h5", "val": "d.h5", "features": "features", "labels": "labels"}, tmp_path)
+    from mpiopt.learn._data import deal_blocks
+
+    owner = [w for w, mine in enumerate(deal_blocks([1000], 2)) if any(lo <= 777 < hi for _, lo, hi in mine)]
+    src.shard(1 - owner[0], 2, 0, 0)  # the other worker's rows are all good
+    with pytest.raises(TrialFailed, match=r"d.h5: features: sample 777 holds NaN or inf"):
+        src.shard(owner[0], 2, 0, 0)
 
 
 def test_files_are_balanced_by_samples(tmp_path):

@@ -12,6 +12,7 @@ by file where there are at least as many training files as folds, by sample othe
 from __future__ import annotations
 
 import glob
+import itertools
 import math
 import numbers
 import os
@@ -24,6 +25,11 @@ import numpy as np
 from .._errors import DataError
 
 _cache: dict[Any, Any] = {}
+# Workers that share HDF5 files (fewer files than workers) each read only their own rows, in
+# blocks dealt from all over the files: one copy of the data per group, not one per rank, and a
+# file sorted by class still gives every worker as much of each as the others.
+BLOCKS_PER_WORKER = 64
+_BLOCK_STREAM = 0x626C6F636B  # "block": the deal depends on the files alone, the same for every trial
 
 
 # -- nested structures of arrays (multi-input / multi-output) ---------------------------------
@@ -90,10 +96,11 @@ def refuse_non_numbers(struct: Any, where: str) -> None:
             raise DataError(f"{where}{path} hold {kind} ({dtype}), not numbers")
 
 
-def refuse_not_finite(struct: Any, where: str, block: int = 1 << 22) -> None:
+def refuse_not_finite(struct: Any, where: str, block: int = 1 << 22, first: int = 0) -> None:
     """DataError naming the first sample of an array of `struct` that holds NaN or inf: a trial
     would diverge on it in training, or validate on a silently wrong figure (read a block of rows
-    at a time, so that an HDF5 dataset need not fit in memory)."""
+    at a time, so that an HDF5 dataset need not fit in memory). `first`: the number of the
+    struct's first sample in its file."""
     for path, a in leaves(struct):
         if not np.issubdtype(np.dtype(a.dtype), np.floating) or not a.shape:
             continue
@@ -103,7 +110,7 @@ def refuse_not_finite(struct: Any, where: str, block: int = 1 << 22) -> None:
             b = np.asarray(a[i:i + step]).reshape(min(step, int(a.shape[0]) - i), -1)
             bad = ~np.isfinite(b).all(axis=1)
             if bad.any():
-                raise DataError(f"{where}{path}: sample {i + int(np.argmax(bad))} holds NaN or inf "
+                raise DataError(f"{where}{path}: sample {first + i + int(np.argmax(bad))} holds NaN or inf "
                                 "(drop or repair such samples)")
 
 
@@ -195,6 +202,50 @@ def _read_all(files: list[Path], features, labels) -> tuple[Any, Any]:
     return concat([read_h5(f, features, labels) for f in files])
 
 
+def _read_blocks(files: list[Path], blocks: list[tuple[int, int, int]], features, labels) -> tuple[Any, Any]:
+    """(x, y) of the rows `blocks` ((file index, first row, end row) each, in order) of the HDF5
+    `files`: only those rows are read."""
+    import h5py
+
+    parts = []
+    for i, spans in itertools.groupby(blocks or [(0, 0, 0)], key=lambda b: b[0]):
+        f = files[i]
+        try:
+            with h5py.File(f, "r") as h:
+                xs, ys = h5_datasets(h, features, f), h5_datasets(h, labels, f)
+                nx, ny = _check_lengths(xs, f"{f}: features"), _check_lengths(ys, f"{f}: labels")
+                if nx != ny:
+                    raise DataError(f"{f}: features have {nx} samples but labels have {ny}")
+                for _, lo, hi in spans:
+                    part = take(xs, slice(lo, hi)), take(ys, slice(lo, hi))
+                    for struct, what in zip(part, ("features", "labels"), strict=True):
+                        refuse_non_numbers(struct, f"{f}: {what}")
+                        refuse_not_finite(struct, f"{f}: {what}", first=lo)
+                    parts.append(part)
+        except OSError as exc:
+            raise DataError(f"{f}: cannot read as HDF5: {exc}") from None
+    return concat(parts)
+
+
+def deal_blocks(counts: list[int], n_workers: int) -> list[list[tuple[int, int, int]]]:
+    """Each worker's blocks of rows, (file index, first row, end row), of training files shared
+    by more workers than there are files, in file order. About BLOCKS_PER_WORKER blocks each:
+    each run of `n_workers` blocks in file order gives one to every worker (the largest to the
+    one with the fewest rows so far, ties in a fixed random order), so a worker's rows come from
+    all over the files and the loads stay within a block of each other."""
+    size = max(1, math.ceil(sum(counts) / (n_workers * BLOCKS_PER_WORKER)))
+    blocks = [(i, lo, min(lo + size, n)) for i, n in enumerate(counts) for lo in range(0, n, size)]
+    rng = np.random.default_rng(_BLOCK_STREAM)
+    loads, dealt = [0] * n_workers, [[] for _ in range(n_workers)]
+    for first in range(0, len(blocks), n_workers):
+        run = sorted(blocks[first:first + n_workers], key=lambda b: b[1] - b[2])  # the largest first
+        lightest = sorted(rng.permutation(n_workers).tolist(), key=lambda k: loads[k])
+        for w, block in zip(lightest, run, strict=False):  # the last run may be short
+            dealt[w].append(block)
+            loads[w] += block[2] - block[1]
+    return dealt
+
+
 def _count_h5(f: Path, features, labels) -> int:
     import h5py
 
@@ -260,9 +311,14 @@ class DataSource:
         return owner, loads
 
     def largest_shard(self, n_workers: int) -> int:
-        """The most samples a worker's shard holds: workers dealt whole files can hold more than
-        an even share, and a group that steps together must step until the largest is through."""
-        return max(self._deal(n_workers)[1]) if self.by_file(n_workers) else math.ceil(self.n_train() / n_workers)
+        """The most samples a worker's shard holds: workers dealt whole files or blocks can hold
+        more than an even share, and a group that steps together must step until the largest is
+        through."""
+        if self.by_file(n_workers):
+            return max(self._deal(n_workers)[1])
+        if self.train is None:
+            return max(sum(hi - lo for _, lo, hi in mine) for mine in deal_blocks(self.counts, n_workers))
+        return math.ceil(self.n_train() / n_workers)
 
     def first(self, n: int) -> Any:
         """The first `n` training inputs (of an HDF5 file, only those are read)."""
@@ -274,24 +330,30 @@ class DataSource:
         with h5py.File(f, "r") as h:
             return take(h5_datasets(h, self.features, f), slice(0, n))
 
+    def _own_rows(self, worker: int, n_workers: int) -> tuple[Any, Any]:
+        """This worker's training samples of the HDF5 files, read once per process: whole files
+        where there are as many as workers, else its blocks of rows (`deal_blocks`)."""
+        key = ("rows", worker, n_workers, id(self))
+        if key not in _cache:
+            if self.by_file(n_workers):
+                mine = [self.train_files[i] for i in self._files_of(worker, n_workers)]
+                _cache[key] = _read_all(mine, self.features, self.labels)
+            else:
+                _cache[key] = _read_blocks(self.train_files, deal_blocks(self.counts, n_workers)[worker],
+                                           self.features, self.labels)
+        return _cache[key]
+
     def by_file(self, n_workers: int) -> bool:
         return self.train is None and len(self.train_files) >= n_workers
 
     def shard(self, worker: int, n_workers: int, epoch: int, seed: int) -> tuple[Any, Any]:
         """This worker's (x, y) for one epoch, in this epoch's order."""
-        rng = np.random.default_rng([seed, epoch])
-        if self.by_file(n_workers):
-            key = ("files", worker, n_workers, id(self))
-            if key not in _cache:
-                mine = [self.train_files[i] for i in self._files_of(worker, n_workers)]
-                _cache[key] = _read_all(mine, self.features, self.labels)
-            x, y = _cache[key]
+        if self.train is None:
+            x, y = self._own_rows(worker, n_workers)
             idx = np.random.default_rng([seed, epoch, worker]).permutation(n_samples(x))
             return take(x, idx), take(y, idx)
-        if self.train is None:  # fewer files than workers: everybody reads all, shards by range
-            self.train = _read_all(self.train_files, self.features, self.labels)
         x, y = self.train
-        perm = rng.permutation(self.n_train())
+        perm = np.random.default_rng([seed, epoch]).permutation(self.n_train())
         if self.rows is not None:
             perm = self.rows[perm]
         idx = np.array_split(perm, n_workers)[worker]
