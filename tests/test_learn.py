@@ -449,3 +449,24 @@ def test_history_columns_are_in_one_order_whatever_the_mode_reports(reported):
     from mpiopt.learn._engine import history_columns
 
     assert history_columns(dict.fromkeys(reported, 0.0)) == ["epoch", "loss", "accuracy", "val_loss", "val_accuracy"]
+
+
+def test_each_allreduce_rank_reads_only_its_part_of_the_validation_files(tmp_path):
+    import itertools
+
+    from mpiopt.learn import _data
+
+    _h5_files(tmp_path, [7, 5, 0, 9])  # 21 validation samples over four files, one empty
+    spec = {"train": "part_0.h5", "val": "part_*.h5", "features": "features", "labels": "labels"}
+    src = load_source(spec, tmp_path)
+    for parts in (1, 2, 3, 5, 25):
+        got = [src.validation_part(p, parts) for p in range(parts)]
+        assert [len(y) for _, y in got] == [len(a) for a in np.array_split(np.arange(21), parts)]
+        assert np.concatenate([y for _, y in got]).astype(int).tolist() == list(range(21))
+        assert all(np.array_equal(x[:, 0], y) for x, y in got)
+    assert src.val is None  # never read whole
+    assert np.array_equal(src.validation()[1], np.arange(21))
+    for n in range(12):
+        for parts in range(1, 5):
+            ends = np.cumsum([0] + [len(c) for c in np.array_split(np.arange(n), parts)]).tolist()
+            assert [_data._part_bounds(n, p, parts) for p in range(parts)] == list(itertools.pairwise(ends))

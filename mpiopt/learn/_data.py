@@ -227,6 +227,25 @@ def _read_blocks(files: list[Path], blocks: list[tuple[int, int, int]], features
     return concat(parts)
 
 
+def _part_bounds(n: int, part: int, parts: int) -> tuple[int, int]:
+    """[lo, hi) of part `part` of `n` samples cut into `parts`, as np.array_split cuts them."""
+    size, extra = divmod(n, parts)
+    lo = part * size + min(part, extra)
+    return lo, lo + size + (part < extra)
+
+
+def _spans(counts: list[int], lo: int, hi: int) -> list[tuple[int, int, int]]:
+    """Samples [lo, hi) of files of `counts` samples one after another, as (file index, first
+    row, end row) in each file."""
+    spans, start = [], 0
+    for i, n in enumerate(counts):
+        first, end = max(lo - start, 0), min(hi - start, n)
+        if first < end:
+            spans.append((i, first, end))
+        start += n
+    return spans
+
+
 def deal_blocks(counts: list[int], n_workers: int) -> list[list[tuple[int, int, int]]]:
     """Each worker's blocks of rows, (file index, first row, end row), of training files shared
     by more workers than there are files, in file order. About BLOCKS_PER_WORKER blocks each:
@@ -279,6 +298,7 @@ class DataSource:
     train_files: list[Path] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
     val_files: list[Path] = field(default_factory=list)
+    val_counts: list[int] = field(default_factory=list)
     features: Any = "features"
     labels: Any = "labels"
     # the samples of the in-memory `train` this source trains on (a fold's training part), None: all;
@@ -294,6 +314,19 @@ class DataSource:
         if self.val is None:
             self.val = _read_all(self.val_files, self.features, self.labels)
         return self.val
+
+    def validation_part(self, part: int, parts: int) -> tuple[Any, Any]:
+        """Part `part` of `parts` of the validation samples, in order, the parts' sizes within one
+        of each other (the ranks of an allreduce group each validate one): of HDF5 files only its
+        rows are read, once per process."""
+        if self.val is not None:
+            rows = np.array_split(np.arange(n_samples(self.val[0])), parts)[part]
+            return take(self.val[0], rows), take(self.val[1], rows)
+        key = ("val part", part, parts, id(self))
+        if key not in _cache:
+            lo, hi = _part_bounds(sum(self.val_counts), part, parts)
+            _cache[key] = _read_blocks(self.val_files, _spans(self.val_counts, lo, hi), self.features, self.labels)
+        return _cache[key]
 
     def _files_of(self, worker: int, n_workers: int) -> list[int]:
         """Files for each worker, balanced by sample count (largest first onto the lightest)."""
@@ -396,10 +429,10 @@ def load_source(data: Any, base_dir: Path, loader=None) -> DataSource:
         train = file_list(data["train"], base_dir, "train")
         val = file_list(data["val"], base_dir, "val")
         counts = [_count_h5(f, feats, labels) for f in train]
-        for f in val:
-            _count_h5(f, feats, labels)
+        val_counts = [_count_h5(f, feats, labels) for f in val]
         train, counts = _without_empty_files(train, counts)
-        src = DataSource(train_files=train, counts=counts, val_files=val, features=feats, labels=labels)
+        src = DataSource(train_files=train, counts=counts, val_files=val, val_counts=val_counts, features=feats,
+                         labels=labels)
     else:
         out = loader()
         try:
@@ -466,6 +499,7 @@ def _cut_fold(source: DataSource, folds: int, k: int, seed: int) -> DataSource:
             return DataSource(train_files=[source.train_files[i] for i in rest],
                               counts=[source.counts[i] for i in rest],
                               val_files=[source.train_files[i] for i in parts[k]],
+                              val_counts=[source.counts[i] for i in parts[k]],
                               features=source.features, labels=source.labels)
     x, y = source.train if source.train is not None else _h5_training(source)
     parts = sample_folds(n_samples(x), folds, seed)

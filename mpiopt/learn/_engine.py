@@ -430,9 +430,7 @@ class _AllreduceRank:
         self.steps = math.ceil(job.source.largest_shard(self.size) / self.bs)
         self.buf = np.zeros(self.n + 4, dtype=np.float32)  # grads*nb, loss*nb, nb, "my time is up", "I failed"
         self.deadline = Deadline(t.get("time_limit"))
-        x_val, y_val = job.source.validation()
-        val_part = np.array_split(np.arange(n_samples(x_val)), self.size)[self.rank]
-        self.xv, self.yv = take(x_val, val_part), take(y_val, val_part)
+        self.xv, self.yv = job.source.validation_part(self.rank, self.size)
         self.samples = 0
 
     def run(self) -> TrainOutcome | None:
