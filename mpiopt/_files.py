@@ -70,3 +70,19 @@ def refuse_a_file_in_the_way(path: Path, source: str | None = None) -> None:
     if blocker is not None:
         raise ConfigError(f"cannot write here: {blocker} exists and is not a directory",
                           source=str(path) if source is None else source)
+
+
+def missing_folders(path: Path) -> list[Path]:
+    """The folders of `path` (itself and its parents) that do not exist yet, deepest first: what
+    `path.mkdir(parents=True)` makes, and what to remove again if what follows fails."""
+    return [p for p in (path, *path.parents) if not p.exists()]
+
+
+def remove_made(files: list[Path], folders: list[Path]) -> None:
+    """Remove `files`, then `folders` (deepest first, from `missing_folders`). The first that
+    cannot go stops it: something else was put there meanwhile, and stays."""
+    with contextlib.suppress(OSError):
+        for f in files:
+            f.unlink(missing_ok=True)
+        for folder in folders:
+            folder.rmdir()

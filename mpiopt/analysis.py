@@ -1,6 +1,7 @@
 """Reading a run directory back: the results table as a pandas DataFrame (pandas imported lazily)."""
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from dataclasses import dataclass
@@ -112,8 +113,11 @@ def refresh_results_csv(path: str | os.PathLike) -> bool:
         if (p / RESULTS).exists() and (p / RESULTS).read_bytes() == table:
             return False
         atomic_write(p / RESULTS, table)
-    except OSError as exc:  # a read-only share: the table stays as the search left it
-        log.debug("results.csv not rewritten: %s", exc)
+    except OSError as exc:  # the table stays as the search left it
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):  # a read-only share: nothing to say
+            log.debug("results.csv not rewritten: %s", exc)
+        else:  # a full disk: pandas users would read a stale table
+            log.warning("%s not rewritten from the journal: %s", p / RESULTS, exc.strerror or exc)
         return False
     return True
 

@@ -27,7 +27,7 @@ import yaml
 
 from ._errors import ConfigError
 from . import pareto
-from ._files import atomic_write, naming, refuse_a_file_in_the_way
+from ._files import atomic_write, missing_folders, naming, refuse_a_file_in_the_way, remove_made
 from .pareto import Goals
 from .trial import TrialRecord, TrialStatus, apply_event, clean, trial_of
 
@@ -431,7 +431,7 @@ class RunDir:
         self._since = time.time()
         where = str(self.shown)
         self.check(resume=resume, config_text=config_text)
-        self._made = [p for p in (self.path, *self.path.parents) if not p.exists()]  # deepest first
+        self._made = missing_folders(self.path)
         probe = self.path / f".write-test.{os.getpid()}"
         try:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -640,13 +640,8 @@ class RunDir:
             self._unmake(JOURNAL, CONFIG, LOCK)
 
     def _unmake(self, *names: str) -> None:
-        """Remove the files `names` of the folder, then the folders `open` made, deepest first. The
-        first that cannot go stops it: something else was put there meanwhile, and stays."""
-        with contextlib.suppress(OSError):
-            for name in names:
-                (self.path / name).unlink(missing_ok=True)
-            for folder in self._made:
-                folder.rmdir()
+        """Remove the files `names` of the folder, then the folders `open` made (`remove_made`)."""
+        remove_made([self.path / name for name in names], self._made)
 
     def discard(self) -> None:
         """Remove a new search that stopped on its objective's misuse before anything else finished

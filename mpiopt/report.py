@@ -16,7 +16,7 @@ from pathlib import Path
 from . import _results_view as view
 from . import plots
 from ._errors import ConfigError
-from ._files import atomic_write, refuse_a_file_in_the_way
+from ._files import atomic_write, missing_folders, refuse_a_file_in_the_way, remove_made
 from .analysis import (_run_info, best_trials, direction_of, goals_of, load_history, load_results, load_timeline,
                        timeline)
 from .journal import PARAM_COUNT
@@ -88,17 +88,25 @@ def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) 
     info = _run_info(run)
     direction, metric = direction_of(run)
     refuse_a_file_in_the_way(target, source=f"--out {target}")
+    sections = [_draw(*spec) for spec in _plots(df, history, stretches, direction, metric, log_params(info),
+                                                     goals_of(run))]
+    made, written = missing_folders(target), []
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        remove_made([], made)
         raise ConfigError(f"--out {target}: cannot write here: {exc.strerror or exc}") from None
-    sections = [_draw(*spec) for spec in _plots(df, history, stretches, direction, metric, log_params(info),
-                                                     goals_of(run))]
-    for s in sections:
-        if s.png is not None and pngs:
-            atomic_write(target / f"{s.slug}.png", s.png, durable=False)
-    usage = timeline(stretches)[1]
-    atomic_write(page, _html(run, info, df, usage, direction, metric, sections).encode("utf-8"), durable=False)
+    try:
+        for s in sections:
+            if s.png is not None and pngs:
+                written.append(target / f"{s.slug}.png")
+                atomic_write(written[-1], s.png, durable=False)
+        usage = timeline(stretches)[1]
+        atomic_write(page, _html(run, info, df, usage, direction, metric, sections).encode("utf-8"), durable=False)
+    except BaseException:  # a full disk: a new folder goes again; an old report's files stay as they are
+        if made:
+            remove_made(written, made)
+        raise
     return page
 
 

@@ -352,6 +352,51 @@ def test_report_writes_a_png_a_plot_and_inlines_them(tmp_path):
     assert "40 finished of a budget of 40<" in page
 
 
+def test_a_report_that_fails_to_write_leaves_no_new_folder_and_an_old_report_whole(tmp_path, monkeypatch):
+    import errno
+
+    from mpiopt import report
+
+    run = copy_run(tmp_path)
+    real = report.atomic_write
+
+    def full_at_the_page(path, data, **kw):
+        if path.name == "report.html":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data, **kw)
+
+    monkeypatch.setattr(report, "atomic_write", full_at_the_page)
+    with pytest.raises(OSError, match="No space"):
+        write_report(run, tmp_path / "new" / "deeper" / "report")
+    assert not (tmp_path / "new").exists()  # the folders it made went with the plots it wrote
+    monkeypatch.setattr(report, "atomic_write", real)
+    old = write_report(run, tmp_path / "old")
+    monkeypatch.setattr(report, "atomic_write", full_at_the_page)
+    with pytest.raises(OSError, match="No space"):
+        write_report(run, tmp_path / "old")
+    assert old.exists() and len(list((tmp_path / "old").glob("*.png"))) == 6  # an old report is not undone
+
+
+@pytest.mark.parametrize("code,said", [("ENOSPC", True), ("EROFS", False)])
+def test_a_results_table_left_stale_by_a_full_disk_is_said_and_a_read_only_one_is_not(tmp_path, monkeypatch,
+                                                                                      caplog, code, said):
+    import errno
+
+    from mpiopt import _files
+    from mpiopt.analysis import refresh_results_csv
+
+    run = copy_run(tmp_path)
+    (run / "results.csv").unlink()
+
+    def failing(path, data, **kw):
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
+
+    monkeypatch.setattr(_files, "atomic_write", failing)
+    with caplog.at_level("WARNING"):
+        assert refresh_results_csv(run) is False
+    assert ("results.csv not rewritten from the journal: No space left on device" in caplog.text) is said
+
+
 def test_report_of_a_killed_search_with_no_completed_trial_says_why(tmp_path):
     run = copy_run(tmp_path)
     lines = (run / "trials.jsonl").read_text().splitlines()
