@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 
 # what no trial can be blamed for: its rerun, once there is room again, would go through
@@ -99,7 +100,14 @@ def file_error(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and (exc.filename is not None or storage_failure(exc))
 
 
+# h5py's OSError carries HDF5's own text, which names the file inside it over two lines
+_HDF5_FILE = re.compile(r"filename = '([^']*)'")
+
+
 def storage_text(exc: OSError) -> str:
     """'FILE: No space left on device' (the reason alone where the error names no file)."""
-    reason = exc.strerror or str(exc)
-    return f"{exc.filename}: {reason}" if exc.filename is not None else reason
+    reason, where = exc.strerror or str(exc), exc.filename
+    found = _HDF5_FILE.search(reason) if where is None and exc.errno else None
+    if found:
+        where, reason = found.group(1), os.strerror(exc.errno)
+    return f"{where}: {reason}" if where is not None else reason

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shutil
 import socket
 from collections import Counter
 import time
@@ -20,7 +21,7 @@ from pathlib import Path
 from ._errors import ConfigError
 from .analysis import _run_info, direction_of, lost_intervals, run_directory
 from ._results_view import format_hours, format_rate, params_text
-from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, LOCK, finite_metric, read_journal, replay
+from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, LOCK, MIN_FREE_BYTES, finite_metric, read_journal, replay
 from .scheduler import Scheduler, make_scheduler
 from .trial import TrialRecord, TrialStatus, reached_by_state
 
@@ -281,11 +282,21 @@ def _state_line(run: Path, alive: Liveness, budget: int) -> str:
         return f"{run}: interrupted {format_hours(alive.age_s / 3600)} ago (Ctrl-C or SIGTERM); {go_on}"
     if alive.gone:
         how = "killed" if alive.age_s is not None else "ended or killed: no heartbeat file tells"
-        return f"{run}: not running: its coordinator ({alive.where}) is gone ({how}); {go_on}"
+        return f"{run}: not running: its coordinator ({alive.where}) is gone ({how}{_full_disk(run)}); {go_on}"
     if alive.state == "stopped":
         return (f"{run}: not running: no heartbeat for {format_hours(alive.age_s / 3600)} (killed, or its node "
-                f"lost); {go_on}")
+                f"lost{_full_disk(run)}); {go_on}")
     return f"{run}: no heartbeat file (a search of an older mpiopt): whether it runs is unknown"
+
+
+def _full_disk(run: Path) -> str:
+    """', or stopped on its full file system (...)' where the run's file system is full now: a
+    search that cannot write stops, and cannot write its heartbeat to say so."""
+    try:
+        free = shutil.disk_usage(run).free
+    except OSError:
+        return ""
+    return f", or stopped on its full file system ({free / 2**20:.1f} MiB free)" if free < MIN_FREE_BYTES else ""
 
 
 def _shown_path(path: str) -> str:

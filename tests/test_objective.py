@@ -113,6 +113,21 @@ def test_a_full_disk_or_a_lost_permission_is_the_storages_only_where_mpiopt_writ
     assert not storage_failure(PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "loop" / "x")), mine)
 
 
+def test_a_full_disk_under_hdf5_is_said_as_its_file_and_reason():
+    import errno
+
+    from mpiopt._errors import storage_text
+
+    h5py_text = ("Can't close file (file write failed: time = Sat Nov 28 16:49:24 2026\n, filename = "
+                 "'/runs/full/trials/41/best.weights.h5', file descriptor = 33, errno = 28, error message = 'No space "
+                 "left on device', buf = 0x5628bb8e1430, total write size = 2048, bytes this sub-write = 2048, "
+                 "offset = 4096)")
+    assert storage_text(OSError(errno.ENOSPC, h5py_text)) == \
+        "/runs/full/trials/41/best.weights.h5: No space left on device"
+    assert storage_text(OSError(errno.ENOSPC, "No space left on device", "/a/b")) == "/a/b: No space left on device"
+    assert storage_text(OSError(errno.ENOSPC, "No space left on device")) == "No space left on device"
+
+
 def test_runner_statuses(runner):
     r = runner("moody")
     failed = r.run({"x": -3.0, "y": 1.0}, None)

@@ -504,6 +504,19 @@ def test_status_of_a_finished_search(tmp_path):
     assert "trials: 39 finished (the budget is unknown: no config.yaml): 9 completed" in status_text(str(run))
 
 
+def test_status_of_a_search_gone_silent_on_a_full_file_system_says_it_may_have_stopped_on_it(tmp_path,
+                                                                                               monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    run = copy_run(tmp_path)
+    beat(run, "running", 300)  # its last heartbeat: the one of the stop could not be written
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(20 * 2**20, 20 * 2**20 - 4096, 4096))
+    assert "no heartbeat for 5 min (killed, or its node lost, or stopped on its full file system (0.0 MiB free)); " \
+        in status_text(str(run))
+
+
 def test_status_of_a_killed_search_says_so_and_how_to_go_on(tmp_path):
     run = copy_run(tmp_path)
     lines = (run / "trials.jsonl").read_text().splitlines()
@@ -511,7 +524,7 @@ def test_status_of_a_killed_search_says_so_and_how_to_go_on(tmp_path):
     beat(run, "running", 300)
     text = status_text(str(run))
     assert "not running: no heartbeat for 5 min" in text and "--resume" in text
-    assert "interrupted (run again on --resume)" in text
+    assert "interrupted (run again on --resume)" in text and "full file system" not in text
     # a job across nodes goes on across the same nodes: --np, every rank here, makes other groups
     beat(run, "running", 300, ranks=5, nodes=2)
     first = status_text(str(run)).splitlines()[0]
