@@ -852,17 +852,14 @@ def _h5_scan(files: list[Path], features, labels, n: int, first: dict, whole: bo
     or inf (the validation files, which each trial reads whole anyway); read the first `n` samples."""
     import h5py
 
-    from .learn._data import _check_lengths, concat, h5_datasets, refuse_non_numbers, refuse_not_finite, take
+    from .learn._data import concat, h5_datasets, paired_datasets, refuse_non_numbers, refuse_not_finite, take
 
     parts = []
     need = n
     for f in files:
         try:
             with h5py.File(f, "r") as h:
-                x, y = h5_datasets(h, features, f), h5_datasets(h, labels, f)
-                nx, ny = _check_lengths(x, f"{f}: features"), _check_lengths(y, f"{f}: labels")
-                if nx != ny:
-                    raise TrialFailed(f"{f}: features have {nx} samples but labels have {ny}")
+                x, y, nx = paired_datasets(h, features, labels, f)
                 for struct, what in ((x, "features"), (y, "labels")):
                     refuse_non_numbers(struct, f"{f}: {what}")
                     if whole:

@@ -180,17 +180,25 @@ def h5_datasets(h, name, f: Path):
     return {k: obj[k] for k in obj.keys()} if hasattr(obj, "keys") else obj
 
 
+def paired_datasets(h, features, labels, f: Path) -> tuple[Any, Any, int]:
+    """The features' and labels' datasets of the open file `h` (not read) and their number of
+    samples; a DataError where features and labels have different numbers."""
+    xs, ys = h5_datasets(h, features, f), h5_datasets(h, labels, f)
+    nx, ny = _check_lengths(xs, f"{f}: features"), _check_lengths(ys, f"{f}: labels")
+    if nx != ny:
+        raise DataError(f"{f}: features have {nx} samples but labels have {ny}")
+    return xs, ys, nx
+
+
 def read_h5(f: Path, features, labels) -> tuple[Any, Any]:
     import h5py
 
     try:
         with h5py.File(f, "r") as h:
-            x, y = take(h5_datasets(h, features, f), ()), take(h5_datasets(h, labels, f), ())
+            xs, ys, _ = paired_datasets(h, features, labels, f)
+            x, y = take(xs, ()), take(ys, ())
     except OSError as exc:
         raise DataError(f"{f}: cannot read as HDF5: {exc}") from None
-    nx, ny = _check_lengths(x, f"{f}: features"), _check_lengths(y, f"{f}: labels")
-    if nx != ny:
-        raise DataError(f"{f}: features have {nx} samples but labels have {ny}")
     for struct, what in ((x, "features"), (y, "labels")):
         refuse_non_numbers(struct, f"{f}: {what}")
         refuse_not_finite(struct, f"{f}: {what}")
@@ -212,10 +220,7 @@ def _read_blocks(files: list[Path], blocks: list[tuple[int, int, int]], features
         f = files[i]
         try:
             with h5py.File(f, "r") as h:
-                xs, ys = h5_datasets(h, features, f), h5_datasets(h, labels, f)
-                nx, ny = _check_lengths(xs, f"{f}: features"), _check_lengths(ys, f"{f}: labels")
-                if nx != ny:
-                    raise DataError(f"{f}: features have {nx} samples but labels have {ny}")
+                xs, ys, _ = paired_datasets(h, features, labels, f)
                 for _, lo, hi in spans:
                     part = take(xs, slice(lo, hi)), take(ys, slice(lo, hi))
                     for struct, what in zip(part, ("features", "labels"), strict=True):
