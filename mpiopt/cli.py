@@ -24,9 +24,9 @@ from . import _results_view as view
 from ._errors import ConfigError, file_error, storage_text
 from ._files import refuse_a_file_in_the_way
 from ._log import FILE_ONLY, STATS, HeldLines, log_to_file, set_rank_tag, setup_logging, stop_logging_to
-from .launch import (ABORT_GRACE_S, END_GRACE_S, abort_job, agree_at_start, agree_or_raise, catch_sigterm, env_rank,
-                     env_size, hold_warnings, interrupts_at_safe_points, mpi_main, prepare_threads,
-                     raise_if_interrupted, ranks_on_hosts, relaunch, say_error, warn_once)
+from .launch import (ABORT_GRACE_S, END_GRACE_S, INTERRUPTED_AT_START, abort_job, agree_at_start, agree_or_raise,
+                     catch_sigterm, env_rank, env_size, hold_warnings, interrupts_at_safe_points, mpi_main,
+                     prepare_threads, raise_if_interrupted, ranks_on_hosts, relaunch, say_error, warn_once)
 from .space import Categorical, distinct_points
 from .trial import TrialRecord, TrialResult, TrialStatus
 
@@ -168,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say_error(str(exc))
         return 2
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the space file's modules import
-        return _interrupted("while starting; nothing was written")
+        return _interrupted(INTERRUPTED_AT_START)
     finally:
         hold_warnings(False)  # reached only where this process did not relaunch itself
     if args.command in ("search", "train", "check"):  # the commands the variables tune

@@ -38,6 +38,8 @@ END_GRACE_S = 0.2
 # once): a rank still alive this long after the signal exits anyway, with the same code. Under a
 # batch system's default 30 s between SIGTERM and SIGKILL, so the job still ends as interrupted.
 TERM_GRACE_S = 10.0
+# what Ctrl-C or SIGTERM before any rank began its command says
+INTERRUPTED_AT_START = "while starting; nothing was written"
 
 
 # -- before MPI starts -------------------------------------------------------------------------
@@ -133,6 +135,10 @@ def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: boo
 
     try:
         comm = transport.world()
+    except KeyboardInterrupt:  # while mpi4py loads the MPI library: no rank has begun its command
+        if env_rank() == 0:
+            print(f"mpiopt: interrupted {INTERRUPTED_AT_START}", file=sys.stderr, flush=True)
+        return 130
     except Exception as exc:  # no MPI library at all
         say_error(f"cannot initialise MPI: {transport.why_no_mpi(exc)}")
         return 1
@@ -180,9 +186,13 @@ def end_rank(comm, code: int) -> int:
     rank = comm.Get_rank()
     try:
         worst = transport.highest(comm, code)
-    except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM while ending
+    except KeyboardInterrupt:  # a Ctrl-C or SIGTERM while ending
+        say_interrupted()
         worst = code = 130
     if worst == 0:
+        with contextlib.suppress(KeyboardInterrupt):  # the job is done: a signal from now on would only kill
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Python's finalization, which restores their defaults
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # (exit 2 or 15 for a finished search)
         return code
     if rank == 0:
         abort_job(comm, code or worst, END_GRACE_S, quiet=True)
@@ -202,9 +212,12 @@ class _Interrupts:
     # start is not: it takes locks the interrupted code may hold)
     alarm: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     watchdog: threading.Thread | None = None
+    raised: bool = False  # a KeyboardInterrupt of a signal was raised in this process
+    pending_at: float = 0.0  # time.monotonic() of the held one
 
 
 _interrupts = _Interrupts()
+DUPLICATE_S = 0.5  # a held signal's twin within this is one stop delivered twice
 
 
 def catch_sigterm() -> None:
@@ -218,12 +231,19 @@ def catch_sigterm() -> None:
 
 def _terminate(signum, frame):
     """A batch system's SIGTERM (or a Ctrl-C where interrupts are held): stop as cleanly as
-    Ctrl-C, now or at the next safe point."""
+    Ctrl-C, now or at the next safe point. Once a KeyboardInterrupt was raised here, later
+    signals only arm the watchdog: a batch system signals every process and mpiexec forwards the
+    signal again, and a second KeyboardInterrupt would land in the cleanup the first began."""
     _interrupts.alarm.put(signum)
-    if _interrupts.held and not _interrupts.pending:
-        _interrupts.pending = True
+    if _interrupts.raised:
         return
+    if _interrupts.held and not _interrupts.pending:
+        _interrupts.pending, _interrupts.pending_at = True, time.monotonic()
+        return
+    if _interrupts.held and time.monotonic() - _interrupts.pending_at < DUPLICATE_S:
+        return  # the same stop delivered twice (to this process and through mpiexec), not a second Ctrl-C
     _interrupts.pending = False  # a second one while the first waits for its safe point: at once, for both
+    _interrupts.raised = True
     raise KeyboardInterrupt
 
 
@@ -259,6 +279,7 @@ def interrupts_at_safe_points():
         signal.signal(signal.SIGINT, before)
         pending, _interrupts.pending = _interrupts.pending, False
     if pending:
+        _interrupts.raised = True
         raise KeyboardInterrupt
 
 
@@ -266,6 +287,7 @@ def raise_if_interrupted() -> None:
     """A safe point: raise the KeyboardInterrupt of a signal held since the last one."""
     if _interrupts.pending:
         _interrupts.pending = False
+        _interrupts.raised = True
         raise KeyboardInterrupt
 
 

@@ -303,7 +303,7 @@ class DataSource:
     train_files: list[Path] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
     val_files: list[Path] = field(default_factory=list)
-    val_counts: list[int] = field(default_factory=list)
+    val_counts: list[int] = field(default_factory=list)  # each val file's samples; empty: counted when needed
     features: Any = "features"
     labels: Any = "labels"
     # the samples of the in-memory `train` this source trains on (a fold's training part), None: all;
@@ -329,8 +329,9 @@ class DataSource:
             return take(self.val[0], rows), take(self.val[1], rows)
         key = ("val part", part, parts, id(self))
         if key not in _cache:
-            lo, hi = _part_bounds(sum(self.val_counts), part, parts)
-            _cache[key] = _read_blocks(self.val_files, _spans(self.val_counts, lo, hi), self.features, self.labels)
+            counts = self.val_counts or [_count_h5(f, self.features, self.labels) for f in self.val_files]
+            lo, hi = _part_bounds(sum(counts), part, parts)
+            _cache[key] = _read_blocks(self.val_files, _spans(counts, lo, hi), self.features, self.labels)
         return _cache[key]
 
     def _files_of(self, worker: int, n_workers: int) -> list[int]:
