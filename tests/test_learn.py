@@ -51,7 +51,7 @@ def _h5_files(folder, sizes):
     return start
 
 
-@pytest.mark.parametrize("workers,by_file", [(2, True), (3, True), (4, True), (5, False)])
+@pytest.mark.parametrize("workers,by_file", [(2, True), (3, False), (4, False), (5, False)])
 def test_hdf5_shards_by_file_or_by_range(tmp_path, workers, by_file):
     total = _h5_files(tmp_path, [10, 30, 20, 15])
     src = load_source({"train": "part_*.h5", "val": "part_0.h5", "features": "features", "labels": "labels"},
@@ -84,13 +84,25 @@ def test_an_empty_training_file_leaves_no_worker_without_samples(tmp_path):
 
 
 def test_the_largest_shard_sets_how_long_a_group_steps_together(tmp_path):
-    # 4 equal files on 3 workers: one is dealt 2 of them, twice an even share; an allreduce group
-    # that stepped for an even share left a third of that worker's samples untrained every epoch
+    # whole files a worker each, within a tenth of an even share: the largest sets the steps (an
+    # allreduce group that stepped for an even share left the rest of the largest untrained)
+    _h5_files(tmp_path, [1100, 1000, 900])
+    src = load_source({"train": "part_*.h5", "val": "part_0.h5", "features": "features", "labels": "labels"},
+                      tmp_path)
+    assert src.by_file(3) and [len(src.shard(w, 3, 0, 0)[1]) for w in range(3)] == [1100, 1000, 900]
+    assert src.largest_shard(3) == 1100
+
+
+def test_files_that_deal_unevenly_are_dealt_as_blocks(tmp_path):
+    # 4 equal files on 3 workers: whole files gave one worker twice an even share, and the group
+    # stepped until it was through while the others waited
     _h5_files(tmp_path, [1500] * 4)
     src = load_source({"train": "part_*.h5", "val": "part_0.h5", "features": "features", "labels": "labels"},
                       tmp_path)
-    assert [len(src.shard(w, 3, 0, 0)[1]) for w in range(3)] == [3000, 1500, 1500]
-    assert src.largest_shard(3) == 3000 and src.largest_shard(4) == 1500
+    assert not src.by_file(3) and src.by_file(4)
+    sizes = [len(src.shard(w, 3, 0, 0)[1]) for w in range(3)]
+    assert src.largest_shard(3) == max(sizes) and max(sizes) - min(sizes) <= 32 and sum(sizes) == 6000
+    assert [len(src.shard(w, 4, 0, 0)[1]) for w in range(4)] == [1500] * 4 and src.largest_shard(4) == 1500
     sizes = [len(src.shard(w, 5, 0, 0)[1]) for w in range(5)]  # fewer files than workers: blocks of 19 rows
     assert src.largest_shard(5) == max(sizes) and max(sizes) - min(sizes) <= 19 and sum(sizes) == 6000
 

@@ -29,6 +29,7 @@ _cache: dict[Any, Any] = {}
 # blocks dealt from all over the files: one copy of the data per group, not one per rank, and a
 # file sorted by class still gives every worker as much of each as the others.
 BLOCKS_PER_WORKER = 64
+BY_FILE_SLACK = 1.1  # whole files per worker while the largest shard is within this of an even share
 _BLOCK_STREAM = 0x626C6F636B  # "block": the deal depends on the files alone, the same for every trial
 
 
@@ -383,7 +384,12 @@ class DataSource:
         return _cache[key]
 
     def by_file(self, n_workers: int) -> bool:
-        return self.train is None and len(self.train_files) >= n_workers
+        """Whether workers are dealt whole HDF5 files: where there are at least as many files as
+        workers and no worker gets more than BY_FILE_SLACK times an even share (else blocks of
+        rows: a group that steps together waits for its largest shard)."""
+        if self.train is not None or len(self.train_files) < n_workers:
+            return False
+        return max(self._deal(n_workers)[1]) <= BY_FILE_SLACK * sum(self.counts) / n_workers
 
     def shard(self, worker: int, n_workers: int, epoch: int, seed: int) -> tuple[Any, Any]:
         """This worker's (x, y) for one epoch, in this epoch's order."""
