@@ -25,8 +25,8 @@ from ._errors import ConfigError, file_error, storage_text
 from ._files import refuse_a_file_in_the_way
 from ._log import FILE_ONLY, STATS, HeldLines, log_to_file, set_rank_tag, setup_logging, stop_logging_to
 from .launch import (ABORT_GRACE_S, END_GRACE_S, INTERRUPTED_AT_START, abort_job, agree_at_start, agree_or_raise,
-                     catch_sigterm, env_rank, env_size, hold_warnings, interrupts_at_safe_points, mpi_main,
-                     prepare_threads, raise_if_interrupted, ranks_on_hosts, relaunch, say_error, warn_once)
+                     catch_sigterm, env_size, hold_warnings, interrupted_outside_a_command, interrupts_at_safe_points,
+                     mpi_main, prepare_threads, raise_if_interrupted, ranks_on_hosts, relaunch, say_error, warn_once)
 from .space import Categorical, distinct_points
 from .trial import TrialRecord, TrialResult, TrialStatus
 
@@ -168,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say_error(str(exc))
         return 2
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the space file's modules import
-        return _interrupted(INTERRUPTED_AT_START)
+        return interrupted_outside_a_command(INTERRUPTED_AT_START)
     finally:
         hold_warnings(False)  # reached only where this process did not relaunch itself
     if args.command in ("search", "train", "check"):  # the commands the variables tune
@@ -198,7 +198,7 @@ def _guard(fn) -> int:
         say_error(str(exc))
         return 2
     except KeyboardInterrupt:
-        return _interrupted("")
+        return interrupted_outside_a_command("")
     except BrokenPipeError:  # `mpiopt results DIR | head`
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -209,12 +209,6 @@ def _guard(fn) -> int:
         say_error(storage_text(exc))
         return 1
 
-
-def _interrupted(what: str) -> int:
-    """Ctrl-C or SIGTERM outside a search or a training: one line from rank 0, exit 130."""
-    if env_rank() == 0:
-        print(f"mpiopt: interrupted {what}".rstrip(), file=sys.stderr, flush=True)
-    return 130
 
 
 def _load(path: str, args) -> Any:

@@ -671,10 +671,17 @@ class RunDir:
             self._lock_fd = None
 
 
+def too_little_room(folder: Path) -> int | None:
+    """The free bytes of the file system of `folder` where they are too few for a search
+    (MIN_FREE_BYTES), else None."""
+    free = shutil.disk_usage(folder).free
+    return free if free < MIN_FREE_BYTES else None
+
+
 def refuse_a_full_file_system(folder: Path, where: str) -> None:
     """A ConfigError (under `where`) where the file system of `folder` has no room for a search."""
-    free = shutil.disk_usage(folder).free
-    if free < MIN_FREE_BYTES:
+    free = too_little_room(folder)
+    if free is not None:
         raise ConfigError(f"the file system is full ({free / 2**20:.1f} MiB free; a search needs at least "
                           f"{MIN_FREE_BYTES // 2**20} MiB for its journal, table and checkpoints)", source=where)
 

@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from . import _env
 from ._errors import ConfigError, file_error, storage_text
@@ -57,6 +57,13 @@ def say_error(message: str) -> None:
     """One `mpiopt: error:` line on stderr, from rank 0 only."""
     if env_rank() == 0:
         print(f"mpiopt: error: {message}", file=sys.stderr, flush=True)
+
+
+def interrupted_outside_a_command(what: str) -> int:
+    """Ctrl-C or SIGTERM outside a search or a training: one line from rank 0, exit 130."""
+    if env_rank() == 0:
+        print(f"mpiopt: interrupted {what}".rstrip(), file=sys.stderr, flush=True)
+    return 130
 
 
 _held = [False]  # whether this process relaunches itself under mpiexec (--np), whose rank 0 warns instead
@@ -136,9 +143,7 @@ def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: boo
     try:
         comm = transport.world()
     except KeyboardInterrupt:  # while mpi4py loads the MPI library: no rank has begun its command
-        if env_rank() == 0:
-            print(f"mpiopt: interrupted {INTERRUPTED_AT_START}", file=sys.stderr, flush=True)
-        return 130
+        return interrupted_outside_a_command(INTERRUPTED_AT_START)
     except Exception as exc:  # no MPI library at all
         say_error(f"cannot initialise MPI: {transport.why_no_mpi(exc)}")
         return 1
@@ -242,9 +247,7 @@ def _terminate(signum, frame):
         return
     if _interrupts.held and time.monotonic() - _interrupts.pending_at < DUPLICATE_S:
         return  # the same stop delivered twice (to this process and through mpiexec), not a second Ctrl-C
-    _interrupts.pending = False  # a second one while the first waits for its safe point: at once, for both
-    _interrupts.raised = True
-    raise KeyboardInterrupt
+    _raise_interrupt()  # a second one while the first waits for its safe point: at once, for both
 
 
 def _watch() -> None:
@@ -279,16 +282,19 @@ def interrupts_at_safe_points():
         signal.signal(signal.SIGINT, before)
         pending, _interrupts.pending = _interrupts.pending, False
     if pending:
-        _interrupts.raised = True
-        raise KeyboardInterrupt
+        _raise_interrupt()
 
 
 def raise_if_interrupted() -> None:
     """A safe point: raise the KeyboardInterrupt of a signal held since the last one."""
     if _interrupts.pending:
-        _interrupts.pending = False
-        _interrupts.raised = True
-        raise KeyboardInterrupt
+        _raise_interrupt()
+
+
+def _raise_interrupt() -> NoReturn:
+    """Raise the KeyboardInterrupt of the signals taken so far; later ones only arm the watchdog."""
+    _interrupts.pending, _interrupts.raised = False, True
+    raise KeyboardInterrupt
 
 
 def _file_error(comm, exc: OSError, interrupted: str) -> None:

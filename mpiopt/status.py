@@ -10,7 +10,6 @@ import json
 import math
 import os
 import re
-import shutil
 import socket
 from collections import Counter
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 from ._errors import ConfigError
 from .analysis import _run_info, direction_of, lost_intervals, run_directory
 from ._results_view import format_hours, format_rate, params_text
-from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, LOCK, MIN_FREE_BYTES, finite_metric, read_journal, replay
+from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, LOCK, finite_metric, read_journal, replay, too_little_room
 from .scheduler import Scheduler, make_scheduler
 from .trial import TrialRecord, TrialStatus, reached_by_state
 
@@ -293,10 +292,10 @@ def _full_disk(run: Path) -> str:
     """', or stopped on its full file system (...)' where the run's file system is full now: a
     search that cannot write stops, and cannot write its heartbeat to say so."""
     try:
-        free = shutil.disk_usage(run).free
+        free = too_little_room(run)
     except OSError:
         return ""
-    return f", or stopped on its full file system ({free / 2**20:.1f} MiB free)" if free < MIN_FREE_BYTES else ""
+    return "" if free is None else f", or stopped on its full file system ({free / 2**20:.1f} MiB free)"
 
 
 def _shown_path(path: str) -> str:

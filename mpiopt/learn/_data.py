@@ -372,7 +372,7 @@ class DataSource:
 
     def _own_rows(self, worker: int, n_workers: int) -> tuple[Any, Any]:
         """This worker's training samples of the HDF5 files, read once per process: whole files
-        where there are as many as workers, else its blocks of rows (`deal_blocks`)."""
+        where they deal evenly (`by_file`), else its blocks of rows (`deal_blocks`)."""
         key = ("rows", worker, n_workers, id(self))
         if key not in _cache:
             if self.by_file(n_workers):
