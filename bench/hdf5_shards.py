@@ -7,7 +7,7 @@ physics files often are) and, for each number of workers, starts that many proce
 taking its shard of epoch 0 as a worker of a group does (`DataSource.shard`), and prints the
 median and largest peak resident memory a process gained, its time to the shard, and the share
 of class 1 in the shards. Two ways: `blocks` (mpiopt's: each worker reads only its blocks of
-rows) and `whole` (each reads the whole file and takes its part, as mpiopt did before). Asserts
+rows) and `whole` (each reads the whole file and takes its part: the alternative). Asserts
 nothing.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
 spec = {{"train": "train.h5", "val": "train.h5", "features": "x", "labels": "y"}}
 src = _data.load_source(spec, Path(folder))
-if way == "whole":  # before: every worker read all the files, then took its part
+if way == "whole":  # the alternative: every worker reads all the files, then takes its part
     x, y = _data._read_all(src.train_files, src.features, src.labels)
     idx = np.array_split(np.random.default_rng([0, 0]).permutation(len(y)), workers)[worker]
     x, y = x[idx], y[idx]
