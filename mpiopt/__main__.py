@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from ._start import main
 
 sys.exit(main())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 import subprocess
 import sys
@@ -867,6 +868,28 @@ def test_one_process_says_it_ignores_the_group_size(write_yaml, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "training.group_size 2 needs at least 3 ranks (a coordinator and one group); with 1 process each trial " \
            "trains on 1 rank" in p.stderr
+
+
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_stop_while_mpiopt_loads_ends_with_one_line_not_a_traceback(stop, rank):
+    # the signal lands while the command's modules import (mpiexec forwards a Ctrl-C to every rank
+    # in its first fraction of a second); the command itself never runs
+    script = f"""
+import os, signal, sys
+class StopOnImport:
+    def find_spec(self, name, path, target=None):
+        if name == "mpiopt.cli":
+            os.kill(os.getpid(), signal.{stop})
+sys.meta_path.insert(0, StopOnImport())
+from mpiopt._start import main
+sys.argv = ["mpiopt", "results", "never-read"]
+sys.exit(main())
+"""
+    env = {**os.environ, "PMI_RANK": str(rank)}
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 130, p.stderr
+    assert p.stderr == ("mpiopt: interrupted while starting; nothing was written\n" if rank == 0 else ""), p.stderr
 
 
 @pytest.mark.parametrize("rank", [0, 1])
