@@ -922,7 +922,8 @@ def _say_and_log(line: str, *, error: bool = False) -> None:
 
 
 # -- train -------------------------------------------------------------------------------------
-# train.yaml is written once the model passed its check: the only one a function that reports no steps leaves
+# train.yaml is written once the model passed its check, and again with the outcome: the only one a
+# function that reports no steps leaves
 TRAIN_OUTPUTS = ("history.csv", "best.weights.h5", "train.yaml")
 
 
@@ -937,10 +938,27 @@ def _refuse_a_finished_training(out: Path) -> None:
         raise ConfigError(f"holds a search ({search[0]}); train into another --out (by default runs/<name>/train, or "
                           "DIR/train-trial-N with --from DIR)", source=str(out))
     kept = [name for name in TRAIN_OUTPUTS if (out / name).exists()]
+    if kept == ["train.yaml"] and not _completed_training(out):
+        return  # failed or stopped before its first epoch: nothing to keep but what this run writes again
     if kept:
         raise ConfigError(f"already holds a training run ({', '.join(kept)}); choose another --out or remove "
                           f"{'them' if len(kept) > 1 else 'it'}",
                           source=str(out))
+
+
+def _completed_training(out: Path) -> bool:
+    """Whether the train.yaml in `out` records a training that completed (a function that reports
+    no steps leaves nothing else)."""
+    import yaml
+
+    from .journal import TRAIN_INFO
+
+    try:
+        info = yaml.safe_load((out / TRAIN_INFO).read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    outcome = info.get("outcome") if isinstance(info, dict) else None
+    return isinstance(outcome, dict) and outcome.get("status") == TrialStatus.COMPLETED.value
 
 
 def trial_values(run_dir: Path, which: str | None, cfg) -> tuple[int, dict[str, Any]]:
@@ -1171,6 +1189,10 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
         outcome = merge([TrialResult.from_json(d) for d in comm.allgather(outcome.to_json())])
     if rank != 0:
         return 0
+    try:
+        _write_train_info(folder, cfg, params, outcome)
+    except OSError as exc:  # a full disk: the closing line still says how the training ended
+        log.warning("%s: the outcome not recorded: %s", out / "train.yaml", storage_text(exc))
     return _say_training_outcome(cfg, out, folder, outcome, runner, time.time() - t0)
 
 
@@ -1214,14 +1236,21 @@ def _say_training_outcome(cfg, out: Path, folder: Path, outcome, runner, wall_s:
     return 1
 
 
-def _write_train_info(out: Path, cfg, params: dict[str, Any]) -> None:
-    """What `mpiopt.load_model(out)` needs to rebuild the model: the configuration and the values."""
+def _write_train_info(out: Path, cfg, params: dict[str, Any], outcome: TrialResult | None = None) -> None:
+    """What `mpiopt.load_model(out)` needs to rebuild the model: the configuration and the values;
+    once the training ended, also how it ended (what a function that reports no steps leaves)."""
     import yaml
 
     from ._files import atomic_write
     from .journal import TRAIN_INFO
+    from .trial import clean
 
-    text = yaml.safe_dump({"config": cfg.resolved(), "params": params}, sort_keys=False)
+    info: dict[str, Any] = {"config": cfg.resolved(), "params": params}
+    if outcome is not None:
+        ended = clean({"status": outcome.status, "objective": outcome.objective, "epochs": outcome.epochs,
+                       "metrics": outcome.metrics, "error": outcome.error})
+        info["outcome"] = {key: value for key, value in ended.items() if value not in (None, {})}
+    text = yaml.safe_dump(info, sort_keys=False)
     atomic_write(out / TRAIN_INFO, text.encode("utf-8"))
 
 

@@ -451,6 +451,31 @@ def test_train_a_function_objective(write_yaml, tmp_path):
     assert history[0] == "epoch,objective,loss" and len(history) == 10 and history[9].startswith("9,")
 
 
+def test_train_again_where_a_training_failed_or_stopped_before_its_first_epoch(write_yaml, tmp_path):
+    import yaml
+
+    failing = write_yaml(SPACE.replace("objectives.py:branin", "objectives.py:fails_then_returns_string"))
+    args = ["--set", "x=3.14159", "--set", "y=2.275", "--out", "one"]
+    p = run_cli(["train", failing, *args], cwd=tmp_path)
+    assert p.returncode == 1 and "training failed: RuntimeError: the first call fails" in p.stderr, p.stderr
+    info = yaml.safe_load((tmp_path / "one" / "train.yaml").read_text())
+    assert info["outcome"] == {"status": "failed", "error": "RuntimeError: the first call fails"}
+    # the user fixes the objective and runs the same command: nothing there is worth keeping
+    p = run_cli(["train", write_yaml(SPACE), *args], cwd=tmp_path)
+    assert p.returncode == 0 and "objective = 0.397" in p.stdout, p.stderr
+    assert not (tmp_path / "one" / "error.txt").exists()
+    outcome = yaml.safe_load((tmp_path / "one" / "train.yaml").read_text())["outcome"]
+    assert outcome["status"] == "completed" and round(outcome["objective"], 3) == 0.398
+    # a completed training is kept, though its folder holds train.yaml alone
+    p = run_cli(["train", write_yaml(SPACE), *args], cwd=tmp_path)
+    assert p.returncode == 2 and "already holds a training run (train.yaml)" in p.stderr, p.stderr
+    # a training stopped (Ctrl-C, kill -9) before its first epoch wrote train.yaml without an outcome
+    info.pop("outcome")
+    (tmp_path / "one" / "train.yaml").write_text(yaml.safe_dump(info))
+    p = run_cli(["train", write_yaml(SPACE), *args], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+
+
 def test_a_chdir_in_the_objective_moves_no_file_of_the_search_or_the_training(write_yaml, tmp_path):
     space = write_yaml(SPACE.replace("objectives.py:branin", "objectives.py:changes_directory"))
     p = run_cli(["search", space], cwd=tmp_path)
