@@ -200,8 +200,7 @@ def _guard(fn) -> int:
     except KeyboardInterrupt:
         return interrupted_outside_a_command("")
     except BrokenPipeError:  # `mpiopt results DIR | head`
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _stdout_to_devnull()
         return 0
     except OSError as exc:  # a full disk under `report`'s plots, an unreadable file
         if not file_error(exc):
@@ -917,8 +916,26 @@ def _front_of(cfg, summary) -> list[int]:
 def _say_and_log(line: str, *, error: bool = False) -> None:
     """A closing line of the search: on the console (an error as `mpiopt: error: ...` on stderr),
     and in the run's search.log, where the level says it is an error."""
-    print(f"mpiopt: error: {line}" if error else line, file=sys.stderr if error else sys.stdout, flush=True)
+    if error:
+        print(f"mpiopt: error: {line}", file=sys.stderr, flush=True)
+    else:
+        _print_out(line)
     logging.getLogger(FILE_ONLY).log(logging.ERROR if error else logging.INFO, "%s", line)
+
+
+def _print_out(line: str) -> None:
+    """A line of a command's outcome on stdout, which a reader may have closed (`mpiopt search
+    ... | head -1`): the command still ends as it would have, its outcome being on file."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        _stdout_to_devnull()
+
+
+def _stdout_to_devnull() -> None:
+    """stdout's reader is gone: what is still written to it (and Python's flush at exit) goes nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 # -- train -------------------------------------------------------------------------------------
@@ -1222,7 +1239,7 @@ def _say_training_outcome(cfg, out: Path, folder: Path, outcome, runner, wall_s:
         epochs = f" after {outcome.epochs} epoch{'s' * (outcome.epochs != 1)}," if outcome.epochs else " in"
         # a function that reports no step writes no history
         where = f"; history in {out / 'history.csv'}" if (folder / "history.csv").exists() else ""
-        print(f"{cfg.objective.metric} = {outcome.objective:.6g}{epochs} {wall_s:.1f} s{extra}{where}", flush=True)
+        _print_out(f"{cfg.objective.metric} = {outcome.objective:.6g}{epochs} {wall_s:.1f} s{extra}{where}")
         return 0
     where = ""
     if outcome.detail:

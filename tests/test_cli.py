@@ -451,6 +451,20 @@ def test_train_a_function_objective(write_yaml, tmp_path):
     assert history[0] == "epoch,objective,loss" and len(history) == 10 and history[9].startswith("9,")
 
 
+def test_a_search_whose_reader_left_ends_as_it_would_have(write_yaml, tmp_path):
+    # `mpiopt search space.yaml | head -1`: the closing lines after the first find no reader (here
+    # none finds one, where head may still be reading the second)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    search = subprocess.run([sys.executable, "-m", "mpiopt", "search", str(write_yaml(SPACE))], cwd=tmp_path,
+                            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120,
+                            env={**os.environ, "MPIOPT_TEST_SLEEP": "0"})
+    os.close(write_end)
+    assert search.returncode == 0, search.stderr
+    assert "error" not in search.stderr and "8 trials (8 completed)" in search.stderr
+    assert "results: runs/cli-branin/results.csv" in (tmp_path / "runs" / "cli-branin" / "search.log").read_text()
+
+
 def test_train_again_where_a_training_failed_or_stopped_before_its_first_epoch(write_yaml, tmp_path):
     import yaml
 
