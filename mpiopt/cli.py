@@ -1353,15 +1353,15 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
     if o.folds:
         lines.append(f"  folds       {_describe_folds(o.folds, plan)}")
     lines += [f"  note        {note}" for note in _plan_notes(cfg, plan)]
-    state = _run_dir_state(out)
+    state = _run_dir_state(out, cfg)
     lines.append(f"  devices     {placement}"
                  + ("; on a cluster every node deals its own GPUs the same way" if found and nodes is None else ""))
     lines.append(f"  run dir     {out} ({state})")
     return lines
 
 
-def _run_dir_state(out: Path) -> str:
-    """What a search would find in the run directory `out`; a ConfigError where it cannot write."""
+def _run_dir_state(out: Path, cfg) -> str:
+    """What a search of `cfg` would find in the run directory `out`; a ConfigError where it cannot write."""
     from .journal import RunDir, is_live, refuse_an_unwritable_place
 
     refuse_a_file_in_the_way(out)
@@ -1371,9 +1371,23 @@ def _run_dir_state(out: Path) -> str:
     if run.holds_search() and is_live(out):
         return "a search is running there now"
     if run.holds_search():
-        return "holds a search (use --resume)"
+        return _held_search_state(run, cfg)
     return "stopped before its first trial (a search starts there, with or without --resume)" \
         if run.started_here() else "new"
+
+
+def _held_search_state(run, cfg) -> str:
+    """What --resume would do with the search in `run`: continue it, find its budget spent, or be
+    refused for a changed space."""
+    changed = run.setting_a_resume_may_not_change(_config_text(cfg))
+    if changed is not None:
+        return f"holds another search: its `{changed}` differs, so --resume would be refused; choose another --out"
+    trials, _ = run.load()
+    finished = sum(t.status.is_finished() for t in trials.values())
+    if len(trials) >= cfg.search.trials and finished == len(trials):  # as _note_a_spent_budget judges it
+        return (f"holds a finished search of {view.counted(finished, 'trial')}: --resume --trials N, N above "
+                f"{finished}, runs more")
+    return f"holds a search, {finished} of {cfg.search.trials} trials finished: --resume continues it"
 
 
 def _training_line(cfg) -> str:

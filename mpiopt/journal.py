@@ -474,24 +474,29 @@ class RunDir:
         self._lock_fd = fd
 
     def _check_same_search(self, config_text: str) -> None:
-        old_path = self.path / CONFIG
-        if not old_path.exists():
-            return
+        key = self.setting_a_resume_may_not_change(config_text)
+        if key in ("parameters", "objective"):
+            raise ConfigError(f"--resume: `{key}` differs from the search in {self.path / CONFIG}; resume with the "
+                              "same space and objective, or start a new search in another --out",
+                              source=str(self.shown))
+        if key is not None:
+            raise ConfigError(f"--resume: `{key}` differs from the search in {self.path / CONFIG}: its rungs and "
+                              "paused trials are the journal's; resume with the same scheduler settings, or start a "
+                              "new search in another --out", source=str(self.shown))
+
+    def setting_a_resume_may_not_change(self, config_text: str) -> str | None:
+        """The first key of the search here (its config.yaml) that `config_text` changes and a
+        --resume may not: the space, the objective, the scheduler's rungs; None where none differs."""
         try:
-            old = yaml.safe_load(old_path.read_text("utf-8")) or {}
+            old = yaml.safe_load((self.path / CONFIG).read_text("utf-8")) or {}
             new = yaml.safe_load(config_text) or {}
         except (yaml.YAMLError, OSError):
-            return
+            return None
         for key in ("parameters", "objective"):
             if old.get(key) != new.get(key):
-                raise ConfigError(f"--resume: `{key}` differs from the search in {old_path}; resume with the same "
-                                  "space and objective, or start a new search in another --out", source=str(self.shown))
+                return key
         now = _scheduler_settings(new)
-        for key, value in _scheduler_settings(old).items():
-            if now.get(key) != value:
-                raise ConfigError(f"--resume: `{key}` differs from the search in {old_path}: its rungs and paused "
-                                  "trials are the journal's; resume with the same scheduler settings, or start a "
-                                  "new search in another --out", source=str(self.shown))
+        return next((key for key, value in _scheduler_settings(old).items() if now.get(key) != value), None)
 
     def _mend_torn_tail(self) -> None:
         """Cut a torn last record off the journal (kept aside in trials.jsonl.torn) before appending.

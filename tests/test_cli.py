@@ -392,8 +392,22 @@ def test_check_says_what_a_search_would_find_in_its_run_directory(write_yaml, tm
     assert "  run dir     r (a search is running there now)" in run_cli(["check", space, "--out", "r"],
                                                                       cwd=tmp_path).stdout
     rd.close()
-    assert "  run dir     r (holds a search (use --resume))" in run_cli(["check", space, "--out", "r"],
-                                                                     cwd=tmp_path).stdout
+    # the folder's config.yaml ("name: t") holds no parameters: another search's
+    assert "  run dir     r (holds another search: its `parameters` differs, so --resume would be refused; choose " \
+        "another --out)" in run_cli(["check", space, "--out", "r"], cwd=tmp_path).stdout
+
+
+def test_check_says_what_a_resume_would_do_with_the_search_in_the_run_dir(write_yaml, tmp_path):
+    space = write_yaml(SPACE)
+    assert run_cli(["search", space, "--trials", "3"], cwd=tmp_path).returncode == 0
+    said = run_cli(["check", space], cwd=tmp_path).stdout
+    assert "  run dir     runs/cli-branin (holds a search, 3 of 8 trials finished: --resume continues it)" in said
+    assert run_cli(["search", space, "--resume"], cwd=tmp_path).returncode == 0
+    said = run_cli(["check", space], cwd=tmp_path).stdout
+    assert "(holds a finished search of 8 trials: --resume --trials N, N above 8, runs more)" in said
+    said = run_cli(["check", write_yaml(SPACE.replace("high: 10.0", "high: 11.0"))], cwd=tmp_path).stdout
+    assert "(holds another search: its `parameters` differs, so --resume would be refused; choose another --out)" \
+        in said
 
 
 def test_check_prints_the_plan(write_yaml, tmp_path):
