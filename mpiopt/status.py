@@ -27,6 +27,8 @@ from .trial import TrialRecord, TrialStatus, reached_by_state
 # a heartbeat older than this many periods: the coordinator is gone (killed, or its node lost)
 STALE_BEATS = 3
 RATE_WINDOW_S = 3600.0  # trials (epochs) per hour over the last hour (or the whole search, if shorter)
+# no rate over less time than this: trials of a few milliseconds made it thousands a second
+MIN_RATE_SPAN_S = 1.0
 
 
 @dataclass
@@ -187,7 +189,7 @@ def _per_hour(times: list[float], starts: list[float], now: float, dead: tuple[f
     recent = sum(1 for t in times if t >= now - window)
     idle = max(0.0, min(now, dead[1]) - max(now - window, dead[0])) if dead else 0.0
     active = window - idle
-    return recent / active * 3600.0 if active > 0 else 0.0
+    return recent / active * 3600.0 if active >= MIN_RATE_SPAN_S else 0.0
 
 
 def ladder_of(info: dict) -> Scheduler | None:

@@ -591,6 +591,15 @@ def test_rates_leave_out_the_time_between_a_kill_and_its_resume():
     assert _per_hour(ends, [0.0], now=1010.0, dead=(100.0, 1000.0)) == pytest.approx(10 / 110 * 3600)
 
 
+def test_no_rate_over_a_few_milliseconds_of_trials():
+    from mpiopt.status import _per_hour
+
+    # 6 function trials of a millisecond each: '543 trials/s' said nothing of the search
+    ends = [0.002 * k for k in range(1, 7)]
+    assert _per_hour(ends, [0.0], now=0.012, dead=None) == 0.0
+    assert _per_hour(ends, [0.0], now=1.5, dead=None) == pytest.approx(6 / 1.5 * 3600)
+
+
 def test_status_sees_at_once_that_a_coordinator_on_this_machine_is_gone(tmp_path):
     run = copy_run(tmp_path)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
