@@ -440,6 +440,8 @@ def _open_run_dir(cfg, out: Path, resume: bool, plan,
         run_dir = RunDir(out)
         run_dir.open(resume=resume, config_text=_config_text(cfg), space=cfg.path, ranks=plan.world_size,
                      nodes=plan.n_nodes)
+        if cfg.objective.kind == "model":  # TensorFlow's start alone can take ten seconds: not in silence
+            log.info("checking that %s trains on its data before the first trial", cfg.objective.model)
         preflight(cfg)
         events, problems = run_dir.events()
         for msg in problems:
