@@ -452,12 +452,36 @@ def _check_metric_names(objective: Objective, training: dict[str, Any], source: 
     known = {"loss", *objective.metrics}
     known |= {f"val_{k}" for k in known}
     for name, where in metric_names_read(objective, training):
+        if name not in known and (typo := _misspelt_metric(name, objective.metrics)) is not None:
+            raise ConfigError(f"Keras knows no metric {typo!r} (did you mean {name.removeprefix('val_')!r}? {where} "
+                              f"reads {name!r})", source=source, field="objective.metrics")
         if name not in known:
             # the names are those of the model mpiopt compiles: said, since build_model may compile its own
             raise ConfigError(f"{name!r} is not a metric this model reports (it has: {', '.join(sorted(known))}, as "
                               "mpiopt compiles it with objective.loss and objective.metrics: if build_model compiles "
                               "it, remove those from the file)"
                               f"{_which_is_misspelt(name, known, objective.metrics)}", source=source, field=where)
+
+
+# names keras.metrics.get resolves, for telling which of two close names is misspelt before
+# TensorFlow loads (the preflight asks Keras itself of every name in objective.metrics)
+KERAS_METRIC_NAMES = frozenset((
+    "accuracy", "acc", "binary_accuracy", "categorical_accuracy", "sparse_categorical_accuracy",
+    "top_k_categorical_accuracy", "sparse_top_k_categorical_accuracy", "auc", "precision", "recall",
+    "mse", "mae", "mape", "msle", "mean_squared_error", "mean_absolute_error", "mean_absolute_percentage_error",
+    "mean_squared_logarithmic_error", "root_mean_squared_error", "r2_score", "f1_score",
+    "binary_crossentropy", "categorical_crossentropy", "sparse_categorical_crossentropy", "kl_divergence",
+    "poisson", "cosine_similarity", "log_cosh_error", "hinge", "squared_hinge", "categorical_hinge"))
+
+
+def _misspelt_metric(name: str, metrics: list) -> str | None:
+    """The entry of objective.metrics that is a misspelling of the metric read as `name` (metrics:
+    [acuracy] with maximize: val_accuracy), where Keras knows the one and not the other."""
+    wanted = name.removeprefix("val_")
+    if wanted not in KERAS_METRIC_NAMES:
+        return None
+    close = difflib.get_close_matches(wanted, [m for m in metrics if isinstance(m, str)], n=1, cutoff=0.6)
+    return close[0] if close and close[0] not in KERAS_METRIC_NAMES else None
 
 
 def _which_is_misspelt(name: str, known: set[str], metrics: list) -> str:
@@ -467,7 +491,7 @@ def _which_is_misspelt(name: str, known: set[str], metrics: list) -> str:
     if not match:
         return ""
     listed = match[0].removeprefix("val_")
-    if listed in metrics and listed != "loss":
+    if listed in metrics and listed not in KERAS_METRIC_NAMES:  # loss and Keras' own names are spelt right
         return f" (did you mean {match[0]!r}? objective.metrics lists {listed!r}: one of the two is misspelt)"
     return f" (did you mean {match[0]!r}?)"
 

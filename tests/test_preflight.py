@@ -309,10 +309,17 @@ def test_a_misspelt_metric_name_is_named_as_such(space):
     msg = preflight_error(space(extra="loss: sparse_categorical_crossentropy, metrics: [acuracy], "
                                       "maximize: val_acuracy"))
     assert msg.endswith("objective.metrics: Keras knows no metric 'acuracy' (did you mean 'accuracy'?)")
-    with pytest.raises(ConfigError) as info:  # read under its right name: either may be the misspelt one
+    with pytest.raises(ConfigError) as info:  # read under its right name: the list is the misspelt one
         load_config(space(extra="loss: sparse_categorical_crossentropy, metrics: [acuracy], maximize: val_accuracy"))
-    assert str(info.value).endswith("(did you mean 'val_acuracy'? objective.metrics lists 'acuracy': one of the two "
-                                    "is misspelt)")
+    assert str(info.value).endswith("objective.metrics: Keras knows no metric 'acuracy' (did you mean 'accuracy'? "
+                                    "objective.maximize reads 'val_accuracy')")
+    with pytest.raises(ConfigError) as info:  # a name Keras' list does not hold: either may be the misspelt one
+        load_config(space(extra="loss: sparse_categorical_crossentropy, metrics: [my_metrc], maximize: val_my_metric"))
+    assert str(info.value).endswith("(did you mean 'val_my_metrc'? objective.metrics lists 'my_metrc': one of the "
+                                    "two is misspelt)")
+    with pytest.raises(ConfigError) as info:  # Keras' own name in the list: the name read is the misspelt one
+        load_config(space(extra="loss: sparse_categorical_crossentropy, metrics: [accuracy], maximize: val_acuracy"))
+    assert str(info.value).endswith("(did you mean 'val_accuracy'?)")
     passes(space(data="objs.py:two_classes", extra="loss: sparse_categorical_crossentropy, metrics: [ACC]"))
 
 
