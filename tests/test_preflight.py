@@ -323,6 +323,15 @@ def test_a_misspelt_metric_name_is_named_as_such(space):
     passes(space(data="objs.py:two_classes", extra="loss: sparse_categorical_crossentropy, metrics: [ACC]"))
 
 
+def test_keras_resolves_every_name_config_takes_for_its_own_metric():
+    import keras
+
+    from mpiopt.config import KERAS_METRIC_NAMES
+
+    for name in sorted(KERAS_METRIC_NAMES - {"accuracy", "acc"}):  # compile resolves these two by the labels
+        assert keras.metrics.get(name) is not None, name
+
+
 def test_a_loss_of_the_users_own_fails_on_the_real_training_step(space):
     msg = preflight_error(space(model="build_with_own_loss", extra=""))
     assert "does not fit the data (a training step on 16 samples)" in msg
