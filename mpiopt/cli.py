@@ -493,11 +493,22 @@ def _note_a_spent_budget(cfg, trials: dict[int, TrialRecord]) -> None:
                 "runs more", cfg.search.trials, len(trials))
 
 
-def _keep_a_raised_budget(cfg, ran: dict):
-    """A --resume without --trials runs to the larger of the file's budget and the one the search
-    `ran` with: a budget raised with --trials outlives a kill."""
+def _last_budget(ran: dict) -> int | None:
+    """The budget a search `ran` with (its config.yaml), where it says one."""
     trials = (ran.get("search") or {}).get("trials")
-    if not isinstance(trials, int) or isinstance(trials, bool) or trials == cfg.search.trials:
+    return trials if isinstance(trials, int) and not isinstance(trials, bool) else None
+
+
+def _resumed_budget(cfg, ran: dict) -> int:
+    """The budget a --resume without --trials runs to: the larger of the file's and the one the
+    search `ran` with, so that a budget raised with --trials outlives a kill."""
+    return max(cfg.search.trials, _last_budget(ran) or 0)
+
+
+def _keep_a_raised_budget(cfg, ran: dict):
+    """`cfg` with the budget a --resume without --trials runs to (`_resumed_budget`), said."""
+    trials = _last_budget(ran)
+    if trials is None or trials == cfg.search.trials:
         return cfg
     if trials < cfg.search.trials:
         log.info("budget: %d trials, as the file says (the search last ran with %d: --trials %d keeps that)",
@@ -505,16 +516,21 @@ def _keep_a_raised_budget(cfg, ran: dict):
         return cfg
     log.info("budget: %d trials, as the search last ran (the file says %d; --trials sets another)",
              trials, cfg.search.trials)
-    return cfg.with_search(trials=trials)
+    return cfg.with_search(trials=_resumed_budget(cfg, ran))
+
+
+def _started(trials: dict[int, TrialRecord]) -> tuple[int, int, int]:
+    """(finished, interrupted, paused) trials of a journal: those a --resume counts as started
+    (it runs the interrupted again, and a promotion may continue the paused)."""
+    shown = [t.shown_status(live=False) for t in trials.values()]
+    finished = sum(1 for t in trials.values() if t.status.is_finished())
+    return finished, shown.count(TrialStatus.INTERRUPTED), shown.count(TrialStatus.PAUSED)
 
 
 def _refuse_a_budget_already_spent(cfg, trials: dict[int, TrialRecord], out: Path, budget_given: bool) -> None:
     """A --resume whose `--trials` (`budget_given`) or search.trials is below the trials the
-    journal started (finished, interrupted ones it runs again, paused ones a promotion may
-    continue) would stop past its budget at once."""
-    shown = [t.shown_status(live=False) for t in trials.values()]
-    finished = sum(1 for t in trials.values() if t.status.is_finished())
-    rerun, paused = shown.count(TrialStatus.INTERRUPTED), shown.count(TrialStatus.PAUSED)
+    journal started would stop past its budget at once."""
+    finished, rerun, paused = _started(trials)
     started = finished + rerun + paused
     if cfg.search.trials >= started:
         return
@@ -1379,17 +1395,26 @@ def _run_dir_state(out: Path, cfg) -> str:
 
 
 def _held_search_state(run, cfg) -> str:
-    """What --resume would do with the search in `run`: continue it, find its budget spent, or be
-    refused for a changed space."""
+    """What a --resume without --trials would do with the search in `run`: continue it, find its
+    budget spent, or be refused (a changed space; a budget below the trials it started)."""
+    from .analysis import _run_info
+
     changed = run.setting_a_resume_may_not_change(_config_text(cfg))
     if changed is not None:
         return f"holds another search: its `{changed}` differs, so --resume would be refused; choose another --out"
-    trials, _ = run.load()
-    finished = sum(t.status.is_finished() for t in trials.values())
-    if len(trials) >= cfg.search.trials and finished == len(trials):  # as _note_a_spent_budget judges it
+    try:
+        trials, _ = run.load()
+    except ConfigError as exc:  # a journal of a newer mpiopt
+        return f"holds a search whose journal this mpiopt cannot read: {exc}"
+    budget = _resumed_budget(cfg, _run_info(run.path))
+    finished, rerun, paused = _started(trials)
+    if budget < finished + rerun + paused:
+        return (f"holds a search that started {finished + rerun + paused} trials, more than its budget of {budget}: "
+                f"--resume --trials {finished + rerun + paused} or more continues it")
+    if len(trials) >= budget and finished == len(trials):  # as _note_a_spent_budget judges it
         return (f"holds a finished search of {view.counted(finished, 'trial')}: --resume --trials N, N above "
                 f"{finished}, runs more")
-    return f"holds a search, {finished} of {cfg.search.trials} trials finished: --resume continues it"
+    return f"holds a search, {finished} of {budget} trials finished: --resume continues it"
 
 
 def _training_line(cfg) -> str:

@@ -405,9 +405,19 @@ def test_check_says_what_a_resume_would_do_with_the_search_in_the_run_dir(write_
     assert run_cli(["search", space, "--resume"], cwd=tmp_path).returncode == 0
     said = run_cli(["check", space], cwd=tmp_path).stdout
     assert "(holds a finished search of 8 trials: --resume --trials N, N above 8, runs more)" in said
-    said = run_cli(["check", write_yaml(SPACE.replace("high: 10.0", "high: 11.0"))], cwd=tmp_path).stdout
+    said = run_cli(["check", write_yaml(SPACE.replace("high: 10.0", "high: 11.0"), "other.yaml")],
+                   cwd=tmp_path).stdout
     assert "(holds another search: its `parameters` differs, so --resume would be refused; choose another --out)" \
         in said
+    # the budget is the one --resume would run to: the larger of the file's and the last run's
+    config = tmp_path / "runs" / "cli-branin" / "config.yaml"
+    config.write_text(config.read_text().replace("trials: 8", "trials: 12"))  # as a --trials 12 run killed at 8
+    said = run_cli(["check", space], cwd=tmp_path).stdout
+    assert "(holds a search, 8 of 12 trials finished: --resume continues it)" in said
+    config.write_text(config.read_text().replace("trials: 12", "trials: 5"))
+    said = run_cli(["check", write_yaml(SPACE.replace("trials: 8", "trials: 6"), "fewer.yaml")], cwd=tmp_path).stdout
+    assert "(holds a search that started 8 trials, more than its budget of 6: --resume --trials 8 or more " \
+        "continues it)" in said
 
 
 def test_check_prints_the_plan(write_yaml, tmp_path):
