@@ -10,13 +10,15 @@ import _signal
 
 def main() -> int:
     stops: list[int] = []
-    held = (_signal.SIGINT, _signal.SIGTERM)
+    # a signal the process was started to ignore (a background job's SIGINT) stays ignored
+    held = [sig for sig in (_signal.SIGINT, _signal.SIGTERM) if _signal.getsignal(sig) != _signal.SIG_IGN]
     before = {sig: _signal.signal(sig, lambda signum, frame: stops.append(signum)) for sig in held}
-    from .cli import main as run_command
-    from .launch import INTERRUPTED_AT_START, interrupted_outside_a_command
-
-    for sig, handler in before.items():
-        _signal.signal(sig, handler)
+    try:
+        from .cli import main as run_command
+        from .launch import INTERRUPTED_AT_START, interrupted_outside_a_command
+    finally:
+        for sig, handler in before.items():
+            _signal.signal(sig, handler)
     if stops:
         return interrupted_outside_a_command(INTERRUPTED_AT_START)
     return run_command()

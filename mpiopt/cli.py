@@ -962,16 +962,21 @@ def _stdout_to_devnull() -> None:
 TRAIN_OUTPUTS = ("history.csv", "best.weights.h5", "train.yaml")
 
 
+_TRAINING_LOCK: list[int] = []  # the descriptor of the lock on the folder `mpiopt train` writes to
+
+
 def _refuse_a_finished_training(out: Path) -> None:
     """A folder that holds a training run, or a search (whose best.weights.h5 would stand for its
     best trial's to `load_model`), is not trained into."""
-    from .journal import CONFIG, JOURNAL
+    from .journal import CONFIG, JOURNAL, is_live
 
     refuse_a_file_in_the_way(out)
     search = [name for name in (JOURNAL, CONFIG) if (out / name).exists()]
     if search:
         raise ConfigError(f"holds a search ({search[0]}); train into another --out (by default runs/<name>/train, or "
                           "DIR/train-trial-N with --from DIR)", source=str(out))
+    if is_live(out):  # its train.yaml records no outcome yet
+        raise ConfigError("another training is running in this directory", source=str(out))
     kept = [name for name in TRAIN_OUTPUTS if (out / name).exists()]
     if kept == ["train.yaml"] and not _completed_training(out):
         return  # failed or stopped before its first epoch: nothing to keep but what this run writes again
@@ -1168,6 +1173,7 @@ def _origin_of_values(job: _Job) -> str:
 def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     """Every rank of `mpiopt train`: one group of all ranks trains the job's values once."""
     from .group import Reporter, merge
+    from .journal import TRAIN_INFO, hold_the_lock
     from .learn._engine import history_columns
     from .objective import TrialRunner, preflight
     from .transport import GroupComm
@@ -1185,6 +1191,7 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
         try:
             preflight(cfg, params, job.sets)  # a model that cannot train on its data: one line and exit 2, as a search
             folder.mkdir(parents=True, exist_ok=True)
+            _TRAINING_LOCK.append(hold_the_lock(folder, "training", str(out)))  # held until this process ends
             (folder / "error.txt").unlink(missing_ok=True)  # an earlier failed training's
             _write_train_info(folder, cfg, params)
         except ConfigError as exc:
@@ -1227,7 +1234,7 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     try:
         _write_train_info(folder, cfg, params, outcome)
     except OSError as exc:  # a full disk: the closing line still says how the training ended
-        log.warning("%s: the outcome not recorded: %s", out / "train.yaml", storage_text(exc))
+        log.warning("%s: the outcome not recorded: %s", out / TRAIN_INFO, storage_text(exc))
     return _say_training_outcome(cfg, out, folder, outcome, runner, time.time() - t0)
 
 

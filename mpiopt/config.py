@@ -474,6 +474,12 @@ KERAS_METRIC_NAMES = frozenset((
     "poisson", "cosine_similarity", "log_cosh_error", "hinge", "squared_hinge", "categorical_hinge"))
 
 
+def _keras_knows(metric: str) -> bool:
+    """Whether `metric` is one of Keras' own names, as a function's or a class's (BinaryAccuracy)."""
+    snake = re.sub(r"(?<!^)(?=[A-Z])", "_", metric).lower()
+    return metric.lower() in KERAS_METRIC_NAMES or snake in KERAS_METRIC_NAMES
+
+
 def _misspelt_metric(name: str, metrics: list) -> str | None:
     """The entry of objective.metrics that is a misspelling of the metric read as `name` (metrics:
     [acuracy] with maximize: val_accuracy), where Keras knows the one and not the other."""
@@ -481,7 +487,7 @@ def _misspelt_metric(name: str, metrics: list) -> str | None:
     if wanted not in KERAS_METRIC_NAMES:
         return None
     close = difflib.get_close_matches(wanted, [m for m in metrics if isinstance(m, str)], n=1, cutoff=0.6)
-    return close[0] if close and close[0] not in KERAS_METRIC_NAMES else None
+    return close[0] if close and not _keras_knows(close[0]) else None
 
 
 def _which_is_misspelt(name: str, known: set[str], metrics: list) -> str:
@@ -491,7 +497,7 @@ def _which_is_misspelt(name: str, known: set[str], metrics: list) -> str:
     if not match:
         return ""
     listed = match[0].removeprefix("val_")
-    if listed in metrics and listed not in KERAS_METRIC_NAMES:  # loss and Keras' own names are spelt right
+    if listed in metrics and listed != "loss" and not _keras_knows(listed):  # Keras' own names are spelt right
         return f" (did you mean {match[0]!r}? objective.metrics lists {listed!r}: one of the two is misspelt)"
     return f" (did you mean {match[0]!r}?)"
 

@@ -455,23 +455,7 @@ class RunDir:
         self._needs_header = not self.holds_search()
 
     def _acquire_lock(self) -> None:
-        lock_path = self.path / LOCK
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = ""
-            try:
-                holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
-            except OSError:
-                pass
-            os.close(fd)
-            raise ConfigError(f"another search is running in this directory ({holder or 'lock held'})",
-                              source=str(self.shown)) from None
-        # The lock dies with the process (flock), so a killed job never leaves a stale lock.
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {iso(time.time())}\n".encode(), 0)
-        self._lock_fd = fd
+        self._lock_fd = hold_the_lock(self.path, "search", str(self.shown))
 
     def _check_same_search(self, config_text: str) -> None:
         key = self.setting_a_resume_may_not_change(config_text)
@@ -711,8 +695,27 @@ def _line(event: dict[str, Any]) -> bytes:
     return text.encode("utf-8") + b"\n"
 
 
+def hold_the_lock(folder: Path, what: str, where: str) -> int:
+    """Lock `folder` for this process (a search or a training writing there) and return the lock's
+    descriptor; a ConfigError where another holds it. The lock dies with the process (flock), so a
+    killed job never leaves a stale one."""
+    fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = ""
+        with contextlib.suppress(OSError):
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+        os.close(fd)
+        raise ConfigError(f"another {what} is running in this directory ({holder or 'lock held'})",
+                          source=where) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {iso(time.time())}\n".encode(), 0)
+    return fd
+
+
 def is_live(path: str | os.PathLike) -> bool:
-    """Whether a search holds the lock of this run directory right now."""
+    """Whether a search (or a training) holds the lock of this folder right now."""
     lock_path = Path(path) / LOCK
     if not lock_path.exists():
         return False

@@ -510,6 +510,13 @@ def test_train_again_where_a_training_failed_or_stopped_before_its_first_epoch(w
     # a training stopped (Ctrl-C, kill -9) before its first epoch wrote train.yaml without an outcome
     info.pop("outcome")
     (tmp_path / "one" / "train.yaml").write_text(yaml.safe_dump(info))
+    # so does one running there now, which holds the folder's lock
+    from mpiopt.journal import hold_the_lock
+
+    running = hold_the_lock(tmp_path / "one", "training", "one")
+    p = run_cli(["train", write_yaml(SPACE), *args], cwd=tmp_path)
+    assert p.returncode == 2 and "one: another training is running in this directory" in p.stderr, p.stderr
+    os.close(running)
     p = run_cli(["train", write_yaml(SPACE), *args], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
 

@@ -320,6 +320,9 @@ def test_a_misspelt_metric_name_is_named_as_such(space):
     with pytest.raises(ConfigError) as info:  # Keras' own name in the list: the name read is the misspelt one
         load_config(space(extra="loss: sparse_categorical_crossentropy, metrics: [accuracy], maximize: val_acuracy"))
     assert str(info.value).endswith("(did you mean 'val_accuracy'?)")
+    with pytest.raises(ConfigError) as info:  # a class's name is Keras' own too: not the misspelt one
+        load_config(space(extra="loss: sparse_categorical_crossentropy, metrics: [Precision], maximize: val_precision"))
+    assert "objective.metrics: Keras knows no metric" not in str(info.value)
     passes(space(data="objs.py:two_classes", extra="loss: sparse_categorical_crossentropy, metrics: [ACC]"))
 
 
