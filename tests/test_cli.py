@@ -945,8 +945,22 @@ def test_one_process_says_it_ignores_the_group_size(write_yaml, tmp_path):
 def test_a_stop_while_mpiopt_loads_ends_with_one_line_not_a_traceback(stop, rank):
     # the signal lands while the command's modules import (mpiexec forwards a Ctrl-C to every rank
     # in its first fraction of a second); the command itself never runs
+    p = _stopped_while_mpiopt_loads(stop, rank, ignored=False)
+    assert p.returncode == 130, p.stderr
+    assert p.stderr == ("mpiopt: interrupted while starting; nothing was written\n" if rank == 0 else ""), p.stderr
+
+
+def test_a_ctrl_c_the_process_was_started_to_ignore_stays_ignored_while_mpiopt_loads():
+    p = _stopped_while_mpiopt_loads("SIGINT", 0, ignored=True)  # a background job's SIGINT
+    assert p.returncode == 2 and p.stderr == "mpiopt: error: never-read: no such run directory\n", p.stderr
+
+
+def _stopped_while_mpiopt_loads(stop: str, rank: int, *, ignored: bool) -> subprocess.CompletedProcess:
+    """`mpiopt results never-read` on world rank `rank`, sent `stop` as mpiopt.cli imports; with
+    SIGINT ignored from the start or Python's own handler (a shell's `&` would give SIG_IGN)."""
     script = f"""
 import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN if {ignored} else signal.default_int_handler)
 class StopOnImport:
     def find_spec(self, name, path, target=None):
         if name == "mpiopt.cli":
@@ -957,9 +971,7 @@ sys.argv = ["mpiopt", "results", "never-read"]
 sys.exit(main())
 """
     env = {**os.environ, "PMI_RANK": str(rank)}
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
-    assert p.returncode == 130, p.stderr
-    assert p.stderr == ("mpiopt: interrupted while starting; nothing was written\n" if rank == 0 else ""), p.stderr
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
 
 
 @pytest.mark.parametrize("rank", [0, 1])
