@@ -516,7 +516,7 @@ def _keep_a_raised_budget(cfg, ran: dict):
         return cfg
     log.info("budget: %d trials, as the search last ran (the file says %d; --trials sets another)",
              trials, cfg.search.trials)
-    return cfg.with_search(trials=_resumed_budget(cfg, ran))
+    return cfg.with_search(trials=trials)
 
 
 def _started(trials: dict[int, TrialRecord]) -> tuple[int, int, int]:
@@ -962,9 +962,6 @@ def _stdout_to_devnull() -> None:
 TRAIN_OUTPUTS = ("history.csv", "best.weights.h5", "train.yaml")
 
 
-_TRAINING_LOCK: list[int] = []  # the descriptor of the lock on the folder `mpiopt train` writes to
-
-
 def _refuse_a_finished_training(out: Path) -> None:
     """A folder that holds a training run, or a search (whose best.weights.h5 would stand for its
     best trial's to `load_model`), is not trained into."""
@@ -1191,7 +1188,7 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
         try:
             preflight(cfg, params, job.sets)  # a model that cannot train on its data: one line and exit 2, as a search
             folder.mkdir(parents=True, exist_ok=True)
-            _TRAINING_LOCK.append(hold_the_lock(folder, "training", str(out)))  # held until this process ends
+            hold_the_lock(folder, "training", str(out))  # its descriptor is never closed: held until this process ends
             (folder / "error.txt").unlink(missing_ok=True)  # an earlier failed training's
             _write_train_info(folder, cfg, params)
         except ConfigError as exc:
@@ -1415,9 +1412,10 @@ def _held_search_state(run, cfg) -> str:
         return f"holds a search whose journal this mpiopt cannot read: {exc}"
     budget = _resumed_budget(cfg, _run_info(run.path))
     finished, rerun, paused = _started(trials)
-    if budget < finished + rerun + paused:
-        return (f"holds a search that started {finished + rerun + paused} trials, more than its budget of {budget}: "
-                f"--resume --trials {finished + rerun + paused} or more continues it")
+    started = finished + rerun + paused
+    if budget < started:
+        return (f"holds a search that started {started} trials, more than its budget of {budget}: --resume --trials "
+                f"{started} or more continues it")
     if len(trials) >= budget and finished == len(trials):  # as _note_a_spent_budget judges it
         return (f"holds a finished search of {view.counted(finished, 'trial')}: --resume --trials N, N above "
                 f"{finished}, runs more")

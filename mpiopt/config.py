@@ -452,15 +452,17 @@ def _check_metric_names(objective: Objective, training: dict[str, Any], source: 
     known = {"loss", *objective.metrics}
     known |= {f"val_{k}" for k in known}
     for name, where in metric_names_read(objective, training):
-        if name not in known and (typo := _misspelt_metric(name, objective.metrics)) is not None:
+        if name in known:
+            continue
+        typo = _misspelt_metric(name, objective.metrics)
+        if typo is not None:
             raise ConfigError(f"Keras knows no metric {typo!r} (did you mean {name.removeprefix('val_')!r}? {where} "
                               f"reads {name!r})", source=source, field="objective.metrics")
-        if name not in known:
-            # the names are those of the model mpiopt compiles: said, since build_model may compile its own
-            raise ConfigError(f"{name!r} is not a metric this model reports (it has: {', '.join(sorted(known))}, as "
-                              "mpiopt compiles it with objective.loss and objective.metrics: if build_model compiles "
-                              "it, remove those from the file)"
-                              f"{_which_is_misspelt(name, known, objective.metrics)}", source=source, field=where)
+        # the names are those of the model mpiopt compiles: said, since build_model may compile its own
+        raise ConfigError(f"{name!r} is not a metric this model reports (it has: {', '.join(sorted(known))}, as "
+                          "mpiopt compiles it with objective.loss and objective.metrics: if build_model compiles "
+                          "it, remove those from the file)"
+                          f"{_which_is_misspelt(name, known, objective.metrics)}", source=source, field=where)
 
 
 # names keras.metrics.get resolves, for telling which of two close names is misspelt before

@@ -27,7 +27,7 @@ from .trial import TrialRecord, TrialStatus, reached_by_state
 # a heartbeat older than this many periods: the coordinator is gone (killed, or its node lost)
 STALE_BEATS = 3
 RATE_WINDOW_S = 3600.0  # trials (epochs) per hour over the last hour (or the whole search, if shorter)
-# no rate over less time than this: trials of a few milliseconds made it thousands a second
+# no rate over less time than this: a few trials of milliseconds would read as thousands a second
 MIN_RATE_SPAN_S = 1.0
 
 
