@@ -40,12 +40,22 @@ class _Console(logging.StreamHandler):
     line shown; search.log has them all.
     """
 
-    def __init__(self, stream, clock=time.monotonic) -> None:
-        super().__init__(stream)
+    def __init__(self, clock=time.monotonic) -> None:
+        super().__init__()
         self.clock = clock
         self.window_start = -math.inf
         self.shown_in_window = 0
         self.held_back = 0
+
+    # the stderr of the moment, not the one at setup: a process that swaps sys.stderr (a notebook,
+    # pytest's capture, mpiopt.cli.main called twice) gets the lines where it now looks
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _) -> None:
+        pass
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.name == TRIALS and not self._room_for_a_trial_line():
@@ -78,7 +88,7 @@ def setup_logging(level: int | str | None = None) -> None:
         level = _env.get("MPIOPT_LOG_LEVEL")
     root.setLevel(level)
     if not any(isinstance(h, _Console) for h in root.handlers):
-        handler = _Console(sys.stderr)
+        handler = _Console()
         handler.setFormatter(logging.Formatter(_FORMAT, "%H:%M:%S"))
         handler.addFilter(_filter)
         handler.addFilter(_for_the_console)

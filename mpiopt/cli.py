@@ -1169,6 +1169,13 @@ def _origin_of_values(job: _Job) -> str:
 
 def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     """Every rank of `mpiopt train`: one group of all ranks trains the job's values once."""
+    import contextlib
+
+    with contextlib.ExitStack() as lock:  # rank 0's lock on the folder, released as the training ends
+        return _train_in_the_folder(job, comm, placement, lock)
+
+
+def _train_in_the_folder(job: _Job, comm, placement: str | None, lock) -> int:
     from .group import Reporter, merge
     from .journal import TRAIN_INFO, hold_the_lock
     from .learn._engine import history_columns
@@ -1188,7 +1195,7 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
         try:
             preflight(cfg, params, job.sets)  # a model that cannot train on its data: one line and exit 2, as a search
             folder.mkdir(parents=True, exist_ok=True)
-            hold_the_lock(folder, "training", str(out))  # its descriptor is never closed: held until this process ends
+            lock.callback(os.close, hold_the_lock(folder, "training", str(out)))
             (folder / "error.txt").unlink(missing_ok=True)  # an earlier failed training's
             _write_train_info(folder, cfg, params)
         except ConfigError as exc:

@@ -57,13 +57,32 @@ def write_yaml(tmp_path):
     return write
 
 
-def run_cli(args, *, cwd, np: int | None = None, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
-    """Run `mpiopt ARGS` (under `mpiexec -n NP` when np is given) and capture its output."""
+def run_cli(args, *, cwd, np: int | None = None, timeout: float = 120, env=None,
+            hosts: str | None = None) -> subprocess.CompletedProcess:
+    """Run `mpiopt ARGS` (under `mpiexec -n NP` when np is given) and capture its output. `hosts`
+    ('nodeA:2,nodeB:2'): one MPICH proxy a host name, so that the ranks see separate nodes."""
     cmd = [sys.executable, "-m", "mpiopt", *map(str, args)]
     if np is not None:
-        cmd = [str(MPIEXEC), "-n", str(np), *cmd]
+        cmd = [str(MPIEXEC), *(("-launcher", "fork", "-hosts", hosts) if hosts else ()), "-n", str(np), *cmd]
     full_env = {**os.environ, "MPIOPT_TEST_SLEEP": "0", **(env or {})}
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+@pytest.fixture
+def cli_here(tmp_path, monkeypatch, capsys):
+    """`mpiopt ARGS` run in this process, in tmp_path, as `run_cli` runs it in its own. For the
+    commands that start TensorFlow: a test process starts it once, a subprocess each time (seconds)."""
+    from mpiopt.cli import main
+
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+    return run
 
 
 # -- MPICH's shared-memory files of jobs the tests kill -----------------------------------------

@@ -95,6 +95,13 @@ def test_search_resume_and_results(write_yaml, tmp_path):
     printed, kept = (pd.read_csv(f, dtype=str).set_index("trial") for f in (io.StringIO(p.stdout), out / "results.csv"))
     assert (printed.start == kept.start[printed.index]).all()  # times written alike: ISO 8601, milliseconds
 
+    # `mpiopt train --trial best`: the best trial's values again, into the search's folder
+    best = mpiopt.load_results(out).sort_values("objective").iloc[0]
+    p = run_cli(["train", space, "--trial", "best"], cwd=tmp_path)
+    assert p.returncode == 0 and f"(trial {best.trial}: its values and seed)" in p.stderr, p.stderr
+    assert f"objective = {best.objective:.4g}" in p.stdout, (p.stdout, best.objective)
+    assert (out / f"train-trial-{best.trial}" / "train.yaml").exists()
+
 
 def test_a_resume_without_trials_says_it_runs_the_files_budget_over_a_lowered_one(write_yaml, tmp_path):
     space = write_yaml(SPACE)
@@ -456,6 +463,17 @@ def test_check_prints_the_plan(write_yaml, tmp_path):
     assert "group 0: world rank 1\n" in p.stdout and "group 1: world rank 2\n" in p.stdout
 
 
+def test_a_training_in_a_python_process_lets_its_folder_go_as_it_ends(write_yaml, tmp_path, cli_here):
+    # mpiopt.cli.main called from Python (a notebook, a test): the folder's lock goes with the
+    # training, not with the process, so what follows finds a training that ended
+    from mpiopt.analysis import is_live
+
+    space = write_yaml(SPACE)
+    assert cli_here("train", space, "--set", "x=1", "--out", "one").returncode == 0
+    assert not is_live(tmp_path / "one")
+    one_error_line(cli_here("train", space, "--set", "x=2", "--out", "one"), "already holds a training run")
+
+
 def test_train_a_function_objective(write_yaml, tmp_path):
     p = run_cli(["train", write_yaml(SPACE), "--set", "x=3.14159", "--set", "y=2.275"], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
@@ -543,7 +561,7 @@ training: {epochs: 1}
 """
 
 
-def test_train_refuses_an_optimizer_set_for_a_model_compiled_with_its_own(write_yaml, tmp_path):
+def test_train_refuses_an_optimizer_set_for_a_model_compiled_with_its_own(write_yaml, tmp_path, cli_here):
     import shutil
 
     from conftest import SPACES
@@ -552,14 +570,14 @@ def test_train_refuses_an_optimizer_set_for_a_model_compiled_with_its_own(write_
     model = write_yaml(TINY_MODEL.replace("build_model", "build_compiled").replace("load_bad_data", "load_data")
                        .replace("loss: sparse_categorical_crossentropy, metrics: [accuracy]", "maximize: val_accuracy"),
                        "tiny.yaml")
-    proc = run_cli(["train", model, "--set", "optimizer=rmsprop", "--out", "t"], cwd=tmp_path)
-    one_error_line(proc, "mpiopt: error: --set optimizer: tiny_model.py:build_compiled compiles the model with its own "
-                         "optimizer (sgd), which its trials train with, so --set optimizer would change nothing: leave "
-                         "it out (the model's own optimizer trains), or return the model uncompiled")
+    one_error_line(cli_here("train", model, "--set", "optimizer=rmsprop", "--out", "t"),
+                   "mpiopt: error: --set optimizer: tiny_model.py:build_compiled compiles the model with its own "
+                   "optimizer (sgd), which its trials train with, so --set optimizer would change nothing: leave "
+                   "it out (the model's own optimizer trains), or return the model uncompiled")
     assert not (tmp_path / "t").exists()
 
 
-def test_train_refuses_what_a_search_refuses_and_a_search_folder(write_yaml, tmp_path):
+def test_train_refuses_what_a_search_refuses_and_a_search_folder(write_yaml, tmp_path, cli_here):
     import shutil
 
     from conftest import SPACES
@@ -587,7 +605,7 @@ def test_train_refuses_what_a_search_refuses_and_a_search_folder(write_yaml, tmp
             h["features"], h["labels"] = x, (x[:, 0] > 0).astype(np.int64)
     h5 = write_yaml(TINY_MODEL.replace("data: tiny_model.py:load_bad_data",
                                        "data: {train: [d/t0.h5, d/t1.h5], val: d/t2.h5}"), "h5.yaml")
-    p = run_cli(["train", h5, "--out", "nan"], cwd=tmp_path)
+    p = cli_here("train", h5, "--out", "nan")
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("mpiopt: error: ") and "h5.yaml: objective.data: " in last

@@ -204,14 +204,14 @@ def test_a_k_fold_trial_and_its_re_run_after_losing_one_fold(tiny_space, tmp_pat
 
 
 @pytest.mark.slow
-def test_more_folds_than_training_samples_is_refused_before_the_search(tiny_space, tmp_path):
+def test_more_folds_than_training_samples_is_refused_before_the_search(tiny_space, tmp_path, cli_here):
     p = tiny_space(TINY.replace("folds: 3", "folds: 501"))
     r = run_cli(["check", p], cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.strip() == (
         f"mpiopt: error: {p}: objective.folds: 501 folds, but the training data have 500 samples: "
         "every fold needs at least one")
     # groups of different sizes fold differently (test_fold_plans has each size's plan)
-    r = run_cli(["check", tiny_space(training="epochs: 1, group_size: 2"), "--np", "6"], cwd=tmp_path)
+    r = cli_here("check", tiny_space(training="epochs: 1, group_size: 2"), "--np", "6")
     assert r.returncode == 0, r.stderr
     assert ("folds       3, groups of 3: trained at once on sub-groups of 1, 1, 1 rank; groups of 2: trained in "
             "turn by the whole group of 2 ranks") in r.stdout
@@ -219,29 +219,30 @@ def test_more_folds_than_training_samples_is_refused_before_the_search(tiny_spac
 
 @pytest.mark.mpi
 @pytest.mark.slow
-def test_a_k_fold_search_under_mpiexec(tiny_space, tmp_path):
-    space = tiny_space(training="epochs: 1, batch_size: 64, learning_rate: 0.01, group_size: 3")
-    p = run_cli(["search", space], cwd=tmp_path, np=4, timeout=300, env={"MPIOPT_PROGRESS_S": "0"})
+def test_a_k_fold_search_under_mpiexec(tiny_space, tmp_path, cli_here):
+    space = tiny_space(TINY.replace("folds: 3", "folds: 2"),
+                       training="epochs: 1, batch_size: 64, learning_rate: 0.01, group_size: 2")
+    p = run_cli(["search", space], cwd=tmp_path, np=3, timeout=300, env={"MPIOPT_PROGRESS_S": "0"})
     assert p.returncode == 0, p.stderr
-    for rank in range(3):  # each rank of the group of 3 trained a fold of its own, at once
+    for rank in range(2):  # each rank of the group of 2 trained a fold of its own, at once
         assert f"[group 0 rank {rank}] INFO: trial 0, epoch 1 of 1:" in p.stderr, p.stderr
     run = tmp_path / "runs" / "tiny"
     df = mpiopt.load_results(run)
-    assert len(df) == 2 and set(df.status) == {"completed"} and set(df.ranks) == {3}
+    assert len(df) == 2 and set(df.status) == {"completed"} and set(df.ranks) == {2}
     assert list(df.columns[:4]) == ["trial", "status", "objective", "objective_std"]
     for _, row in df.iterrows():
         values = [json.loads((fold_dir(run / "trials" / str(row.trial), k) / "fold.json").read_text())
-                  ["result"]["objective"] for k in range(3)]
+                  ["result"]["objective"] for k in range(2)]
         assert row.objective == pytest.approx(np.mean(values)) and row.objective_std == pytest.approx(np.std(values))
         assert row.val_accuracy == pytest.approx(row.objective)
     history = mpiopt.load_history(run)  # the folds' mean curve
     assert list(history.trial) == [0, 1] and list(history.epoch) == [1, 1]
     assert history.val_accuracy.tolist() == pytest.approx(df.objective.tolist())
-    assert "folds: 3" in (run / "config.yaml").read_text()
+    assert "folds: 2" in (run / "config.yaml").read_text()
     with pytest.raises(ConfigError, match="is a k-fold trial: it kept one model per fold"):
         mpiopt.load_model(run)
     # `mpiopt train` trains the best trial's values once, on all the training data
-    p = run_cli(["train", space, "--trial", "best"], cwd=tmp_path, timeout=300)
+    p = cli_here("train", space, "--trial", "best")
     assert p.returncode == 0, p.stderr
     retrained = run / f"train-trial-{int(df.sort_values('objective').trial.iloc[-1])}"
     assert (retrained / "history.csv").exists() and not (retrained / "fold_1").exists()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import logging
+import sys
 
 from mpiopt._log import TRIAL_LINES_PER_S, TRIALS, _Console
 
@@ -19,15 +20,16 @@ def record(name: str, msg: str) -> logging.LogRecord:
     return logging.makeLogRecord({"name": name, "msg": msg, "levelno": logging.INFO, "levelname": "INFO"})
 
 
-def console() -> tuple[_Console, io.StringIO, Clock]:
+def console(monkeypatch) -> tuple[_Console, io.StringIO, Clock]:
     out, clock = io.StringIO(), Clock()
-    handler = _Console(out, clock=clock)
+    monkeypatch.setattr(sys, "stderr", out)
+    handler = _Console(clock=clock)
     handler.setFormatter(logging.Formatter("%(message)s"))
     return handler, out, clock
 
 
-def test_trial_lines_past_the_rate_are_held_back_and_counted_before_the_next_line():
-    handler, out, clock = console()
+def test_trial_lines_past_the_rate_are_held_back_and_counted_before_the_next_line(monkeypatch):
+    handler, out, clock = console(monkeypatch)
     for n in range(TRIAL_LINES_PER_S + 15):
         handler.handle(record(TRIALS, f"trial {n} pruned"))
     handler.handle(record("mpiopt.coordinator", "progress: 25 of 100"))  # any other line is shown at once
@@ -40,8 +42,8 @@ def test_trial_lines_past_the_rate_are_held_back_and_counted_before_the_next_lin
         "trial 25 completed"]
 
 
-def test_a_new_second_shows_trial_lines_again():
-    handler, out, clock = console()
+def test_a_new_second_shows_trial_lines_again(monkeypatch):
+    handler, out, clock = console(monkeypatch)
     for second in range(3):
         for n in range(TRIAL_LINES_PER_S + 1):
             handler.handle(record(TRIALS, f"trial {second}.{n}"))
@@ -49,6 +51,18 @@ def test_a_new_second_shows_trial_lines_again():
     lines = out.getvalue().splitlines()
     assert lines.count("1 trial line not shown (over 10 a second); search.log has them all") == 2
     assert len([line for line in lines if line.startswith("trial ")]) == 3 * TRIAL_LINES_PER_S
+
+
+def test_lines_go_to_the_stderr_of_the_moment(monkeypatch):
+    # a process that swaps sys.stderr (pytest's capture, a notebook, main() called again) gets the
+    # lines where it now looks, not in the stream of the first call, which may be closed by then
+    handler, first, _ = console(monkeypatch)
+    handler.handle(record("mpiopt.coordinator", "one"))
+    first.close()
+    then = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", then)
+    handler.handle(record("mpiopt.coordinator", "two"))
+    assert then.getvalue() == "two\n"
 
 
 def test_search_log_keeps_every_trial_line(tmp_path):

@@ -41,11 +41,12 @@ training: {{group_size: 3, epochs: 3, batch_size: 32, optimizer: adam, learning_
 """
 
 
-def test_every_mode_learns_mnist1d_in_a_search_with_a_group_of_three(tmp_path):
+def test_every_mode_learns_mnist1d_in_a_search_with_a_group_of_three_on_two_nodes(tmp_path):
+    # the group spans two nodes (ranks 1 | 2, 3): its messages take the network path
     (tmp_path / "s.yaml").write_text(EACH_MODE)
-    p = run_cli(["search", "s.yaml"], cwd=tmp_path, np=4, timeout=300)
+    p = run_cli(["search", "s.yaml"], cwd=tmp_path, np=4, timeout=300, hosts="nodeA:2,nodeB:2")
     assert p.returncode == 0, p.stderr
-    assert "4 ranks: 1 coordinator (rank 0) + 1 group of 3 ranks" in p.stderr
+    assert "4 ranks on 2 nodes: 1 coordinator (rank 0) + 1 group of 3 ranks" in p.stderr
     run = tmp_path / "runs" / "mn"
     df = mpiopt.load_results(run)
     assert sorted(df.params_mode) == sorted(MODES) and set(df.status) == {"completed"}, df.error.tolist()
@@ -136,10 +137,10 @@ training: {{group_size: 2, mode: downpour, epochs: 4, batch_size: 64, optimizer:
 
 
 def test_asha_pauses_master_worker_groups_at_their_rungs(tmp_path):
-    # groups of a master and a worker: the worker waits at each rung for the scheduler's word, so a
+    # a group of a master and a worker: the worker waits at each rung for the scheduler's word, so a
     # paused trial's checkpoint is its rung and a promoted one goes on from there, never re-trained
     (tmp_path / "s.yaml").write_text(ASHA)
-    p = run_cli(["search", "s.yaml"], cwd=tmp_path, np=5, timeout=300)
+    p = run_cli(["search", "s.yaml"], cwd=tmp_path, np=3, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     run = tmp_path / "runs" / "mn"
     df = mpiopt.load_results(run).set_index("trial")
@@ -167,46 +168,53 @@ from mpiopt.transport import GroupComm, world
 mod = runpy.run_path({tiny!r})
 comm = world()
 group = GroupComm(comm)
-training = {{"mode": {mode!r}, "epochs": 4, "batch_size": 50, "optimizer": "adam", "learning_rate": 0.01,
-            "checkpoint_every": 1}}
 
 
-def job(out, on_epoch=None):
+def job(mode, out, on_epoch=None):
+    training = {{"mode": mode, "epochs": 4, "batch_size": 50, "optimizer": "adam", "learning_rate": 0.01,
+                "checkpoint_every": 1}}
     return Job(build=mod["build_batchnorm"], model_kwargs={{"units": 8}}, source=DataSource(*mod["load_data"]()),
                training=training, loss="sparse_categorical_crossentropy", metrics=("accuracy",), seed=3,
-               out_dir=Path(sys.argv[1], out), on_epoch=on_epoch, decide_at=frozenset({{1, 2, 3}}))
+               out_dir=Path(sys.argv[1], mode, out), on_epoch=on_epoch, decide_at=frozenset({{1, 2, 3}}))
 
 
-whole = train(group, job("whole"))
-train(group, job("cut", lambda epoch, row: "paused" if epoch == 2 else None))
-went_on = train(group, job("cut"))
+histories = {{}}
+for mode in {modes!r}:  # one job for every mode: each start of TensorFlow takes seconds
+    whole = train(group, job(mode, "whole"))
+    train(group, job(mode, "cut", lambda epoch, row: "paused" if epoch == 2 else None))
+    went_on = train(group, job(mode, "cut"))
+    if comm.Get_rank() == 0:  # the master's results: a worker's train() returns None
+        histories[mode] = {{"whole": whole.history, "went_on": went_on.history}}
 group.close()
 if comm.Get_rank() == 0:
-    json.dump({{"whole": whole.history, "went_on": went_on.history}}, open(Path(sys.argv[1], "h.json"), "w"))
+    json.dump(histories, open(Path(sys.argv[1], "h.json"), "w"))
 """
 
 
-@pytest.mark.parametrize("mode", ["downpour", "easgd", "gem"])
-def test_a_master_and_worker_trial_paused_then_continued_validates_as_if_never_paused(tmp_path, mode):
+def test_a_master_and_worker_trial_paused_then_continued_validates_as_if_never_paused(tmp_path):
     # the workers continue from the checkpoint's batch-norm statistics and dropout seed (an
     # integer, which float32 rounds), not from their fresh ones: the master validates the workers'
     # state; and under easgd and gem from their own optimizers and weights, kept beside the
     # master's checkpoint. So the epochs after the pause match a run that never paused. (Every
     # epoch a decision epoch: the worker waits for each validation, which otherwise may take in
     # an update of the next epoch on a loaded machine.)
+    modes = ["downpour", "easgd", "gem"]
     script = tmp_path / "paused.py"
-    script.write_text(PAUSED_AND_GONE_ON.format(tiny=str(SPACES / "tiny_model.py"), mode=mode))
+    script.write_text(PAUSED_AND_GONE_ON.format(tiny=str(SPACES / "tiny_model.py"), modes=modes))
     p = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(script), str(tmp_path)],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-3000:]
-    h = json.loads((tmp_path / "h.json").read_text())
-    assert [r["epoch"] for r in h["went_on"]] == [1, 2, 3, 4]
-    for whole, went_on in zip(h["whole"], h["went_on"], strict=True):
-        assert went_on["val_loss"] == pytest.approx(whole["val_loss"], rel=1e-5), (whole, went_on)
-    parts = sorted(p.name for p in (tmp_path / "cut").glob("checkpoint.*"))
-    assert parts == ["checkpoint.npz"] + (["checkpoint.worker0.npz"] if mode != "downpour" else []), parts
-    drop_checkpoint(tmp_path / "cut")  # once the search holds the trial's result: the workers' parts go too
-    assert not list((tmp_path / "cut").glob("checkpoint.*"))
+    histories = json.loads((tmp_path / "h.json").read_text())
+    for mode in modes:
+        h = histories[mode]
+        assert [r["epoch"] for r in h["went_on"]] == [1, 2, 3, 4], mode
+        for whole, went_on in zip(h["whole"], h["went_on"], strict=True):
+            assert went_on["val_loss"] == pytest.approx(whole["val_loss"], rel=1e-5), (mode, whole, went_on)
+        cut = tmp_path / mode / "cut"
+        parts = sorted(p.name for p in cut.glob("checkpoint.*"))
+        assert parts == ["checkpoint.npz"] + (["checkpoint.worker0.npz"] if mode != "downpour" else []), (mode, parts)
+        drop_checkpoint(cut)  # once the search holds the trial's result: the workers' parts go too
+        assert not list(cut.glob("checkpoint.*")), mode
 
 
 SUMMED_METRICS = """
@@ -231,34 +239,41 @@ comm = world()
 group = GroupComm(comm)
 # learning rate 0: the weights the epoch trains with are those it ends with, so its training row
 # must be the evaluation of the training data with the final weights
-training = {{"mode": sys.argv[2], "epochs": 1, "batch_size": 50, "optimizer": "sgd", "learning_rate": 0.0}}
-out = Path(sys.argv[1], "run")
-done = train(group, Job(build=build, model_kwargs={{}}, source=DataSource((x, y), (xv, yv)), training=training,
-                        loss="binary_crossentropy", metrics=("auc", "precision"), seed=3, out_dir=out))
+done = {{}}
+for mode in {modes!r}:  # one job for both modes: each start of TensorFlow takes seconds
+    training = {{"mode": mode, "epochs": 1, "batch_size": 50, "optimizer": "sgd", "learning_rate": 0.0}}
+    done[mode] = train(group, Job(build=build, model_kwargs={{}}, source=DataSource((x, y), (xv, yv)),
+                                  training=training, loss="binary_crossentropy", metrics=("auc", "precision"), seed=3,
+                                  out_dir=Path(sys.argv[1], mode)))
 group.close()
 if comm.Get_rank() == 0:
     import keras
 
-    model = build()
-    model.load_weights(str(out / "best.weights.h5"))
-    model.compile(loss="binary_crossentropy", metrics=["auc", "precision"])
-    alone = {{part: model.evaluate(a, b, batch_size=50, verbose=0, return_dict=True)
-             for part, (a, b) in {{"train": (x, y), "val": (xv, yv)}}.items()}}
-    json.dump({{"group": done.history[0], "alone": alone}}, open(Path(sys.argv[1], "h.json"), "w"))
+    found = {{}}
+    for mode, trained in done.items():
+        model = build()
+        model.load_weights(str(Path(sys.argv[1], mode, "best.weights.h5")))
+        model.compile(loss="binary_crossentropy", metrics=["auc", "precision"])
+        alone = {{part: model.evaluate(a, b, batch_size=50, verbose=0, return_dict=True)
+                 for part, (a, b) in {{"train": (x, y), "val": (xv, yv)}}.items()}}
+        found[mode] = {{"group": trained.history[0], "alone": alone}}
+    json.dump(found, open(Path(sys.argv[1], "h.json"), "w"))
 """
 
 
-@pytest.mark.parametrize("mode", ["allreduce", "downpour"])
-def test_a_group_reports_metrics_that_are_no_mean_of_parts_as_one_process_would(tmp_path, mode):
+def test_a_group_reports_metrics_that_are_no_mean_of_parts_as_one_process_would(tmp_path):
     # three ranks (allreduce) or two workers (downpour) each take a part of the data: their AUC
     # and precision counts are summed before the result is taken, as one process taking every
     # batch would, in the validation row and in the training row
+    modes = ["allreduce", "downpour"]
     script = tmp_path / "summed.py"
-    script.write_text(SUMMED_METRICS.format(tiny=str(SPACES / "tiny_model.py")))
-    p = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, str(script), str(tmp_path), mode],
-                       capture_output=True, text=True, timeout=120)
+    script.write_text(SUMMED_METRICS.format(tiny=str(SPACES / "tiny_model.py"), modes=modes))
+    p = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, str(script), str(tmp_path)],
+                       capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-3000:]
-    h = json.loads((tmp_path / "h.json").read_text())
-    for name in ("auc", "precision", "loss"):
-        assert h["group"][f"val_{name}"] == pytest.approx(h["alone"]["val"][name], rel=1e-5), (name, h)
-        assert h["group"][name] == pytest.approx(h["alone"]["train"][name], rel=1e-5), (name, h)
+    found = json.loads((tmp_path / "h.json").read_text())
+    for mode in modes:
+        h = found[mode]
+        for name in ("auc", "precision", "loss"):
+            assert h["group"][f"val_{name}"] == pytest.approx(h["alone"]["val"][name], rel=1e-5), (mode, name, h)
+            assert h["group"][name] == pytest.approx(h["alone"]["train"][name], rel=1e-5), (mode, name, h)

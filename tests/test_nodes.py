@@ -14,7 +14,7 @@ import time
 import pytest
 
 import mpiopt
-from conftest import MPIEXEC, SPACES
+from conftest import MPIEXEC
 from mpiopt.analysis import timeline
 from mpiopt.coordinator import Coordinator
 from mpiopt.search import make_searcher
@@ -248,30 +248,6 @@ def test_without_survivors_the_job_ends_and_resume_loses_nothing(write_yaml, tmp
     df = mpiopt.load_results(run)
     assert sorted(df.trial) == list(range(40)) and set(df.status) == {"completed"}
     assert done <= set(df.trial)  # nothing finished was lost
-
-
-@pytest.mark.mpi
-@pytest.mark.slow
-def test_allreduce_and_downpour_groups_that_span_two_nodes(tmp_path):
-    (tmp_path / "tiny_model.py").write_text((SPACES / "tiny_model.py").read_text())
-    space = tmp_path / "span.yaml"
-    space.write_text("""
-name: span
-objective: {model: tiny_model.py:build_model, data: tiny_model.py:load_data,
-            loss: sparse_categorical_crossentropy, metrics: [accuracy], maximize: val_accuracy}
-parameters:
-  mode: {type: categorical, choices: [allreduce, downpour]}   # the design's first two points differ
-  units: {type: integer, low: 4, high: 16}
-search: {trials: 2, initial_points: 2}
-training: {group_size: 2, epochs: 4, batch_size: 32, learning_rate: 0.02}
-""")
-    job = on_nodes("nodeA:2,nodeB:1", 3, ["search", space], cwd=tmp_path)  # the master on A, its worker on B
-    _, err = job.communicate(timeout=300)
-    assert job.returncode == 0, err
-    assert "3 ranks on 2 nodes: 1 coordinator (rank 0) + 1 group of 2 ranks" in err
-    df = mpiopt.load_results(tmp_path / "runs" / "span")
-    assert set(df.status) == {"completed"} and set(df.params_mode) == {"allreduce", "downpour"}
-    assert set(df.ranks) == {2} and (df.val_accuracy > 0.6).all()  # learned across the network path
 
 
 @pytest.mark.mpi

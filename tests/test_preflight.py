@@ -576,14 +576,14 @@ def test_a_training_file_with_nan_stops_the_trial_that_reads_it(tmp_path):
 
 
 # -- the command line -----------------------------------------------------------------------------
-def test_mpiopt_check_stops_with_one_line_and_exit_2(space, tmp_path):
+def test_mpiopt_check_stops_with_one_line_and_exit_2(space, tmp_path, cli_here):
     p = run_cli(["check", space()], cwd=tmp_path)
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1, p.stderr
     assert lines[0].startswith("mpiopt: error: ") and "labels range over 0..2 (3 classes)" in lines[0]
     assert "OK" not in p.stdout
-    p = run_cli(["check", space(data="objs.py:two_classes")], cwd=tmp_path)
+    p = cli_here("check", space(data="objs.py:two_classes"))
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(f"{tmp_path / 'space.yaml'}: OK (the model, built at the middle of the space, took a "
                                "training step on its data)\n")

@@ -27,7 +27,7 @@ def loss(p: dict) -> float:
                  + {"relu": 0.0, "tanh": 0.05, "elu": 0.1}[p["act"]])
 
 
-def scripted_suggestions(n: int = 48, running: int = 3) -> list[dict]:
+def scripted_suggestions(n: int = 24, running: int = 3) -> list[dict]:
     """A small search's suggestions: `n` asked with `running` trials always pending (ask and tell
     in turn), then a round prepared and six hand-outs from it, one result learned in between."""
     s = BayesianSearch(mixed_space(), seed=7, initial_points=8)
@@ -53,13 +53,13 @@ def scripted_suggestions(n: int = 48, running: int = 3) -> list[dict]:
 def test_a_small_search_suggests_what_it_would_without_the_bounds(monkeypatch):
     """The bounds on the GP's data (MAX_TRAIN results, MAX_FANTASIES running trials, MAX_ROUND_GROWTH
     hand-outs a round) must leave a search this small exactly as it would be without them. Both
-    runs are made here, not one against a stored file: through 48 kernel fits the suggestions
+    runs are made here, not one against a stored file: through 24 kernel fits the suggestions
     carry the rounding of the installed numpy, SciPy and OpenBLAS, which a new release changes."""
     bounded = scripted_suggestions()
     for name in ("MAX_TRAIN", "MAX_FANTASIES", "MAX_ROUND_GROWTH"):
-        monkeypatch.setattr(_bayesian, name, 1000)  # far past what 48 trials reach
+        monkeypatch.setattr(_bayesian, name, 1000)  # far past what 24 trials reach
     unbounded = scripted_suggestions()
-    assert len(bounded) == 54 and bounded == unbounded
+    assert len(bounded) == 30 and bounded == unbounded
 
 
 def random_params(space: Space, rng: np.random.Generator) -> dict:
