@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import ROOT, mnist1d_objective, run_cli
+from conftest import ROOT, SPACES, run_cli
 from mpiopt.learn._flat import LossScale
 
 
@@ -157,10 +157,12 @@ def test_mnist1d_learns_with_mixed_precision_and_xla(mnist1d, mixed, jit):
 
 SPACE = f"""
 name: mp
-{mnist1d_objective()}parameters:
-  units: {{type: integer, low: 16, high: 128}}
+objective: {{model: {SPACES}/tiny_model.py:build_model, data: {SPACES}/tiny_model.py:load_data,
+            loss: sparse_categorical_crossentropy, metrics: [accuracy], maximize: val_accuracy}}
+parameters:
+  units: {{type: integer, low: 4, high: 16}}
 search: {{trials: 1}}
-training: {{group_size: 2, epochs: 3, batch_size: 64, optimizer: adam, learning_rate: 0.01}}
+training: {{group_size: 2, epochs: 3, batch_size: 32, optimizer: adam, learning_rate: 0.05}}
 """
 
 
@@ -169,11 +171,11 @@ training: {{group_size: 2, epochs: 3, batch_size: 64, optimizer: adam, learning_
 def test_a_master_and_a_worker_train_with_mixed_precision_and_xla(tmp_path):
     (tmp_path / "s.yaml").write_text(SPACE)
     p = run_cli(["train", "s.yaml", "--set", "mixed_precision=true", "--set", "jit_compile=true",
-                 "--set", "mode=downpour", "--set", "units=64", "--out", "out"], cwd=tmp_path, np=2, timeout=240)
+                 "--set", "mode=downpour", "--set", "units=16", "--out", "out"], cwd=tmp_path, np=2, timeout=240)
     assert p.returncode == 0, p.stderr
     rows = list(csv.DictReader(open(tmp_path / "out" / "history.csv")))
     assert [int(r["epoch"]) for r in rows] == [1, 2, 3]
-    assert max(float(r["val_accuracy"]) for r in rows) > 0.3  # 10 classes: chance is 0.1
+    assert max(float(r["val_accuracy"]) for r in rows) > 0.8, rows  # 2 classes: chance is 0.5
 
 
 # -- the preflight ---------------------------------------------------------------------------------------
