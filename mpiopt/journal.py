@@ -697,8 +697,8 @@ def _line(event: dict[str, Any]) -> bytes:
 
 def hold_the_lock(folder: Path, what: str, where: str) -> int:
     """Lock `folder` for this process (a search or a training writing there) and return the lock's
-    descriptor; a ConfigError where another holds it. The lock dies with the process (flock), so a
-    killed job never leaves a stale one."""
+    descriptor (closing it lets the folder go); a ConfigError where another holds it. The lock dies
+    with the process too (flock), so a killed job never leaves a stale one."""
     fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

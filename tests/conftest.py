@@ -75,6 +75,7 @@ def cli_here(tmp_path, monkeypatch, capsys):
     from mpiopt.cli import main
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MPIOPT_TEST_SLEEP", "0")
 
     def run(*args) -> subprocess.CompletedProcess:
         capsys.readouterr()

@@ -99,7 +99,7 @@ def test_search_resume_and_results(write_yaml, tmp_path):
     best = mpiopt.load_results(out).sort_values("objective").iloc[0]
     p = run_cli(["train", space, "--trial", "best"], cwd=tmp_path)
     assert p.returncode == 0 and f"(trial {best.trial}: its values and seed)" in p.stderr, p.stderr
-    assert f"objective = {best.objective:.4g}" in p.stdout, (p.stdout, best.objective)
+    assert f"objective = {best.objective:.6g}" in p.stdout, (p.stdout, best.objective)
     assert (out / f"train-trial-{best.trial}" / "train.yaml").exists()
 
 

@@ -208,7 +208,7 @@ def test_mnist1d_search_under_mpiexec(tmp_path, cli_here):
     # (`--trial best` finds its trial as test_cli's function search does: the objective is no matter)
     p = cli_here("train", space, "--trial", "1", "--set", "epochs=1")
     assert p.returncode == 0 and "(trial 1: its values and seed, epochs as --set)" in p.stderr, p.stderr
-    assert f"'units': {df.set_index('trial').params_units[1]}" in p.stderr
+    assert f"'units': {df.set_index('trial').params_units[1]}" in p.stderr and "epoch 1:" in p.stderr
     retrained = run / "train-trial-1"
     again, searched = (list(csv.DictReader(open(d / "history.csv"))) for d in (retrained, run / "trials" / "1"))
     assert len(again) == 1 and "val_accuracy" in again[0]

@@ -1,5 +1,5 @@
 """Distributed training under real `mpiexec`: every mode learns MNIST-1D and survives a failing trial in a
-search; a trial resumed from its checkpoint; asha pausing master-worker groups."""
+search; a trial resumed from its checkpoint; asha pausing a master-worker group."""
 from __future__ import annotations
 
 import csv

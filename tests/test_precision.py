@@ -1,6 +1,7 @@
 """`training.mixed_precision` and `training.jit_compile`, on the CPU: the dynamic loss scale, the
-float16 model's float32 gradients, training MNIST-1D with either or both (in process and under
-`mpiexec -n 3`), and the preflight's refusal of a model that computes nothing in float16."""
+float16 model's float32 gradients, training MNIST-1D with either or both in process, a master and a
+worker training with both under `mpiexec -n 2`, and the preflight's refusal of a model that computes
+nothing in float16."""
 from __future__ import annotations
 
 import csv
