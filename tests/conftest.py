@@ -57,13 +57,19 @@ def write_yaml(tmp_path):
     return write
 
 
+def mpiexec(np: int, hosts: str | None = None, extra=()) -> list[str]:
+    """`mpiexec -n NP`; with `hosts` ('nodeA:2,nodeB:2') one MPICH proxy a host name, so that the
+    ranks see separate nodes."""
+    return [str(MPIEXEC), *extra, *(("-launcher", "fork", "-hosts", hosts) if hosts else ()), "-n", str(np)]
+
+
 def run_cli(args, *, cwd, np: int | None = None, timeout: float = 120, env=None,
             hosts: str | None = None) -> subprocess.CompletedProcess:
-    """Run `mpiopt ARGS` (under `mpiexec -n NP` when np is given) and capture its output. `hosts`
-    ('nodeA:2,nodeB:2'): one MPICH proxy a host name, so that the ranks see separate nodes."""
+    """Run `mpiopt ARGS` (under `mpiexec -n NP`, on `hosts` if given, when np is given) and capture
+    its output."""
     cmd = [sys.executable, "-m", "mpiopt", *map(str, args)]
     if np is not None:
-        cmd = [str(MPIEXEC), *(("-launcher", "fork", "-hosts", hosts) if hosts else ()), "-n", str(np), *cmd]
+        cmd = [*mpiexec(np, hosts), *cmd]
     full_env = {**os.environ, "MPIOPT_TEST_SLEEP": "0", **(env or {})}
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
 

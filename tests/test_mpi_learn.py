@@ -136,7 +136,7 @@ training: {{group_size: 2, mode: downpour, epochs: 4, batch_size: 64, optimizer:
 """
 
 
-def test_asha_pauses_master_worker_groups_at_their_rungs(tmp_path):
+def test_asha_pauses_a_master_worker_group_at_its_rungs(tmp_path):
     # a group of a master and a worker: the worker waits at each rung for the scheduler's word, so a
     # paused trial's checkpoint is its rung and a promoted one goes on from there, never re-trained
     (tmp_path / "s.yaml").write_text(ASHA)

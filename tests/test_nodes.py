@@ -14,7 +14,7 @@ import time
 import pytest
 
 import mpiopt
-from conftest import MPIEXEC
+from conftest import MPIEXEC, mpiexec
 from mpiopt.analysis import timeline
 from mpiopt.coordinator import Coordinator
 from mpiopt.search import make_searcher
@@ -139,7 +139,7 @@ training: {{group_size: {group_size}}}
 
 def on_nodes(hosts: str, n: int, args, *, cwd, extra=(), env=None, **kw) -> subprocess.Popen:
     """`mpiexec -launcher fork -hosts HOSTS -n N mpiopt ARGS`, started (not waited for)."""
-    cmd = [str(MPIEXEC), *extra, "-launcher", "fork", "-hosts", hosts, "-n", str(n), MPIOPT, *map(str, args)]
+    cmd = [*mpiexec(n, hosts, extra), MPIOPT, *map(str, args)]
     return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})}, start_new_session=True, **kw)
 
