@@ -374,17 +374,21 @@ def _epoch_lines(events: list[dict], trials: dict[int, TrialRecord], budget: int
     if ladder is None:
         return []
     reports = epoch_reports(events)
-    rate = epochs_per_hour(events, reports, now, dead)
-    if rate <= 0:
+    if not reports:
         return []
+    rate = epochs_per_hour(events, reports, now, dead)
     reached: dict[int, int] = {}
     for n, epoch in reports:
         reached[n] = max(epoch, reached.get(n, 0))
     paused = {n for n, t in trials.items() if t.status == TrialStatus.PAUSED or t.pause_decided}
     left = ladder.epochs_left(max(0, budget - len(trials)), **reached_by_state(trials, reached, paused))
-    to_go = f"about {left:.0f} to go, " if alive.state != "ended" else ""  # a resume of an interrupted one trains them
-    line = f"epochs: {len(reports)} trained, {to_go}{format_rate(rate, 'epochs')}"
-    if alive.state == "running" and left >= 0.5:
+    parts = [f"epochs: {len(reports)} trained"]
+    if alive.state != "ended":  # an ended search trains no more; a resume of an interrupted one trains them
+        parts.append(f"about {left:.0f} to go")
+    if rate > 0:  # none yet from a search of under MIN_RATE_SPAN_S
+        parts.append(format_rate(rate, "epochs"))
+    line = ", ".join(parts)
+    if alive.state == "running" and left >= 0.5 and rate > 0:
         line += f"; about {format_hours(left / rate)} left"
     return [line]
 

@@ -599,5 +599,7 @@ def test_status_tells_the_time_left_of_an_asha_search_from_its_epochs(cfg, tmp_p
     trained = len({(e["trial"], e["epoch"]) for e in journal(full) if e["event"] == "report"})
     assert abs(int(to_go) - (trained - 30)) <= 0.25 * (trained - 30), (to_go, trained)
     (full / "heartbeat.json").write_text(json.dumps({**beat, "state": "ended"}))
-    ended = status_text(str(full))
-    assert f"epochs: {trained} trained, " in ended and "to go" not in ended  # an ended search trains no more
+    # an ended search trains no more; its epoch rate is told once it ran a second or more
+    began = min(e["time"] for e in journal(full) if e["event"] == "start")
+    assert f"epochs: {trained} trained, {trained} epochs/min" in status_text(str(full), now=began + 60).splitlines()
+    assert f"epochs: {trained} trained" in status_text(str(full), now=began + 0.5).splitlines()
