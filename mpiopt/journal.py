@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime as _dt
+import errno
 import fcntl
 import io
 import json
@@ -695,14 +696,24 @@ def _line(event: dict[str, Any]) -> bytes:
     return text.encode("utf-8") + b"\n"
 
 
+# flock's errors on a file system that takes no locks (Lustre mounted `noflock`, NFS without its
+# lock daemon, some FUSE mounts): the lock tells nothing there, which is no other search running
+_NO_LOCKS = {errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL}
+
+
 def hold_the_lock(folder: Path, what: str, where: str) -> int:
     """Lock `folder` for this process (a search or a training writing there) and return the lock's
     descriptor (closing it lets the folder go); a ConfigError where another holds it. The lock dies
-    with the process too (flock), so a killed job never leaves a stale one."""
+    with the process too (flock), so a killed job never leaves a stale one. Where the file system
+    takes no locks, a warning says that a second search is not refused."""
     fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as exc:
+        if exc.errno in _NO_LOCKS:
+            log.warning("%s: its file system takes no file locks (%s), so a second %s started in this directory "
+                        "would not be refused: start one at a time", where, os.strerror(exc.errno), what)
+            return fd
         holder = ""
         with contextlib.suppress(OSError):
             holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
@@ -722,8 +733,8 @@ def is_live(path: str | os.PathLike) -> bool:
     fd = os.open(lock_path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
+    except OSError as exc:
+        return exc.errno not in _NO_LOCKS
     finally:
         os.close(fd)
     return False

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import os
@@ -309,6 +310,22 @@ def test_resume_refuses_other_scheduler_settings_whose_rungs_the_journal_holds(t
     else:
         with pytest.raises(ConfigError, match=f"--resume: `{refused}` differs from the search in .*same scheduler"):
             RunDir(tmp_path).open(resume=True, config_text=edited)
+
+
+@pytest.mark.parametrize("error", [errno.ENOSYS, errno.ENOLCK])  # Lustre mounted noflock; NFS without its lock daemon
+def test_a_file_system_without_locks_runs_the_search_and_warns_that_a_second_is_not_refused(tmp_path, monkeypatch,
+                                                                                          caplog, error):
+    def no_locks(fd, op):
+        raise OSError(error, os.strerror(error))
+
+    monkeypatch.setattr("mpiopt.journal.fcntl.flock", no_locks)
+    rd = RunDir(tmp_path / "r")
+    rd.open(resume=False, config_text=CONFIG)
+    rd.append(start(0, 0.1))
+    assert f"takes no file locks ({os.strerror(error)}), so a second search started in this directory would not " \
+           "be refused" in caplog.text
+    assert not is_live(tmp_path / "r")  # the lock tells nothing here
+    rd.close()
 
 
 def test_lock_of_a_killed_process_is_not_stale(tmp_path):
