@@ -452,6 +452,24 @@ def test_data_paths_take_the_home_folder_as_a_shell_does(tmp_path, monkeypatch):
     assert file_list("~/list.txt", elsewhere, "train") == want[:1]
 
 
+def test_a_txt_list_names_files_relative_to_its_own_folder_and_a_missing_one_by_its_line(tmp_path, monkeypatch):
+    from mpiopt.learn._data import DataError, file_list
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "data").mkdir()
+    for name in ("t0.h5", "t1.h5"):
+        (tmp_path / "data" / name).write_bytes(b"")
+    (tmp_path / "data" / "train.txt").write_text("# made by ls\nt0.h5\n\n~/data/t1.h5\n")
+    assert file_list("data/train.txt", tmp_path, "train") == [tmp_path / "data" / n for n in ("t0.h5", "t1.h5")]
+    (tmp_path / "data" / "train.txt").write_text("t0.h5\ndata/t1.h5\n")  # written from the space file's folder
+    with pytest.raises(DataError, match=r"^objective.data.train: train.txt line 2 names 'data/t1.h5': no such file "
+                                        r".*/data/data/t1.h5 \(a .txt file's paths are relative to its own folder\)$"):
+        file_list("data/train.txt", tmp_path, "train")
+    (tmp_path / "data" / "train.txt").write_text("# nothing yet\n")
+    with pytest.raises(DataError, match=r"objective.data.train: .*train.txt names no files$"):
+        file_list("data/train.txt", tmp_path, "train")
+
+
 @pytest.mark.parametrize("reported", [
     ["epoch", "loss", "accuracy", "val_loss", "val_accuracy"],  # one process
     ["epoch", "accuracy", "loss", "val_loss", "val_accuracy"],  # downpour, easgd, gem

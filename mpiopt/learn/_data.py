@@ -125,27 +125,44 @@ def _check_lengths(struct: Any, where: str) -> int:
 # -- HDF5 ---------------------------------------------------------------------------------------
 def file_list(spec: str | list[str], base_dir: Path, field: str) -> list[Path]:
     """The files `spec` names (a list, a .txt file of one path a line, or a glob), relative to
-    `base_dir`; `~` is the home folder, as in a shell."""
-    def under_base(name: str) -> Path:
-        return base_dir / os.path.expanduser(name)
-
+    `base_dir`, and those a .txt file names relative to its own folder (as a playlist's); `~` is
+    the home folder, as in a shell."""
     if isinstance(spec, list):
-        files = [under_base(s) for s in spec]
+        files = [_under(base_dir, s) for s in spec]
     elif spec.endswith(".txt"):
-        txt = under_base(spec)
-        try:
-            lines = txt.read_text("utf-8").splitlines()
-        except OSError as exc:
-            raise DataError(f"objective.data.{field}: cannot read {txt}: {exc.strerror or exc}") from None
-        files = [(txt.parent / s.strip()) for s in lines if s.strip() and not s.startswith("#")]
+        return _listed_files(_under(base_dir, spec), field)
     else:
-        files = [Path(p) for p in sorted(glob.glob(str(under_base(spec))))]
+        files = [Path(p) for p in sorted(glob.glob(str(_under(base_dir, spec))))]
     files = [f.resolve() for f in files]  # named in messages as data/x.h5, not bad/../data/x.h5
     if not files:
         raise DataError(f"objective.data.{field}: no files match {spec!r}")
     for f in files:
         if not f.is_file():
             raise DataError(f"objective.data.{field}: no such file {f}")
+    return files
+
+
+def _under(folder: Path, name: str) -> Path:
+    return folder / os.path.expanduser(name)
+
+
+def _listed_files(txt: Path, field: str) -> list[Path]:
+    """The files a .txt file names, one a line (`#` starts a comment line), relative to its folder."""
+    try:
+        lines = txt.read_text("utf-8").splitlines()
+    except OSError as exc:
+        raise DataError(f"objective.data.{field}: cannot read {txt}: {exc.strerror or exc}") from None
+    files = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        path = _under(txt.parent, line.strip()).resolve()
+        if not path.is_file():
+            raise DataError(f"objective.data.{field}: {txt.name} line {number} names {line.strip()!r}: no such file "
+                            f"{path} (a .txt file's paths are relative to its own folder)")
+        files.append(path)
+    if not files:
+        raise DataError(f"objective.data.{field}: {txt} names no files")
     return files
 
 
