@@ -430,19 +430,21 @@ def load_model(path: str | os.PathLike, trial: int | str = "best"):
     compiled as the search compiled it; its weights are those of the trial's best epoch
     (`trials/<id>/best.weights.h5`; a trial killed while it trained: its checkpoint's). For a
     model trained by `mpiopt train`, pass its folder and the number of the trial it retrained is
-    not needed: `load_model("runs/x/train-trial-7")`.
+    not needed: `load_model("runs/x/train-trial-7")` (a training stopped before its end: the best
+    epoch of its checkpoint).
     """
     p = Path(path)
-    weights = p.absolute() / "best.weights.h5"  # read after build_model ran, which may chdir
-    if weights.exists():  # a folder of `mpiopt train`
+    trained = (p / TRAIN_INFO).exists() and not (p / JOURNAL).exists()  # a folder of `mpiopt train`
+    if trained:
         cfg, params = _train_config(p)
     else:
         params, number = trial_params(p, trial)
         cfg = run_config(p)
-        weights = _trial_weights(p, number)
     if cfg.objective.kind != "model":
-        raise ConfigError("the search's objective is a function: there is no model to load", source=str(path))
-    return _rebuild(cfg, params, weights)
+        what = "training's" if trained else "search's"
+        raise ConfigError(f"the {what} objective is a function: there is no model to load", source=str(path))
+    # the weights' paths are absolute: they are read after build_model ran, which may chdir
+    return _rebuild(cfg, params, _trained_weights(p.absolute()) if trained else _trial_weights(p, number))
 
 
 @dataclass(frozen=True)
@@ -456,6 +458,21 @@ class _Checkpointed:
         from .learn._flat import FlatModel
 
         FlatModel(model).set_kept(self.weights, self.state)  # as training's end puts them in
+
+
+def _trained_weights(folder: Path) -> Path | _Checkpointed:
+    """The best weights of a folder of `mpiopt train`: its best.weights.h5, written as the training
+    ended, or, for one stopped before (Ctrl-C, a batch job's end), those of its checkpoint."""
+    from .learn import _checkpoint
+
+    weights = folder / "best.weights.h5"
+    if weights.exists():
+        return weights
+    found = _checkpoint.load(folder)
+    if found is not None and "best_weights" in found[0]:
+        return _Checkpointed(found[0]["best_weights"], found[0].get("best_state"))
+    raise ConfigError(f"the training kept no weights (no {weights.name}, no checkpoint of its best: it stopped before "
+                      "its first epoch ended)", source=str(folder))
 
 
 def _trial_weights(p: Path, number: int) -> Path | _Checkpointed:
@@ -487,7 +504,7 @@ def _train_config(path: Path):
     try:
         info = yaml.safe_load(info_path.read_text("utf-8")) or {}
     except (OSError, yaml.YAMLError):
-        raise ConfigError(f"holds best.weights.h5 but no readable {TRAIN_INFO}", source=str(path)) from None
+        raise ConfigError(f"no readable {TRAIN_INFO}", source=str(path)) from None
     from .config import parse_config
 
     raw = dict(info.get("config") or {})

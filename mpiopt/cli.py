@@ -8,6 +8,7 @@ else. A wrong input is one line on stderr, printed by rank 0 only, and every ran
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import logging
 import os
@@ -186,7 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return mpi_main(None, lambda comm, placement: 2, coordinator=False, interrupted="")
     command = _search if args.command == "search" else _train
     interrupted = ("the journal is intact: continue with --resume" if args.command == "search" else
-                   f"training stopped (mpiopt train does not resume: what it wrote is in {job.out})")
+                   f"training stopped (mpiopt train does not resume; mpiopt.load_model({str(job.out)!r}) loads "
+                   "the best epoch it finished)")
     return mpi_main(job.cfg, lambda comm, placement: command(args, job, comm, placement),
                     coordinator=args.command == "search", interrupted=interrupted)
 
@@ -1169,8 +1171,6 @@ def _origin_of_values(job: _Job) -> str:
 
 def _train(args, job: _Job, comm, placement: str | None = None) -> int:
     """Every rank of `mpiopt train`: one group of all ranks trains the job's values once."""
-    import contextlib
-
     with contextlib.ExitStack() as lock:  # rank 0's lock on the folder, released as the training ends
         return _train_in_the_folder(job, comm, placement, lock)
 
@@ -1223,6 +1223,12 @@ def _train_in_the_folder(job: _Job, comm, placement: str | None, lock) -> int:
     outcome = None  # stays None where run raises (a full disk)
     try:
         outcome = runner.run(params, group, trial=trial, trial_dir=folder, reporter=reporter)
+    except KeyboardInterrupt:  # Ctrl-C, or a batch job's end: train.yaml says how far it got
+        if rank == 0:
+            with contextlib.suppress(OSError):  # a full disk: the interrupt is what to say
+                _write_train_info(folder, cfg, params, TrialResult(TrialStatus.INTERRUPTED,
+                                                                   epochs=_epochs_so_far(folder, steps)))
+        raise
     finally:
         if group is not None:
             if (outcome is None or outcome.status != TrialStatus.COMPLETED) and group.failed_peer is None:
@@ -1240,6 +1246,16 @@ def _train_in_the_folder(job: _Job, comm, placement: str | None, lock) -> int:
     except OSError as exc:  # a full disk: the closing line still says how the training ended
         log.warning("%s: the outcome not recorded: %s", out / TRAIN_INFO, storage_text(exc))
     return _say_training_outcome(cfg, out, folder, outcome, runner, time.time() - t0)
+
+
+def _epochs_so_far(folder: Path, steps: list[dict[str, float]]) -> int | None:
+    """The epochs a stopped training finished: the rows of the history.csv a model's training
+    writes as each ends (its report to this rank may come a moment later), or a function's steps."""
+    try:
+        rows = (folder / "history.csv").read_text("utf-8").count("\n") - 1
+    except OSError:
+        rows = 0
+    return max(rows, len(steps)) or None
 
 
 def _write_function_history(path: Path, steps: list[dict[str, float]]) -> None:

@@ -474,6 +474,53 @@ def test_a_training_in_a_python_process_lets_its_folder_go_as_it_ends(write_yaml
     one_error_line(cli_here("train", space, "--set", "x=2", "--out", "one"), "already holds a training run")
 
 
+@pytest.mark.slow
+def test_an_interrupted_training_says_how_far_it_got_and_load_model_takes_its_best_epoch(tmp_path, cli_here):
+    # a Ctrl-C (or a batch job's end) after a few epochs: what they trained stays usable
+    import csv
+    import shutil
+    import signal
+    import threading
+    import time
+
+    import numpy as np
+    import yaml
+
+    shutil.copy(SPACES / "tiny_model.py", tmp_path)
+    space = tmp_path / "t.yaml"
+    space.write_text("objective: {model: tiny_model.py:build_model, data: tiny_model.py:load_data, "
+                     "loss: sparse_categorical_crossentropy, metrics: [accuracy], maximize: val_accuracy}\n"
+                     "parameters: {units: {type: integer, low: 2, high: 16}}\n"
+                     "training: {epochs: 1000, batch_size: 64, learning_rate: 0.01}\n")
+    history = tmp_path / "t" / "history.csv"
+
+    def interrupt_after_three_epochs():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (history.exists() and history.read_text().count("\n") >= 4):
+            time.sleep(0.005)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    threading.Thread(target=interrupt_after_three_epochs, daemon=True).start()
+    try:
+        p = cli_here("train", space, "--out", "t")
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    assert p.returncode == 130, p.stderr
+    assert "mpiopt.load_model('t') loads the best epoch it finished" in p.stderr
+    outcome = yaml.safe_load((tmp_path / "t" / "train.yaml").read_text())["outcome"]
+    assert outcome["status"] == "interrupted" and 3 <= outcome["epochs"] < 1000, outcome
+    assert not (tmp_path / "t" / "best.weights.h5").exists()
+    model = mpiopt.load_model(tmp_path / "t")
+    _, (x_val, y_val) = __import__("tiny_model").load_data()
+    accuracy = float(np.mean(model.predict(x_val, verbose=0).argmax(axis=1) == y_val))
+    reported = [float(r["val_accuracy"]) for r in csv.DictReader(open(history))]
+    # the best of the epochs the checkpoint holds (the last reported one may have come after it)
+    assert max(reported[:-1]) - 1e-6 <= accuracy and min(abs(accuracy - r) for r in reported) < 1e-6, \
+        (accuracy, reported)
+
+
 def test_train_a_function_objective(write_yaml, tmp_path):
     p = run_cli(["train", write_yaml(SPACE), "--set", "x=3.14159", "--set", "y=2.275"], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
