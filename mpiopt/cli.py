@@ -1428,7 +1428,8 @@ def _held_search_state(run, cfg) -> str:
 
     changed = run.setting_a_resume_may_not_change(_config_text(cfg))
     if changed is not None:
-        return f"holds another search: its `{changed}` differs, so --resume would be refused; choose another --out"
+        return (f"holds another search: its `{changed[0]}` differs ({changed[1]}), so --resume would be refused; "
+                "choose another --out")
     try:
         trials, _ = run.load()
     except ConfigError as exc:  # a journal of a newer mpiopt

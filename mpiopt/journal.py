@@ -361,6 +361,28 @@ def _scheduler_settings(config: dict) -> dict[str, Any]:
     return out
 
 
+def differences(old: Any, new: Any, where: str, limit: int = 3) -> list[str]:
+    """What changed from `old` to `new` (parsed YAML), by dotted name, the first `limit` of them:
+    `parameters.units.high 256 -> 300`, `parameters.dropout added`, `parameters.momentum removed`."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        if old == new:
+            return []
+        if isinstance(old, dict) or isinstance(new, dict):  # a section against none
+            return [f"{where} {'added' if old is None else 'removed' if new is None else 'replaced'}"]
+        return [f"{where} {old!r} -> {new!r}"]
+    found = []
+    for key in list(old) + [k for k in new if k not in old]:
+        if key not in new:
+            found.append(f"{where}.{key} removed")
+        elif key not in old:
+            found.append(f"{where}.{key} added")
+        else:
+            found += differences(old[key], new[key], f"{where}.{key}", limit)
+        if len(found) >= limit:
+            break
+    return found[:limit]
+
+
 class RunDir:
     """A search's folder: lock it, journal into it, and keep its results table current."""
 
@@ -459,19 +481,22 @@ class RunDir:
         self._lock_fd = hold_the_lock(self.path, "search", str(self.shown))
 
     def _check_same_search(self, config_text: str) -> None:
-        key = self.setting_a_resume_may_not_change(config_text)
+        changed = self.setting_a_resume_may_not_change(config_text)
+        if changed is None:
+            return
+        key, how = changed
         if key in ("parameters", "objective"):
-            raise ConfigError(f"--resume: `{key}` differs from the search in {self.path / CONFIG}; resume with the "
-                              "same space and objective, or start a new search in another --out",
+            raise ConfigError(f"--resume: `{key}` differs from the search in {self.path / CONFIG} ({how}); resume "
+                              "with the same space and objective, or start a new search in another --out",
                               source=str(self.shown))
-        if key is not None:
-            raise ConfigError(f"--resume: `{key}` differs from the search in {self.path / CONFIG}: its rungs and "
-                              "paused trials are the journal's; resume with the same scheduler settings, or start a "
-                              "new search in another --out", source=str(self.shown))
+        raise ConfigError(f"--resume: `{key}` differs from the search in {self.path / CONFIG} ({how}): its rungs and "
+                          "paused trials are the journal's; resume with the same scheduler settings, or start a "
+                          "new search in another --out", source=str(self.shown))
 
-    def setting_a_resume_may_not_change(self, config_text: str) -> str | None:
+    def setting_a_resume_may_not_change(self, config_text: str) -> tuple[str, str] | None:
         """The first key of the search here (its config.yaml) that `config_text` changes and a
-        --resume may not: the space, the objective, the scheduler's rungs; None where none differs."""
+        --resume may not (the space, the objective, the scheduler's rungs), and how it changed
+        (`differences`); None where none differs."""
         try:
             old = yaml.safe_load((self.path / CONFIG).read_text("utf-8")) or {}
             new = yaml.safe_load(config_text) or {}
@@ -479,9 +504,12 @@ class RunDir:
             return None
         for key in ("parameters", "objective"):
             if old.get(key) != new.get(key):
-                return key
+                return key, ", ".join(differences(old.get(key), new.get(key), key))
         now = _scheduler_settings(new)
-        return next((key for key, value in _scheduler_settings(old).items() if now.get(key) != value), None)
+        for key, value in _scheduler_settings(old).items():
+            if now.get(key) != value:
+                return key, f"{value!r} -> {now.get(key)!r}"
+        return None
 
     def _mend_torn_tail(self) -> None:
         """Cut a torn last record off the journal (kept aside in trials.jsonl.torn) before appending.

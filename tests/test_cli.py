@@ -400,8 +400,8 @@ def test_check_says_what_a_search_would_find_in_its_run_directory(write_yaml, tm
                                                                       cwd=tmp_path).stdout
     rd.close()
     # the folder's config.yaml ("name: t") holds no parameters: another search's
-    assert "  run dir     r (holds another search: its `parameters` differs, so --resume would be refused; choose " \
-        "another --out)" in run_cli(["check", space, "--out", "r"], cwd=tmp_path).stdout
+    assert "  run dir     r (holds another search: its `parameters` differs (parameters added), so --resume would " \
+        "be refused; choose another --out)" in run_cli(["check", space, "--out", "r"], cwd=tmp_path).stdout
 
 
 def test_check_says_what_a_resume_would_do_with_the_search_in_the_run_dir(write_yaml, tmp_path):
@@ -414,8 +414,8 @@ def test_check_says_what_a_resume_would_do_with_the_search_in_the_run_dir(write_
     assert "(holds a finished search of 8 trials: --resume --trials N, N above 8, runs more)" in said
     said = run_cli(["check", write_yaml(SPACE.replace("high: 10.0", "high: 11.0"), "other.yaml")],
                    cwd=tmp_path).stdout
-    assert "(holds another search: its `parameters` differs, so --resume would be refused; choose another --out)" \
-        in said
+    assert "(holds another search: its `parameters` differs (parameters.x.high 10.0 -> 11.0), so --resume would " \
+           "be refused; choose another --out)" in said
     # the budget is the one --resume would run to: the larger of the file's and the last run's
     config = tmp_path / "runs" / "cli-branin" / "config.yaml"
     config.write_text(config.read_text().replace("trials: 8", "trials: 12"))  # as a --trials 12 run killed at 8

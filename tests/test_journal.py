@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from mpiopt._errors import ConfigError
-from mpiopt.journal import RunDir, iso, is_live, read_journal, replay, result_rows, stretch_rows
+from mpiopt.journal import RunDir, differences, iso, is_live, read_journal, replay, result_rows, stretch_rows
 from mpiopt.trial import TrialStatus
 
 CONFIG = "name: t\nobjective: {function: f.py:f}\nparameters: {x: {type: real, low: 0, high: 1}}\n"
@@ -291,6 +291,22 @@ def test_resume_starts_a_search_stopped_before_its_first_trial(tmp_path):
         rd2.open(resume=False, config_text=CONFIG)
         rd2.close()
         RunDir(tmp_path / "r2").open(resume=True, config_text=CONFIG.replace("high: 1", "high: 2"))
+
+
+def test_a_refused_resume_names_what_changed(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.open(resume=False, config_text=CONFIG)
+    rd.append(start(0, 0.1))
+    rd.close()
+    with pytest.raises(ConfigError, match=r"`parameters` differs from the search in .*config.yaml "
+                                          r"\(parameters.x.high 1 -> 2\); resume with the same space"):
+        RunDir(tmp_path).open(resume=True, config_text=CONFIG.replace("high: 1", "high: 2"))
+    old = {"x": {"low": 0, "high": 1}, "act": {"choices": ["relu", "tanh"]}, "m": {"low": 0.0, "high": 0.9}}
+    new = {"x": {"low": 0, "high": 2, "prior": "log-uniform"}, "act": {"choices": ["relu"]}, "lr": {"low": 0.1}}
+    assert differences(old, new, "parameters") == [
+        "parameters.x.high 1 -> 2", "parameters.x.prior added", "parameters.act.choices ['relu', 'tanh'] -> ['relu']"]
+    assert differences(old, new, "parameters", limit=9)[3:] == ["parameters.m removed", "parameters.lr added"]
+    assert differences(None, new, "parameters") == ["parameters added"]
 
 
 @pytest.mark.parametrize("old, new, refused", [
