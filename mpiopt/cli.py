@@ -442,9 +442,6 @@ def _open_run_dir(cfg, out: Path, resume: bool, plan,
         run_dir = RunDir(out)
         run_dir.open(resume=resume, config_text=_config_text(cfg), space=cfg.path, ranks=plan.world_size,
                      nodes=plan.n_nodes)
-        if cfg.objective.kind == "model":  # TensorFlow's start alone can take ten seconds: not in silence
-            log.info("checking that %s trains on its data before the first trial", cfg.objective.model)
-        preflight(cfg)
         events, problems = run_dir.events()
         for msg in problems:
             log.warning(msg)
@@ -460,6 +457,10 @@ def _open_run_dir(cfg, out: Path, resume: bool, plan,
             _note_a_spent_budget(cfg, journal.trials)
             _note_changed_settings(cfg, ran)
             run_dir.write_config(_config_text(cfg))
+        if not _budget_spent(cfg, journal.trials):  # a spent one runs nothing: no model to check
+            if cfg.objective.kind == "model":  # TensorFlow's start alone can take ten seconds: not in silence
+                log.info("checking that %s trains on its data before the first trial", cfg.objective.model)
+            preflight(cfg)
     except ConfigError as exc:
         if run_dir is not None and resume:
             run_dir.close()
@@ -486,10 +487,14 @@ def _note_changed_settings(cfg, ran: dict) -> None:
         log.info("changed since the search last ran: %s; the trials so far are kept", ", ".join(changed))
 
 
+def _budget_spent(cfg, trials: dict[int, TrialRecord]) -> bool:
+    return len(trials) >= cfg.search.trials and all(t.status.is_finished() for t in trials.values())
+
+
 def _note_a_spent_budget(cfg, trials: dict[int, TrialRecord]) -> None:
     """A --resume of a search whose every trial of its budget finished has nothing to run: say
     how to run more (the same command after fixing the objective would repeat the old verdict)."""
-    if len(trials) < cfg.search.trials or not all(t.status.is_finished() for t in trials.values()):
+    if not _budget_spent(cfg, trials):
         return
     log.warning("the budget of %d trials is spent (all %d finished): nothing is left to run; --resume --trials N "
                 "runs more", cfg.search.trials, len(trials))

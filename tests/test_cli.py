@@ -474,11 +474,32 @@ def test_a_training_in_a_python_process_lets_its_folder_go_as_it_ends(write_yaml
     one_error_line(cli_here("train", space, "--set", "x=2", "--out", "one"), "already holds a training run")
 
 
+def tiny_space(folder: Path, more: str) -> Path:
+    import shutil
+
+    shutil.copy(SPACES / "tiny_model.py", folder)
+    space = folder / "t.yaml"
+    space.write_text("objective: {model: tiny_model.py:build_model, data: tiny_model.py:load_data, "
+                     "loss: sparse_categorical_crossentropy, metrics: [accuracy], maximize: val_accuracy}\n"
+                     f"parameters: {{units: {{type: integer, low: 2, high: 16}}}}\n{more}\n")
+    return space
+
+
+@pytest.mark.slow
+def test_a_resume_of_a_spent_budget_says_so_without_checking_the_model_again(tmp_path, cli_here):
+    space = tiny_space(tmp_path, "search: {trials: 2, initial_points: 2}\ntraining: {epochs: 1}")
+    p = cli_here("search", space)
+    assert p.returncode == 0 and "checking that tiny_model.py:build_model trains on its data" in p.stderr, p.stderr
+    p = cli_here("search", space, "--resume")
+    assert p.returncode == 0 and "the budget of 2 trials is spent" in p.stderr and "checking that" not in p.stderr
+    p = cli_here("search", space, "--resume", "--trials", "3")
+    assert p.returncode == 0 and "checking that" in p.stderr and len(mpiopt.load_results(tmp_path / "runs" / "t")) == 3
+
+
 @pytest.mark.slow
 def test_an_interrupted_training_says_how_far_it_got_and_load_model_takes_its_best_epoch(tmp_path, cli_here):
     # a Ctrl-C (or a batch job's end) after a few epochs: what they trained stays usable
     import csv
-    import shutil
     import signal
     import threading
     import time
@@ -486,12 +507,7 @@ def test_an_interrupted_training_says_how_far_it_got_and_load_model_takes_its_be
     import numpy as np
     import yaml
 
-    shutil.copy(SPACES / "tiny_model.py", tmp_path)
-    space = tmp_path / "t.yaml"
-    space.write_text("objective: {model: tiny_model.py:build_model, data: tiny_model.py:load_data, "
-                     "loss: sparse_categorical_crossentropy, metrics: [accuracy], maximize: val_accuracy}\n"
-                     "parameters: {units: {type: integer, low: 2, high: 16}}\n"
-                     "training: {epochs: 1000, batch_size: 64, learning_rate: 0.01}\n")
+    space = tiny_space(tmp_path, "training: {epochs: 1000, batch_size: 64, learning_rate: 0.01}")
     history = tmp_path / "t" / "history.csv"
 
     def interrupt_after_three_epochs():
