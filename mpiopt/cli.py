@@ -456,11 +456,12 @@ def _open_run_dir(cfg, out: Path, resume: bool, plan,
             _refuse_a_budget_already_spent(cfg, journal.trials, out, budget_given)
             _note_a_spent_budget(cfg, journal.trials)
             _note_changed_settings(cfg, ran)
-            run_dir.write_config(_config_text(cfg))
         if not _budget_spent(cfg, journal.trials):  # a spent one runs nothing: no model to check
             if cfg.objective.kind == "model":  # TensorFlow's start alone can take ten seconds: not in silence
                 log.info("checking that %s trains on its data before the first trial", cfg.objective.model)
             preflight(cfg)
+        if resume:  # once nothing refused it: a refused resume leaves the run's configuration as it was
+            run_dir.write_config(_config_text(cfg))
     except ConfigError as exc:
         if run_dir is not None and resume:
             run_dir.close()

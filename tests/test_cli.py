@@ -486,7 +486,7 @@ def tiny_space(folder: Path, more: str) -> Path:
 
 
 @pytest.mark.slow
-def test_a_resume_of_a_spent_budget_says_so_without_checking_the_model_again(tmp_path, cli_here):
+def test_a_resume_of_a_spent_budget_says_so_without_checking_the_model_again(tmp_path, cli_here, monkeypatch):
     space = tiny_space(tmp_path, "search: {trials: 2, initial_points: 2}\ntraining: {epochs: 1}")
     p = cli_here("search", space)
     assert p.returncode == 0 and "checking that tiny_model.py:build_model trains on its data" in p.stderr, p.stderr
@@ -494,6 +494,15 @@ def test_a_resume_of_a_spent_budget_says_so_without_checking_the_model_again(tmp
     assert p.returncode == 0 and "the budget of 2 trials is spent" in p.stderr and "checking that" not in p.stderr
     p = cli_here("search", space, "--resume", "--trials", "3")
     assert p.returncode == 0 and "checking that" in p.stderr and len(mpiopt.load_results(tmp_path / "runs" / "t")) == 3
+    # data the model cannot train on: the check refuses the resume, which leaves the budget as it was
+    with open(tmp_path / "tiny_model.py", "a") as f:
+        f.write("\nload_data = load_bad_data\n")
+    for loaded in [name for name in sys.modules if name.startswith("_mpiopt_user_tiny_model_")]:
+        monkeypatch.delitem(sys.modules, loaded)  # read again, as a new process would
+    monkeypatch.setattr("mpiopt.learn._data._cache", {})
+    config = (tmp_path / "runs" / "t" / "config.yaml").read_bytes()
+    assert cli_here("search", space, "--resume", "--trials", "4").returncode == 2
+    assert (tmp_path / "runs" / "t" / "config.yaml").read_bytes() == config
 
 
 @pytest.mark.slow
