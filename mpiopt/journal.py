@@ -725,7 +725,8 @@ def _line(event: dict[str, Any]) -> bytes:
 
 
 # flock's errors on a file system that takes no locks (Lustre mounted `noflock`, NFS without its
-# lock daemon, some FUSE mounts): the lock tells nothing there, which is no other search running
+# lock daemon, some FUSE mounts): there a lock can tell nothing, so its failure is not taken for
+# another search holding it
 _NO_LOCKS = {errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL}
 
 
