@@ -25,6 +25,7 @@ import yaml
 from ._errors import ConfigError
 from ._log import quiet_tensorflow
 from .pareto import MEASURED, PARAM_GOAL, reported_goal
+from .scheduler import SCHEDULERS as SCHEDULER_TYPES
 from .space import Space, parse_space, refuse_unspaced_colons
 
 TOP_KEYS = ("name", "objective", "parameters", "search", "training")
@@ -46,7 +47,7 @@ SEARCH_DEFAULTS: dict[str, Any] = {
     "sample": 5,  # evolution: members drawn for each tournament (the best is the parent)
 }
 ALGORITHMS = ("bayesian", "random", "evolution")
-SCHEDULERS = ("none", "asha", "hyperband", "median")
+SCHEDULERS = tuple(SCHEDULER_TYPES)  # "none", "asha", "hyperband", "median": the names scheduler.py defines
 SURROGATES = ("GP", "RF", "ET", "GBRT")
 ACQUISITIONS = ("EI", "PI", "LCB", "gp_hedge")
 MODES = ("downpour", "easgd", "gem", "allreduce")

@@ -580,7 +580,8 @@ class Coordinator:
                 "(none came back)")
 
     def _wait_s(self, due_at: float | None) -> float | None:
-        """How long to wait for a result: until the next deadline or send-ahead, or for ever."""
+        """How long to wait for a result: until the next deadline, send-ahead, look while a group is
+        held, heartbeat or look for lost groups, whichever is nearest; with none of those, for ever."""
         now = self._clock()
         waits = []
         if self._limit:  # deadlines come only from a time limit: no walk of thousands of groups without one

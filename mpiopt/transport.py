@@ -177,7 +177,7 @@ def ranks_on_this_node(comm) -> int:
 
     A non-blocking allgather of a hash of the node's name, waited on with back-off: at start-up,
     ranks that arrive first sleep instead of spinning in a blocking `Split_type` while the others
-    are still importing (64 ranks on 2 cores here)."""
+    are still importing (which takes long where ranks outnumber cores)."""
     import hashlib
 
     import numpy as np
