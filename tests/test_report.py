@@ -219,6 +219,20 @@ def test_learning_curves_draw_every_reporting_trial_and_mark_the_pruned(df, hist
     assert f"pruned ({(df.status == 'pruned').sum()})" in labels
 
 
+def test_a_diverged_trials_curve_is_drawn_up_to_its_nan_epoch():
+    import pandas as pd
+
+    nan, inf = float("nan"), float("inf")
+    df = pd.DataFrame({"trial": [0, 1, 2], "status": ["diverged", "diverged", "completed"],
+                       "objective": [nan, nan, 0.5]})
+    history = pd.DataFrame({"trial": [0, 0, 1, 1, 1, 2, 2], "epoch": [1, 2, 1, 2, 3, 1, 2],
+                            "loss": [1.0, nan, 1.0, 0.9, inf, 1.0, 0.5]})
+    ax = plots.plot_curves(history, df, metric="loss", direction="minimize").axes[0]
+    diverged = [line for line in ax.lines if line.get_color() == plots.STATUS_COLOURS["diverged"]]
+    # one finite epoch shows as a dot (a line of one point shows nothing), two as a line
+    assert sorted((len(line.get_xdata()), line.get_marker()) for line in diverged) == [(1, "."), (2, "None")]
+
+
 def test_learning_curves_thinned_count_in_the_legend_of_how_many(df, history, monkeypatch):
     monkeypatch.setattr(plots, "MAX_LINES", 3)
     labels = [t.get_text() for t in plots.plot_curves(history, df).axes[0].get_legend().get_texts()]
