@@ -496,12 +496,13 @@ def test_a_resume_of_a_spent_budget_says_so_without_checking_the_model_again(tmp
     assert p.returncode == 0 and "checking that" in p.stderr and len(mpiopt.load_results(tmp_path / "runs" / "t")) == 3
     # data the model cannot train on: the check refuses the resume, which leaves the budget as it was
     with open(tmp_path / "tiny_model.py", "a") as f:
-        f.write("\nload_data = load_bad_data\n")
+        f.write("\n_good = load_data\n\n\ndef load_data():\n    (x, y), val = _good()\n    return (x, y[:-3]), val\n")
     for loaded in [name for name in sys.modules if name.startswith("_mpiopt_user_tiny_model_")]:
         monkeypatch.delitem(sys.modules, loaded)  # read again, as a new process would
     monkeypatch.setattr("mpiopt.learn._data._cache", {})
     config = (tmp_path / "runs" / "t" / "config.yaml").read_bytes()
-    assert cli_here("search", space, "--resume", "--trials", "4").returncode == 2
+    p = cli_here("search", space, "--resume", "--trials", "4")
+    assert p.returncode == 2 and "train features have 500 samples but labels have 497" in p.stderr, p.stderr
     assert (tmp_path / "runs" / "t" / "config.yaml").read_bytes() == config
 
 
@@ -509,6 +510,7 @@ def test_a_resume_of_a_spent_budget_says_so_without_checking_the_model_again(tmp
 def test_an_interrupted_training_says_how_far_it_got_and_load_model_takes_its_best_epoch(tmp_path, cli_here):
     # a Ctrl-C (or a batch job's end) after a few epochs: what they trained stays usable
     import csv
+    import runpy
     import signal
     import threading
     import time
@@ -538,7 +540,7 @@ def test_an_interrupted_training_says_how_far_it_got_and_load_model_takes_its_be
     assert outcome["status"] == "interrupted" and 3 <= outcome["epochs"] < 1000, outcome
     assert not (tmp_path / "t" / "best.weights.h5").exists()
     model = mpiopt.load_model(tmp_path / "t")
-    _, (x_val, y_val) = __import__("tiny_model").load_data()
+    _, (x_val, y_val) = runpy.run_path(str(tmp_path / "tiny_model.py"))["load_data"]()
     accuracy = float(np.mean(model.predict(x_val, verbose=0).argmax(axis=1) == y_val))
     reported = [float(r["val_accuracy"]) for r in csv.DictReader(open(history))]
     # the best of the epochs the checkpoint holds (the last reported one may have come after it)
