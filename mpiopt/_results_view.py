@@ -57,10 +57,12 @@ def format_rate(per_hour: float, unit: str) -> str:
     return f"{per_hour / 3600:.0f} {unit}/s"
 
 
-def table(top, goals: list[str] | None = None) -> str:
+def table(top, goals: list[str] | None = None, judged: str | None = None) -> str:
     """The trials of `top` as a text table: parameters without their `params_` prefix, errors cut;
-    with `goals` (a Pareto search's metrics), those instead of the status and objective."""
-    lead = ["trial", *goals] if goals else ["trial", "status", "objective", "objective_std"]
+    with `goals` (a Pareto search's metrics), those instead of the status and objective; with
+    `judged`, that column beside the objective (what a scheduler judged trials by)."""
+    lead = ["trial", *goals] if goals else ["trial", "status", "objective", "objective_std",
+                                            *([judged] if judged else [])]
     cols = lead + param_columns(top) + \
         ["epochs", "rung"] + (["duration_s"] if "duration_s" not in lead else []) + ["group"]
     view = blank_missing(short_param_names(top[[c for c in cols if c in top.columns]]))

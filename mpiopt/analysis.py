@@ -14,8 +14,8 @@ from ._errors import ConfigError
 from ._results_view import by_status
 from .trial import TrialStatus
 from .pareto import Goals, reported_goal
-from .journal import (CONFIG, JOURNAL, PARAM_COUNT, RESULTS, STRETCH_COLUMNS, TRAIN_INFO, Merit, front, is_live,
-                      read_journal, replay, result_rows, stretch_rows)
+from .journal import (CONFIG, JOURNAL, PARAM_COUNT, REPORTED_OBJECTIVE, RESULTS, STRETCH_COLUMNS, TRAIN_INFO, Merit,
+                      front, is_live, read_journal, replay, result_rows, stretch_rows)
 
 log = logging.getLogger(__name__)
 
@@ -222,14 +222,30 @@ def load_history(path: str | os.PathLike):
 
 
 def best_trials(df, direction: str, top: int | None = None):
-    """Completed trials, best first (then the rest in trial order); a Pareto search's by its
-    first goal, and of a tie, those on the front first."""
+    """Completed trials, best first (a Pareto search's by its first goal, and of a tie, those on
+    the front first); then the rest in trial order, or, where a scheduler judged them, the
+    highest rung first and, at a rung, the best by what they were judged on (`judged_column`)."""
     done = df[df["status"] == "completed"]
     by = ["objective", "pareto"] if "pareto" in df else ["objective"]
     done = done.sort_values(by, ascending=[direction == "minimize", False][:len(by)], kind="stable")
     rest = df[df["status"] != "completed"]
+    judged = judged_column(df)
+    if judged is not None:
+        rest = rest.sort_values(["rung", judged], ascending=[False, direction == "minimize"], na_position="last",
+                                kind="stable")
     out = __import__("pandas").concat([done, rest])
     return out.head(top) if top else out
+
+
+def judged_column(df) -> str | None:
+    """Where a scheduler judged trials, the column of what it judged each by, its best report of
+    the figure of merit: a function's `reported_objective`, a model's metric; else None."""
+    if "rung" not in df or not df["rung"].notna().any():
+        return None
+    if REPORTED_OBJECTIVE in df:
+        return REPORTED_OBJECTIVE
+    metric = df.attrs.get("metric")
+    return metric if metric in df and metric != "objective" else None
 
 
 def _hand_outs(df):

@@ -1532,7 +1532,7 @@ def _describe_param(p) -> str:
 def cmd_results(args) -> int:
     import json
 
-    from .analysis import best_trials, direction_of, goals_of, load_results, refresh_results_csv
+    from .analysis import best_trials, direction_of, goals_of, judged_column, load_results, refresh_results_csv
 
     if args.timeline:
         return _print_timeline(args.dir, args.format)
@@ -1561,7 +1561,7 @@ def cmd_results(args) -> int:
         counts = f" ({view.by_status(df['status'])})" if len(df) else ""
         print(f"{args.dir}: {view.counted(len(df), 'trial')}{counts}; {direction} {metric}"
               + (f"; the first {len(top)} shown (--top K)" if len(top) < len(df) and not args.best else ""))
-        print(view.table(top) if len(top) else "(no trials)")
+        print(view.table(top, judged=judged_column(df)) if len(top) else "(no trials)")
     return 0
 
 

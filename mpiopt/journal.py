@@ -168,16 +168,27 @@ def _columns(trials: list[TrialRecord], param_names: list[str],
     rung = ["rung"] if any(t.rung is not None for t in trials) else []  # only where a scheduler judged trials
     marks = ["pareto"] if goals else []
     std = ["objective_std"] if any(t.objective_std is not None for t in trials) else []  # only k-fold searches
-    columns = [*_FIRST_COLUMNS, "objective", *std, *marks, *(f"params_{n}" for n in names), *metric_names,
+    reported = [REPORTED_OBJECTIVE] if any(_reported_objective(t) for t in trials) else []
+    columns = [*_FIRST_COLUMNS, "objective", *std, *reported, *marks, *(f"params_{n}" for n in names), *metric_names,
                "epochs", *rung, *_LAST_COLUMNS]
     return columns, names, metric_names
+
+
+# A function's reports name its figure of merit `objective`, the table's column that is empty
+# unless the trial completed: what a trial that did not (pruned, paused, interrupted) reported
+# of it has a column of its own, as a model's `val_loss` has
+REPORTED_OBJECTIVE = "reported_objective"
+
+
+def _reported_objective(t: TrialRecord) -> bool:
+    return t.status != TrialStatus.COMPLETED and any(finite_metric(m, "objective") for m in (t.metrics, *t.reports))
 
 
 _FIRST_COLUMNS = ("trial", "status")
 _LAST_COLUMNS = ("start", "end", "duration_s", "group", "ranks", "dispatch_ms", "wait_ms", "error")
 # the table's own columns, which no metric may be named (`objective` and `epochs` a function may
 # return: they are what the table holds under those names)
-NOT_METRICS = (*_FIRST_COLUMNS, "objective_std", "pareto", "rung", *_LAST_COLUMNS)
+NOT_METRICS = (*_FIRST_COLUMNS, "objective_std", REPORTED_OBJECTIVE, "pareto", "rung", *_LAST_COLUMNS)
 
 
 def column_clash(names) -> str | None:
@@ -215,6 +226,7 @@ def _row(t: TrialRecord, names: list[str], metric_names: list[str], live: bool,
         row[f"params_{n}"] = t.params.get(n)
     for m in metric_names:
         row[m] = metrics.get(m)
+    row[REPORTED_OBJECTIVE] = metrics.get("objective")
     if isinstance(row.get(PARAM_COUNT), float) and row[PARAM_COUNT].is_integer():  # journaled as a metric, a float
         row[PARAM_COUNT] = int(row[PARAM_COUNT])
     row["epochs"] = t.epochs

@@ -17,8 +17,8 @@ from . import _results_view as view
 from . import plots
 from ._errors import ConfigError
 from ._files import atomic_write, missing_folders, refuse_a_file_in_the_way, remove_made
-from .analysis import (_run_info, best_trials, direction_of, goals_of, load_history, load_results, load_timeline,
-                       timeline)
+from .analysis import (_run_info, best_trials, direction_of, goals_of, judged_column, load_history, load_results,
+                       load_timeline, timeline)
 from .journal import PARAM_COUNT
 from .status import liveness
 from .trial import TrialStatus
@@ -157,8 +157,8 @@ def _top_table(df, direction: str, top: int = 10) -> str:
     completed = df["status"] == TrialStatus.COMPLETED.value
     if completed.any():
         # objective_std of a k-fold search, pareto (and the weight count, a usual goal) of a Pareto search
-        cols = ["trial", "status", "objective", "objective_std", "pareto", *view.param_columns(df), PARAM_COUNT,
-                "epochs", "rung", "duration_s", "group"]
+        cols = ["trial", "status", "objective", "objective_std", judged_column(df), "pareto", *view.param_columns(df),
+                PARAM_COUNT, "epochs", "rung", "duration_s", "group"]
         return _table(best_trials(df, direction, top), cols)
     ended = df[[TrialStatus.parse(s).is_finished() for s in df["status"]]]
     if ended.empty:

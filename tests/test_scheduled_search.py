@@ -12,6 +12,7 @@ import math
 import re
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +24,7 @@ import mpiopt
 
 from test_coordinator import branin
 
-from mpiopt.analysis import timeline
+from mpiopt.analysis import best_trials, judged_column, timeline
 from mpiopt.config import load_config
 from mpiopt.coordinator import Coordinator
 from mpiopt.journal import RunDir, replay
@@ -526,6 +527,23 @@ def test_load_history_and_the_rung_column(cfg, tmp_path):
     assert history.groupby("trial").epoch.max().max() == EPOCHS
     df = mpiopt.load_results(tmp_path / "run")
     assert set(df.status) == {"completed", "pruned"} and df.rung.notna().all()
+    # the function reports its figure of merit as `objective`, the column empty unless a trial
+    # completed: what each reported of it, the best of its reports, has a column of its own
+    best = history.groupby("trial").objective.min()
+    pruned = df[df.status == "pruned"].set_index("trial")
+    assert pruned.objective.isna().all() and pruned.reported_objective.to_dict() == best[pruned.index].to_dict()
+    completed = df[df.status == "completed"]
+    assert (completed.reported_objective == completed.objective).all()
+    # the best first: completed trials, then the rest by the rung each reached and the value judged there
+    ranked = best_trials(df, "minimize")
+    assert judged_column(df) == "reported_objective"
+    assert list(ranked.status) == sorted(df.status, key=lambda s: s != "completed")
+    rest = ranked[ranked.status != "completed"]
+    judged = list(zip(rest.rung, rest.reported_objective, strict=True))
+    assert judged == sorted(judged, key=lambda r: (-r[0], r[1]))
+    shown = subprocess.run([sys.executable, "-m", "mpiopt", "results", str(tmp_path / "run")], capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    assert shown[1].split()[:4] == ["trial", "status", "objective", "reported_objective"]
 
 
 @pytest.mark.parametrize("search, training, message", [
