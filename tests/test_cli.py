@@ -507,7 +507,8 @@ def test_a_resume_of_a_spent_budget_says_so_without_checking_the_model_again(tmp
 
 
 @pytest.mark.slow
-def test_an_interrupted_training_says_how_far_it_got_and_load_model_takes_its_best_epoch(tmp_path, cli_here):
+def test_an_interrupted_training_says_how_far_it_got_and_load_model_takes_its_best_epoch(tmp_path, cli_here,
+                                                                                         monkeypatch):
     # a Ctrl-C (or a batch job's end) after a few epochs: what they trained stays usable
     import csv
     import runpy
@@ -527,7 +528,13 @@ def test_an_interrupted_training_says_how_far_it_got_and_load_model_takes_its_be
             time.sleep(0.005)
         os.kill(os.getpid(), signal.SIGINT)
 
+    from mpiopt import launch
+
+    # as in a fresh `mpiopt` process: Python's Ctrl-C, no interrupt taken yet (an earlier
+    # in-process command of this test process may have left either otherwise)
+    monkeypatch.setattr(launch, "_interrupts", launch._Interrupts())
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=interrupt_after_three_epochs, daemon=True).start()
     try:
         p = cli_here("train", space, "--out", "t")
