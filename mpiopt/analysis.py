@@ -285,6 +285,8 @@ def timeline(df):
     `wait_ms` is what the group saw (result sent -> next trial received), MPI included. The
     first trial of each group (no result before it) is counted apart: `first_wave_ms` is the
     longest time from the search's start to a group's first trial going out.
+    `runs` is how many runs the search had (the first and each --resume), `span_s` the time from
+    the first's start to the last's end.
     Returns (per-group DataFrame, summary dict).
     """
     import pandas as pd
@@ -305,7 +307,8 @@ def timeline(df):
     alive = per.group.map(lambda g: _alive_s(int(g), runs, lost.get(int(g), ())))
     per["utilization"] = (per.busy_s / alive).where(alive > 0)
     summary = {"groups": int(len(per)), "trials": int(done.trial.nunique()), "stretches": int(len(done)),
-               "active_s": active, "lost": sorted(g for g in lost if g in groups),
+               "active_s": active, "runs": len(runs), "span_s": runs[-1][1] - runs[0][0],
+               "lost": sorted(g for g in lost if g in groups),
                "utilization": float(per.busy_s.sum() / alive.sum()) if alive.sum() > 0 else float("nan")}
     if "dispatch_ms" in df and df["dispatch_ms"].notna().any():
         first_wave, early, after = _hand_outs(df)

@@ -7,6 +7,7 @@ A plot that the data cannot support (no completed trial, no per-epoch reports...
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable
@@ -451,6 +452,11 @@ def plot_curves(history, df, *, metric: str = "objective", direction: str | None
     return fig
 
 
+def _stopped_spans(runs: list[tuple[float, float, int | None]]) -> list[tuple[float, float]]:
+    """The (from, until) times between one run of a search and the next (`load_timeline`'s runs)."""
+    return [(before[1], after[0]) for before, after in itertools.pairwise(runs) if after[0] > before[1]]
+
+
 def _drawn_curves(curves, metric: str, direction: str) -> set | None:
     """The trials whose curves are drawn past MAX_LINES (None: all): by their last value, as `_thinned`."""
     if curves.ngroups <= MAX_LINES:
@@ -463,8 +469,9 @@ def _drawn_curves(curves, metric: str, direction: str) -> set | None:
 def plot_timeline(df, *, now=None):
     """A Gantt chart: each group's stretches of training (`mpiopt.load_timeline`; the results
     table does where no trial was paused) against time, coloured by how each ended, with the
-    utilization. A stretch without an end (running, or cut off by a kill) is drawn up to `now`
-    (default: the latest time in the table)."""
+    utilization and, hatched, the time no search ran (from a kill to its --resume). A stretch
+    without an end (running, or cut off by a kill) is drawn up to `now` (default: the latest
+    time in the table)."""
     from matplotlib.ticker import MaxNLocator
 
     from .analysis import timeline
@@ -493,6 +500,10 @@ def plot_timeline(df, *, now=None):
                        facecolors=STATUS_COLOURS.get(status, "black"), edgecolor="white", linewidth=edge,
                        label=None if status in seen else status)
         seen.add(status)
+    for stopped, resumed in _stopped_spans(df.attrs.get("runs") or []):  # between a kill (or a stop) and its --resume
+        ax.axvspan((stopped - t0.timestamp()) / per, (resumed - t0.timestamp()) / per, facecolor="none",
+                   edgecolor="silver", hatch="//", linewidth=0, label=None if "stopped" in seen else "stopped")
+        seen.add("stopped")
     ax.set_xlabel(f"{unit} since the search started")
     ax.set_ylabel("group")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one group: its number, no fractions
@@ -501,5 +512,7 @@ def plot_timeline(df, *, now=None):
     _, summary = timeline(df)
     share = summary.get("utilization", float("nan"))
     shown = f" (the first {MAX_GROUPS} of {len(groups)} groups drawn)" if len(groups) > MAX_GROUPS else ""
-    ax.set_title((f"Groups over time: utilization {share:.0%}" if share == share else "Groups over time") + shown)
+    running = " while a search ran" if "stopped" in seen else ""
+    ax.set_title((f"Groups over time: utilization {share:.0%}{running}" if share == share else "Groups over time")
+                 + shown)
     return fig

@@ -135,14 +135,22 @@ def summary_rows(run: Path, info: dict, df, usage: dict, direction: str, metric:
         params = view.params_text({c[len("params_"):]: b[c] for c in df.columns
                                    if c.startswith("params_") and not _missing(b[c])})  # an inactive one: left out
         rows.append((f"best {metric} ({direction})", f"{b['objective']:.6g} at trial {int(b['trial'])}: {params}"))
-    if usage.get("active_s"):  # the time the search ran (its stretches of training, interrupted ones too)
-        rows.append(("wall time", f"{usage['active_s'] / 60:.1f} min"))
+    if usage.get("active_s"):  # the time the search ran, and, where it was stopped and resumed, from start to end
+        rows.append(("wall time", _wall_time(usage)))
     if math.isfinite(usage.get("utilization", math.nan)):  # none where the trials took no measurable time
         rows.append(("group utilization", f"{usage['utilization']:.0%} of {view.counted(usage['groups'], 'group')}"))
     scheduler = (info.get("search") or {}).get("scheduler")
     if scheduler and scheduler != "none":
         rows.append(("scheduler", str(scheduler)))
     return rows
+
+
+def _wall_time(usage: dict) -> str:
+    running = f"{usage['active_s'] / 60:.1f} min"
+    if usage["runs"] < 2:
+        return running
+    return (f"{running} running, in {usage['runs']} runs ({usage['span_s'] / 60:.1f} min from the first start to the "
+            "last end)")
 
 
 def _missing(value) -> bool:

@@ -263,6 +263,28 @@ def test_timeline_draws_a_bar_a_trial_on_its_group_with_the_utilization(df):
     assert "utilization" in ax.get_title()
 
 
+def test_timeline_hatches_the_time_between_a_kill_and_its_resume(df):
+    starts = plots._with_times(df)["start"]
+    t0 = starts.min().timestamp()
+    stopped = plots.plot_timeline(df.copy()).axes[0]
+    assert "stopped" not in [t.get_text() for t in stopped.get_legend().get_texts()]
+    resumed = df.copy()
+    resumed.attrs["runs"] = [(t0, t0 + 1.0, None), (t0 + 3.0, starts.max().timestamp() + 60, None)]
+    ax = plots.plot_timeline(resumed).axes[0]
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert len(hatched) == 1 and hatched[0].get_extents().x1 > hatched[0].get_extents().x0
+    assert "stopped" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert ax.get_title().endswith("while a search ran")
+
+
+def test_the_summary_tells_the_wall_time_of_a_resumed_search_running_and_from_start_to_end(tmp_path):
+    from mpiopt.report import _wall_time
+
+    assert _wall_time({"active_s": 90.0, "runs": 1, "span_s": 90.0}) == "1.5 min"
+    assert _wall_time({"active_s": 90.0, "runs": 2, "span_s": 600.0}) == \
+        "1.5 min running, in 2 runs (10.0 min from the first start to the last end)"
+
+
 def test_timeline_of_one_group_labels_the_group_not_fractions(df):
     ax = plots.plot_timeline(df.assign(group=0)).axes[0]
     low, high = sorted(ax.get_ylim())
