@@ -199,9 +199,11 @@ def _html(run: Path, info: dict, df, usage: dict, direction: str, metric: str, s
     name = esc(str(info.get("name", run.name)))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>mpiopt report: {name}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
 <style>
-body {{ font-family: sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }}
+body {{ font-family: sans-serif; margin: 2em auto; padding: 0 1em; max-width: 1100px; color: #222; }}
 table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
+.wide {{ overflow-x: auto; }}
 th, td {{ padding: 0.2em 0.8em; text-align: left; border-bottom: 1px solid #ddd; font-size: 0.9em; }}
 img {{ max-width: 100%; }}
 .unavailable {{ color: #a33; }}
@@ -209,7 +211,7 @@ img {{ max-width: 100%; }}
 <body><h1>mpiopt report: {name}</h1>
 <table class="summary">{summary}</table>
 <h2>Top trials</h2>
-{_top_table(df, direction)}
+<div class="wide">{_top_table(df, direction)}</div>
 {''.join(figures)}
 </body></html>
 """

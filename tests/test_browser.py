@@ -50,5 +50,12 @@ def test_report_opens_in_chromium_with_every_image_loaded(tmp_path):
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
         rows = driver.execute_script("return document.querySelectorAll('table.top tbody tr').length")
         assert rows == 10
+        # on a phone's width the trials' table scrolls in its box; the page itself does not
+        driver.set_window_size(500, 900)
+        wide, shown = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+        assert wide <= shown, (wide, shown)
+        table, box = driver.execute_script("const t = document.querySelector('table.top'); "
+                                           "return [t.scrollWidth, t.parentElement.clientWidth]")
+        assert table > box, (table, box)  # the fixture's table is wider than a phone: it is the box that scrolls
     finally:
         driver.quit()
