@@ -237,6 +237,21 @@ def best_trials(df, direction: str, top: int | None = None):
     return out.head(top) if top else out
 
 
+def front_first(df, goals):
+    """A Pareto search's trials: those on its front (the `pareto` column), then the rest, each
+    part by the first goal."""
+    import pandas as pd
+
+    first, direction = goals[0]
+    on = df["pareto"].eq(True)
+
+    def by_first_goal(rows):
+        return rows.sort_values(first if first in df else "objective", ascending=direction == "minimize",
+                                na_position="last", kind="stable")
+
+    return pd.concat([by_first_goal(df[on]), by_first_goal(df[~on])])
+
+
 def judged_column(df) -> str | None:
     """Where a scheduler judged trials, the column of what it judged each by, its best report of
     the figure of merit: a function's `reported_objective`, a model's metric; else None."""

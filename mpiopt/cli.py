@@ -1583,17 +1583,10 @@ def _print_front(args, df, goals) -> int:
     front first (its `pareto` column true), in csv, json and yaml."""
     import json
 
-    import pandas as pd
+    from .analysis import front_first
 
-    first, direction = goals[0]
-    marked = df["pareto"].astype(bool)
-
-    def by_first_goal(rows):
-        return rows.sort_values(first if first in df else "objective", ascending=direction == "minimize",
-                                na_position="last", kind="stable")
-
-    on = by_first_goal(df[marked])
-    every = pd.concat([on, by_first_goal(df[~marked])])
+    every = front_first(df, goals)
+    on = every[every["pareto"].eq(True)]
     top = every.head(_top_count(args, len(every)))
     if args.format == "csv":
         sys.stdout.write(view.as_csv(top))

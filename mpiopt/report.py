@@ -17,8 +17,8 @@ from . import _results_view as view
 from . import plots
 from ._errors import ConfigError
 from ._files import atomic_write, missing_folders, refuse_a_file_in_the_way, remove_made
-from .analysis import (_run_info, best_trials, direction_of, goals_of, judged_column, load_history, load_results,
-                       load_timeline, timeline)
+from .analysis import (_run_info, best_trials, direction_of, front_first, goals_of, judged_column, load_history,
+                       load_results, load_timeline, timeline)
 from .journal import PARAM_COUNT
 from .status import liveness
 from .trial import TrialStatus
@@ -159,15 +159,16 @@ def _missing(value) -> bool:
     return bool(pd.isna(value))
 
 
-def _top_table(df, direction: str, top: int = 10) -> str:
-    """The best completed trials; with none completed, the first trials that ended otherwise and why
-    (an empty objective column says nothing)."""
+def _top_table(df, direction: str, goals=(), top: int = 10) -> str:
+    """The best completed trials (a Pareto search's front first, as `mpiopt results` lists it);
+    with none completed, the first trials that ended otherwise and why (an empty objective column
+    says nothing)."""
     completed = df["status"] == TrialStatus.COMPLETED.value
     if completed.any():
         # objective_std of a k-fold search, pareto (and the weight count, a usual goal) of a Pareto search
         cols = ["trial", "status", "objective", "objective_std", judged_column(df), "pareto", *view.param_columns(df),
                 PARAM_COUNT, "epochs", "rung", "duration_s", "group"]
-        return _table(best_trials(df, direction, top), cols)
+        return _table(front_first(df, goals).head(top) if goals else best_trials(df, direction, top), cols)
     ended = df[[TrialStatus.parse(s).is_finished() for s in df["status"]]]
     if ended.empty:
         return "<p>No trial has finished yet.</p>"
@@ -211,7 +212,7 @@ img {{ max-width: 100%; }}
 <body><h1>mpiopt report: {name}</h1>
 <table class="summary">{summary}</table>
 <h2>Top trials</h2>
-<div class="wide">{_top_table(df, direction)}</div>
+<div class="wide">{_top_table(df, direction, goals_of(run))}</div>
 {''.join(figures)}
 </body></html>
 """

@@ -3,6 +3,7 @@ an ASHA search under mpiexec with completed, pruned and failed trials), in-proce
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import socket
@@ -482,6 +483,12 @@ def test_the_top_trials_show_a_k_fold_spread_and_a_pareto_mark_where_the_search_
     marked = df.assign(objective_std=0.1, pareto=df.trial % 2 == 0)
     page = _top_table(marked, "minimize")
     assert "<th>objective_std</th>" in page and "<th>pareto</th>" in page
+    # a Pareto search's: its front first, as mpiopt results lists it, whatever the first goal says
+    front = marked.assign(pareto=marked.objective.rank(method="first") > 3)  # all but the 3 best by the first goal
+    page = _top_table(front, "minimize", [("objective", "minimize")])
+    shown = [int(n) for n in re.findall(r"<tr>\s*<td>(\d+)</td>", page)]
+    on = front[front.pareto].sort_values("objective")
+    assert shown[:len(on)] == list(on.trial)[:10] and not set(shown[len(on):]) & set(on.trial)
 
 
 def test_report_out_may_name_the_page(tmp_path):
