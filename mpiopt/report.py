@@ -19,7 +19,7 @@ from ._errors import ConfigError
 from ._files import atomic_write, missing_folders, refuse_a_file_in_the_way, remove_made
 from .analysis import (_run_info, best_trials, direction_of, front_first, goals_of, judged_column, load_history,
                        load_results, load_timeline, timeline)
-from .journal import PARAM_COUNT
+from .journal import PARAM_COUNT, REPORTED_OBJECTIVE
 from .status import liveness
 from .trial import TrialStatus
 
@@ -171,11 +171,25 @@ def _top_table(df, direction: str, goals=(), top: int = 10) -> str:
         return _table(front_first(df, goals).head(top) if goals else best_trials(df, direction, top), cols)
     ended = df[[TrialStatus.parse(s).is_finished() for s in df["status"]]]
     if ended.empty:
-        return "<p>No trial has finished yet.</p>"
+        return _started_table(df, direction, top)
     errors_first = ended.sort_values("error", key=lambda e: e.isna(), kind="stable") if "error" in ended else ended
     return ("<p>No trial completed. The first that ended otherwise, errors first:</p>"
             + _table(errors_first.head(top),
                      ["trial", "status", *view.param_columns(df), "epochs", "rung", "group", "error"]))
+
+
+def _started_table(df, direction: str, top: int) -> str:
+    """With no trial finished (a search killed early, or just started): those started, best first
+    by the best epoch each reported, as `mpiopt status` tells the best so far."""
+    if df.empty:
+        return "<p>No trial has started yet.</p>"
+    metric = REPORTED_OBJECTIVE if REPORTED_OBJECTIVE in df else df.attrs.get("metric")
+    by = metric if metric in df and metric != "objective" else None
+    rows = df if by is None else df.sort_values(by, ascending=direction == "minimize", na_position="last",
+                                                kind="stable")
+    said = ", by the best epoch each reported" if by is not None and df[by].notna().any() else ""
+    return (f"<p>No trial has finished yet. Those started{said}:</p>"
+            + _table(rows.head(top), ["trial", "status", by, *view.param_columns(df), "epochs", "group"]))
 
 
 def _table(df, cols: list[str]) -> str:

@@ -491,6 +491,18 @@ def test_the_top_trials_show_a_k_fold_spread_and_a_pareto_mark_where_the_search_
     assert shown[:len(on)] == list(on.trial)[:10] and not set(shown[len(on):]) & set(on.trial)
 
 
+def test_the_top_trials_of_a_search_with_none_finished_are_those_started_best_reported_first():
+    from mpiopt.report import _top_table
+
+    df = mpiopt.load_results(FIXTURE)
+    killed = df[df.reported_objective.notna()].assign(status="interrupted")
+    page = _top_table(killed, "minimize")
+    assert "No trial has finished yet. Those started, by the best epoch each reported:" in page
+    shown = [int(n) for n in re.findall(r"<tr>\s*<td>(\d+)</td>", page)]
+    assert shown == list(killed.sort_values("reported_objective").trial[:10])
+    assert "No trial has started yet." in _top_table(df.iloc[0:0], "minimize")
+
+
 def test_report_out_may_name_the_page(tmp_path):
     page = write_report(copy_run(tmp_path), tmp_path / "shared" / "search.html")
     assert page == tmp_path / "shared" / "search.html" and page.is_file()
