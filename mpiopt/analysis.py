@@ -85,9 +85,19 @@ def load_results(path: str | os.PathLike):
         df = pd.read_csv(p / RESULTS)
     else:
         raise ConfigError(f"holds no search results (no {JOURNAL})", source=str(path))
-    df = _integer_params(_typed(df), _run_info(p).get("parameters") or {})
+    space = _run_info(p).get("parameters") or {}
+    df = _integer_params(_typed(df), space)
     df.attrs["direction"], df.attrs["metric"] = direction_of(p)  # what the plots take by default
+    df.attrs["choices"] = numeric_choices(space)  # a plot's ticks there, not at values no trial can take
     return df
+
+
+def numeric_choices(space: dict) -> dict[str, list]:
+    """The categorical parameters of a resolved space whose choices are all numbers (a batch size
+    of 32, 64 or 128), with their choices."""
+    return {name: list(spec["choices"]) for name, spec in space.items()
+            if isinstance(spec, dict) and isinstance(spec.get("choices"), list) and spec["choices"]
+            and all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in spec["choices"])}
 
 
 def refresh_results_csv(path: str | os.PathLike) -> bool:

@@ -307,9 +307,10 @@ def plot_parallel(df, *, direction: str | None = None, metric: str = "objective"
     names = param_columns(df)
     axes_values, labels = [], []
     for c in names:
-        unit, ticks = _unit_axis(done[c], c[len("params_"):] in logs)
+        name = c[len("params_"):]
+        unit, ticks = _unit_axis(done[c], name in logs, df.attrs.get("choices", {}).get(name))
         axes_values.append(unit)
-        labels.append((c[len("params_"):], ticks))
+        labels.append((name, ticks))
     fig = _figure(max(6.0, 1.6 * len(names) + 2), 4.5)
     ax = fig.subplots()
     values = done["objective"].to_numpy(float)
@@ -333,9 +334,10 @@ def plot_parallel(df, *, direction: str | None = None, metric: str = "objective"
     return fig
 
 
-def _unit_axis(series, log: bool) -> tuple[np.ndarray, list[tuple[float, str]]]:
-    """A parameter scaled to [0, 1] for its axis, with a few labelled ticks; a trial where the
-    parameter is inactive (a conditional space) sits below, at `INACTIVE_AT`."""
+def _unit_axis(series, log: bool, choices: list | None = None) -> tuple[np.ndarray, list[tuple[float, str]]]:
+    """A parameter scaled to [0, 1] for its axis, with a few labelled ticks (numeric `choices`: one
+    at each value taken); a trial where the parameter is inactive (a conditional space) sits
+    below, at `INACTIVE_AT`."""
     inactive = series.isna().to_numpy()
     if _is_categorical(series):
         cats = _categories(series)
@@ -348,6 +350,8 @@ def _unit_axis(series, log: bool) -> tuple[np.ndarray, list[tuple[float, str]]]:
         span = hi - lo if hi > lo else 1.0
         ends = [(0.0, lo), (1.0, hi)] if hi > lo else [(0.0, lo)] if known.size else []
         shown = math.exp if _in_log_scale(series, log) else float
+        if choices:
+            ends = [((v - lo) / span, v) for v in np.unique(known)]
         unit, ticks = (raw - lo) / span, [(p, f"{shown(v):.3g}") for p, v in ends]
     if inactive.any():
         unit = np.where(inactive, INACTIVE_AT, unit)
@@ -382,8 +386,11 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
         else:
             x = done[c].to_numpy(float)
             taken = np.unique(x[~np.isnan(x)])
+            choices = df.attrs.get("choices", {}).get(name)
             if len(taken) == 1:  # every point at one value: one tick there (matplotlib's spread them over 1e-3)
                 ax.set_xticks(taken, [f"{taken[0]:.4g}"])
+            elif choices:  # numeric choices (a batch size): a tick at each, none between
+                ax.set_xticks(choices, [f"{c:g}" for c in choices])
             elif name in logs and _spans_decades(x, 10):  # a log axis within a decade labels its ticks unreadably
                 ax.set_xscale("log")
                 ax.xaxis.set_minor_formatter(NullFormatter())  # 2x10^-3, 3x10^-3, ... run into each other

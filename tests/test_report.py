@@ -264,6 +264,20 @@ def test_timeline_draws_a_bar_a_trial_on_its_group_with_the_utilization(df):
     assert "utilization" in ax.get_title()
 
 
+def test_numeric_choices_get_a_tick_each_and_none_between(df):
+    from mpiopt.analysis import numeric_choices
+
+    assert numeric_choices({"batch_size": {"type": "categorical", "choices": [32, 64, 128]},
+                            "act": {"choices": ["relu", "tanh"]}, "flag": {"choices": [True, False]},
+                            "x": {"type": "real", "low": 0.0, "high": 1.0}}) == {"batch_size": [32, 64, 128]}
+    batch = df.assign(params_batch=[(32, 64, 128)[i % 3] for i in range(len(df))])
+    batch.attrs = {**df.attrs, "choices": {"batch": [32, 64, 128]}}
+    ax = next(a for a in plots.plot_slices(batch, direction="minimize").axes if a.get_xlabel() == "batch")
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["32", "64", "128"]
+    parallel = plots.plot_parallel(batch, direction="minimize").axes[0]
+    assert {"32", "64", "128"} <= {t.get_text() for t in parallel.texts}
+
+
 def test_timeline_hatches_the_time_between_a_kill_and_its_resume(df):
     starts = plots._with_times(df)["start"]
     t0 = starts.min().timestamp()
