@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +98,8 @@ def numeric_choices(space: dict) -> dict[str, list]:
     of 32, 64 or 128), with their choices."""
     return {name: list(spec["choices"]) for name, spec in space.items()
             if isinstance(spec, dict) and isinstance(spec.get("choices"), list) and spec["choices"]
-            and all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in spec["choices"])}
+            and all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c)
+                    for c in spec["choices"])}
 
 
 def refresh_results_csv(path: str | os.PathLike) -> bool:
@@ -263,14 +265,21 @@ def front_first(df, goals):
 
 
 def judged_column(df) -> str | None:
-    """Where a scheduler judged trials, the column of what it judged each by, its best report of
-    the figure of merit: a function's `reported_objective`, a model's metric; else None."""
+    """Where a scheduler judged trials, the column of what it judged each by (`reported_column`);
+    else None."""
     if "rung" not in df or not df["rung"].notna().any():
         return None
-    if REPORTED_OBJECTIVE in df:
-        return REPORTED_OBJECTIVE
+    return reported_column(df)
+
+
+def reported_column(df) -> str | None:
+    """The column of the figure of merit as each trial reported it, whatever its status: a model's
+    metric (`val_loss`, ...), or a function's `reported_objective` where the figure of merit is its
+    `objective`; None where the table has neither."""
     metric = df.attrs.get("metric")
-    return metric if metric in df and metric != "objective" else None
+    if metric in df and metric != "objective":
+        return metric
+    return REPORTED_OBJECTIVE if REPORTED_OBJECTIVE in df and metric in (None, "objective") else None
 
 
 def _hand_outs(df):
@@ -310,8 +319,8 @@ def timeline(df):
     `wait_ms` is what the group saw (result sent -> next trial received), MPI included. The
     first trial of each group (no result before it) is counted apart: `first_wave_ms` is the
     longest time from the search's start to a group's first trial going out.
-    `runs` is how many runs the search had (the first and each --resume), `span_s` the time from
-    the first's start to the last's end.
+    `runs` is how many runs the search had (the first and each --resume; 1 for a table that does
+    not say), `span_s` the time from the first's start to the last's end.
     Returns (per-group DataFrame, summary dict).
     """
     import pandas as pd
@@ -332,7 +341,7 @@ def timeline(df):
     alive = per.group.map(lambda g: _alive_s(int(g), runs, lost.get(int(g), ())))
     per["utilization"] = (per.busy_s / alive).where(alive > 0)
     summary = {"groups": int(len(per)), "trials": int(done.trial.nunique()), "stretches": int(len(done)),
-               "active_s": active, "runs": len(runs), "span_s": runs[-1][1] - runs[0][0],
+               "active_s": active, "runs": len(df.attrs.get("runs") or []) or 1, "span_s": runs[-1][1] - runs[0][0],
                "lost": sorted(g for g in lost if g in groups),
                "utilization": float(per.busy_s.sum() / alive.sum()) if alive.sum() > 0 else float("nan")}
     if "dispatch_ms" in df and df["dispatch_ms"].notna().any():
@@ -515,8 +524,8 @@ def _trained_weights(folder: Path) -> Path | _Checkpointed:
     found = _checkpoint.load(folder)
     if found is not None and "best_weights" in found[0]:
         return _Checkpointed(found[0]["best_weights"], found[0].get("best_state"))
-    raise ConfigError(f"the training kept no weights (no {weights.name}, no checkpoint of its best: it stopped before "
-                      "its first epoch ended)", source=str(folder))
+    raise ConfigError(f"the training kept no weights (no {weights.name}, no checkpoint of its best: it ended before "
+                      "its first epoch did, or before its first checkpoint)", source=str(folder))
 
 
 def _trial_weights(p: Path, number: int) -> Path | _Checkpointed:

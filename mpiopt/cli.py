@@ -187,10 +187,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return mpi_main(None, lambda comm, placement: 2, coordinator=False, interrupted="")
     command = _search if args.command == "search" else _train
     interrupted = ("the journal is intact: continue with --resume" if args.command == "search" else
-                   f"training stopped (mpiopt train does not resume; mpiopt.load_model({str(job.out)!r}) loads "
-                   "the best epoch it finished)")
+                   _training_stopped(job))
     return mpi_main(job.cfg, lambda comm, placement: command(args, job, comm, placement),
                     coordinator=args.command == "search", interrupted=interrupted)
+
+
+def _training_stopped(job: _Job) -> str:
+    """The interrupted line of `mpiopt train`: what is left of the training."""
+    if job.cfg.objective.kind != "model":
+        return f"training stopped (mpiopt train does not resume: what it wrote is in {job.out})"
+    return (f"training stopped (mpiopt train does not resume; mpiopt.load_model({str(job.out)!r}) loads the best "
+            "epoch its checkpoint holds)")
 
 
 def _guard(fn) -> int:
@@ -1183,7 +1190,7 @@ def _train(args, job: _Job, comm, placement: str | None = None) -> int:
 
 def _train_in_the_folder(job: _Job, comm, placement: str | None, lock) -> int:
     from .group import Reporter, merge
-    from .journal import TRAIN_INFO, hold_the_lock
+    from .journal import TRAIN_INFO, hold_the_lock, let_go
     from .learn._engine import history_columns
     from .objective import TrialRunner, preflight
     from .transport import GroupComm
@@ -1201,7 +1208,7 @@ def _train_in_the_folder(job: _Job, comm, placement: str | None, lock) -> int:
         try:
             preflight(cfg, params, job.sets)  # a model that cannot train on its data: one line and exit 2, as a search
             folder.mkdir(parents=True, exist_ok=True)
-            lock.callback(os.close, hold_the_lock(folder, "training", str(out)))
+            lock.callback(let_go, hold_the_lock(folder, "training", str(out)))
             (folder / "error.txt").unlink(missing_ok=True)  # an earlier failed training's
             _write_train_info(folder, cfg, params)
         except ConfigError as exc:

@@ -16,6 +16,8 @@ import logging
 import math
 import os
 import queue
+import re
+import reprlib
 import shutil
 import socket
 import threading
@@ -40,6 +42,8 @@ CONFIG = "config.yaml"
 LOCK = ".lock"
 HEARTBEAT = "heartbeat.json"  # the coordinator's sign of life, for `mpiopt status` (no lock needed)
 HEARTBEAT_EVERY_S = 10.0
+# a heartbeat older than this many periods: the coordinator is gone (killed, or its node lost)
+STALE_BEATS = 3
 LOG = "search.log"  # the coordinator's log lines, appended across resumes
 ERROR_TEXT = "error.txt"  # in trials/<id>/: a failed trial's whole error text
 CHECKPOINT = ("checkpoint.npz", "checkpoint.json")  # in trials/<id>/: a trial's last checkpoint (mpiopt.learn)
@@ -175,8 +179,9 @@ def _columns(trials: list[TrialRecord], param_names: list[str],
 
 
 # A function's reports name its figure of merit `objective`, the table's column that is empty
-# unless the trial completed: what a trial that did not (pruned, paused, interrupted) reported
-# of it has a column of its own, as a model's `val_loss` has
+# unless the trial completed: what a trial that did not reported of it (the report judged at its
+# rung where paused or pruned, its best where interrupted) has a column of its own, as a model's
+# `val_loss` has
 REPORTED_OBJECTIVE = "reported_objective"
 
 
@@ -381,7 +386,7 @@ def differences(old: Any, new: Any, where: str, limit: int = 3) -> list[str]:
             return []
         if isinstance(old, dict) or isinstance(new, dict):  # a section against none
             return [f"{where} {'added' if old is None else 'removed' if new is None else 'replaced'}"]
-        return [f"{where} {old!r} -> {new!r}"]
+        return [f"{where} {_short(old)} -> {_short(new)}"]
     found = []
     for key in list(old) + [k for k in new if k not in old]:
         if key not in new:
@@ -393,6 +398,13 @@ def differences(old: Any, new: Any, where: str, limit: int = 3) -> list[str]:
         if len(found) >= limit:
             break
     return found[:limit]
+
+
+def _short(value: Any) -> str:
+    """`repr(value)` cut to a line's part: a changed list of a hundred choices is not printed whole."""
+    short = reprlib.Repr()
+    short.maxlist, short.maxstring, short.maxother = 8, 60, 60
+    return short.repr(value)
 
 
 class RunDir:
@@ -697,7 +709,7 @@ class RunDir:
                 finally:
                     journal.close()
         if self._lock_fd is not None:
-            os.close(self._lock_fd)
+            let_go(self._lock_fd)
             self._lock_fd = None
 
 
@@ -744,30 +756,40 @@ _NO_LOCKS = {errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL}
 
 def hold_the_lock(folder: Path, what: str, where: str) -> int:
     """Lock `folder` for this process (a search or a training writing there) and return the lock's
-    descriptor (closing it lets the folder go); a ConfigError where another holds it. The lock dies
-    with the process too (flock), so a killed job never leaves a stale one. Where the file system
-    takes no locks, a warning says that a second search is not refused."""
+    descriptor (`let_go` lets the folder go); a ConfigError where another holds it. The lock dies
+    with the process too (flock), so a killed job never leaves a stale one. The file names its
+    holder; where the file system takes no locks, that is what `is_live` reads, and a warning says
+    that a second search from another machine is not refused."""
     fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
-        if exc.errno in _NO_LOCKS:
-            log.warning("%s: its file system takes no file locks (%s), so a second %s started in this directory "
-                        "would not be refused: start one at a time", where, os.strerror(exc.errno), what)
-            return fd
-        holder = ""
-        with contextlib.suppress(OSError):
-            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
-        os.close(fd)
-        raise ConfigError(f"another {what} is running in this directory ({holder or 'lock held'})",
-                          source=where) from None
+        if exc.errno not in _NO_LOCKS:
+            holder = ""
+            with contextlib.suppress(OSError):
+                holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+            os.close(fd)
+            raise ConfigError(f"another {what} is running in this directory ({holder or 'lock held'})",
+                              source=where) from None
+        log.warning("%s: its file system takes no file locks (%s), so a second %s started in this directory on "
+                    "another machine would not be refused: start one at a time", where, os.strerror(exc.errno), what)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {iso(time.time())}\n".encode(), 0)
     return fd
 
 
+def let_go(fd: int) -> None:
+    """Release the lock `hold_the_lock` took: its file names no holder any more (what tells, where
+    the file system takes no locks), and closing it unlocks."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+    os.close(fd)
+
+
 def is_live(path: str | os.PathLike) -> bool:
-    """Whether a search (or a training) holds the lock of this folder right now."""
+    """Whether a search (or a training) holds the lock of this folder right now. Where the file
+    system takes no locks: whether the process the lock file names lives on this machine, or a
+    search's heartbeat from another machine is recent."""
     lock_path = Path(path) / LOCK
     if not lock_path.exists():
         return False
@@ -775,7 +797,54 @@ def is_live(path: str | os.PathLike) -> bool:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as exc:
-        return exc.errno not in _NO_LOCKS
+        return exc.errno not in _NO_LOCKS or _holder_lives(lock_path) or _beats_elsewhere(Path(path))
     finally:
         os.close(fd)
     return False
+
+
+def _holder_lives(lock_path: Path) -> bool:
+    """Whether the lock file names a process of this machine that lives."""
+    try:
+        holder = re.match(r"pid (\d+) on (\S+) ", lock_path.read_text("utf-8"))
+    except OSError:
+        return False
+    return holder is not None and holder[2] == socket.gethostname() and \
+        not gone_from_this_machine({"pid": int(holder[1]), "host": holder[2]})
+
+
+def _beats_elsewhere(folder: Path) -> bool:
+    """Whether a search of another machine beats here: its heartbeat says it runs, and is recent."""
+    try:
+        beat = json.loads((folder / HEARTBEAT).read_text("utf-8"))
+        return beat["host"] != socket.gethostname() and beat["state"] == "running" and \
+            time.time() - float(beat["time"]) <= STALE_BEATS * HEARTBEAT_EVERY_S
+    except (OSError, ValueError, TypeError, KeyError):
+        return False
+
+
+def gone_from_this_machine(beat: dict) -> bool:
+    """The coordinator ran on this host and its pid no longer exists: a kill -9 shows at once,
+    not a few heartbeats later. On any other host only the heartbeat's age can tell."""
+    pid = beat.get("pid")
+    if beat.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists, as another user's process
+        return False
+    return _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    """Whether `pid` has died and waits to be reaped: such a process keeps its pid, and
+    `os.kill(pid, 0)` still succeeds on it, until its parent (or whoever adopted it) reaps it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (not Linux), or reaped meanwhile
+        return False
+    return stat[stat.rindex(")") + 2:].startswith(("Z", "X"))
+
+

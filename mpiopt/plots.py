@@ -437,13 +437,15 @@ def plot_curves(history, df, *, metric: str = "objective", direction: str | None
     for trial, rows in curves:
         if drawn is not None and trial not in drawn:
             continue
+        rows = rows[np.isfinite(rows[metric].astype(float))]  # a diverged trial's NaN epoch has no point
+        if rows.empty:
+            continue
         s = status.get(trial, "running")
         counts[s] = counts.get(s, 0) + 1
         colour = STATUS_COLOURS.get(s, "black")
-        rows = rows[np.isfinite(rows[metric].astype(float))]  # a diverged trial's NaN epoch has no point
         ax.plot(rows["epoch"], rows[metric], color=colour, alpha=0.6, linewidth=1.0,
                 marker="." if len(rows) == 1 else None)  # one point: a line of one point shows nothing
-        if s in ("pruned", "paused") and len(rows):
+        if s in ("pruned", "paused"):
             ax.plot(rows["epoch"].iloc[-1], rows[metric].iloc[-1], "x", color=colour, markersize=6)
     from matplotlib.lines import Line2D
 

@@ -18,8 +18,8 @@ from . import plots
 from ._errors import ConfigError
 from ._files import atomic_write, missing_folders, refuse_a_file_in_the_way, remove_made
 from .analysis import (_run_info, best_trials, direction_of, front_first, goals_of, judged_column, load_history,
-                       load_results, load_timeline, timeline)
-from .journal import PARAM_COUNT, REPORTED_OBJECTIVE
+                       load_results, load_timeline, reported_column, timeline)
+from .journal import PARAM_COUNT
 from .status import liveness
 from .trial import TrialStatus
 
@@ -179,15 +179,16 @@ def _top_table(df, direction: str, goals=(), top: int = 10) -> str:
 
 
 def _started_table(df, direction: str, top: int) -> str:
-    """With no trial finished (a search killed early, or just started): those started, best first
-    by the best epoch each reported, as `mpiopt status` tells the best so far."""
+    """With no trial finished (a search killed early, or just started): those started, where they
+    reported any (a killed search's trials) best first by the best epoch each reported, as
+    `mpiopt status` tells the best so far; else in the order they started."""
     if df.empty:
         return "<p>No trial has started yet.</p>"
-    metric = REPORTED_OBJECTIVE if REPORTED_OBJECTIVE in df else df.attrs.get("metric")
-    by = metric if metric in df and metric != "objective" else None
+    by = reported_column(df)
+    by = by if by is not None and df[by].notna().any() else None
     rows = df if by is None else df.sort_values(by, ascending=direction == "minimize", na_position="last",
                                                 kind="stable")
-    said = ", by the best epoch each reported" if by is not None and df[by].notna().any() else ""
+    said = ", by the best epoch each reported" if by is not None else ""
     return (f"<p>No trial has finished yet. Those started{said}:</p>"
             + _table(rows.head(top), ["trial", "status", by, *view.param_columns(df), "epochs", "group"]))
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import socket
 from collections import Counter
@@ -20,12 +19,11 @@ from pathlib import Path
 from ._errors import ConfigError
 from .analysis import _run_info, direction_of, lost_intervals, run_directory
 from ._results_view import format_hours, format_rate, params_text
-from .journal import HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, LOCK, finite_metric, read_journal, replay, too_little_room
+from .journal import (HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, LOCK, STALE_BEATS, finite_metric, gone_from_this_machine,
+                      read_journal, replay, too_little_room)
 from .scheduler import Scheduler, make_scheduler
 from .trial import TrialRecord, TrialStatus, reached_by_state
 
-# a heartbeat older than this many periods: the coordinator is gone (killed, or its node lost)
-STALE_BEATS = 3
 RATE_WINDOW_S = 3600.0  # trials (epochs) per hour over the last hour (or the whole search, if shorter)
 # no rate over less time than this: a few trials of milliseconds would read as thousands a second
 MIN_RATE_SPAN_S = 1.0
@@ -65,7 +63,7 @@ def liveness(run: Path, now: float) -> Liveness:
     if beat.get("state") in ("ended", "interrupted"):
         stopped = beat.get("stopped") if isinstance(beat.get("stopped"), str) else None
         return Liveness(beat["state"], age, where, space=space, ranks=ranks, nodes=nodes, since=since, stopped=stopped)
-    if _gone_from_this_machine(beat):
+    if gone_from_this_machine(beat):
         return Liveness("stopped", age, where, gone=True, space=space, ranks=ranks, nodes=nodes, since=since)
     state = "running" if age <= STALE_BEATS * HEARTBEAT_EVERY_S else "stopped"
     return Liveness(state, age, where, space=space, ranks=ranks, nodes=nodes, since=since)
@@ -92,7 +90,7 @@ def _starting(run: Path, last_beat: float | None) -> Liveness | None:
     if who["host"] != socket.gethostname():
         return None
     where = f"pid {who['pid']} on {who['host']}"
-    if _gone_from_this_machine(who):  # killed in its pre-flight: a new search never started, a resumed one stands
+    if gone_from_this_machine(who):  # killed in its pre-flight: a new search never started, a resumed one stands
         if last_beat is not None:
             return None
         # trials in the journal: the search ran and its heartbeat file is lost (deleted, or a copy
@@ -108,31 +106,6 @@ def _holds_trials(run: Path) -> bool:
     except ConfigError:  # unreadable: as good as empty
         return False
     return any(e.get("event") == "start" for e in events)
-
-
-def _gone_from_this_machine(beat: dict) -> bool:
-    """The coordinator ran on this host and its pid no longer exists: a kill -9 shows at once,
-    not a few heartbeats later. On any other host only the heartbeat's age can tell."""
-    pid = beat.get("pid")
-    if beat.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # it exists, as another user's process
-        return False
-    return _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    """Whether `pid` has died and waits to be reaped: such a process keeps its pid, and
-    `os.kill(pid, 0)` still succeeds on it, until its parent (or whoever adopted it) reaps it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:  # no /proc (not Linux), or reaped meanwhile
-        return False
-    return stat[stat.rindex(")") + 2:].startswith(("Z", "X"))
 
 
 def last_signs(events: list[dict]) -> dict[int, float]:

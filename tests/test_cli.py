@@ -542,7 +542,7 @@ def test_an_interrupted_training_says_how_far_it_got_and_load_model_takes_its_be
         for s, handler in handlers.items():
             signal.signal(s, handler)
     assert p.returncode == 130, p.stderr
-    assert "mpiopt.load_model('t') loads the best epoch it finished" in p.stderr
+    assert "mpiopt.load_model('t') loads the best epoch its checkpoint holds" in p.stderr
     outcome = yaml.safe_load((tmp_path / "t" / "train.yaml").read_text())["outcome"]
     assert outcome["status"] == "interrupted" and 3 <= outcome["epochs"] < 1000, outcome
     assert not (tmp_path / "t" / "best.weights.h5").exists()

@@ -6,8 +6,10 @@ import errno
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -307,6 +309,8 @@ def test_a_refused_resume_names_what_changed(tmp_path):
         "parameters.x.high 1 -> 2", "parameters.x.prior added", "parameters.act.choices ['relu', 'tanh'] -> ['relu']"]
     assert differences(old, new, "parameters", limit=9)[3:] == ["parameters.m removed", "parameters.lr added"]
     assert differences(None, new, "parameters") == ["parameters added"]
+    many = differences({"c": {"choices": list(range(100))}}, {"c": {"choices": list(range(101))}}, "parameters")
+    assert many == ["parameters.c.choices [0, 1, 2, 3, 4, 5, 6, 7, ...] -> [0, 1, 2, 3, 4, 5, 6, 7, ...]"]
 
 
 @pytest.mark.parametrize("old, new, refused", [
@@ -338,10 +342,25 @@ def test_a_file_system_without_locks_runs_the_search_and_warns_that_a_second_is_
     rd = RunDir(tmp_path / "r")
     rd.open(resume=False, config_text=CONFIG)
     rd.append(start(0, 0.1))
-    assert f"takes no file locks ({os.strerror(error)}), so a second search started in this directory would not " \
-           "be refused" in caplog.text
-    assert not is_live(tmp_path / "r")  # the lock tells nothing here
+    assert f"takes no file locks ({os.strerror(error)}), so a second search started in this directory on another " \
+           "machine would not be refused" in caplog.text
+    # the lock file names its holder, a process of this machine that lives: a second search here is refused
+    assert is_live(tmp_path / "r")
+    with pytest.raises(ConfigError, match="another search is running"):
+        RunDir(tmp_path / "r").open(resume=True, config_text=CONFIG)
     rd.close()
+    assert not is_live(tmp_path / "r")  # it names no holder once the search let it go
+    # a search of another machine that beats (a heartbeat of seconds ago) runs; one silent for a minute does not
+    beat = {"state": "running", "host": "elsewhere", "pid": 1}
+    (tmp_path / "r" / "heartbeat.json").write_text(json.dumps({**beat, "time": time.time() - 5}))
+    assert is_live(tmp_path / "r")
+    (tmp_path / "r" / "heartbeat.json").write_text(json.dumps({**beat, "time": time.time() - 60}))
+    assert not is_live(tmp_path / "r")
+    # a killed search of this machine: the process the lock file names is gone
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / "r" / ".lock").write_text(f"pid {dead.stdout.strip()} on {socket.gethostname()} since now\n")
+    assert not is_live(tmp_path / "r")
+    RunDir(tmp_path / "r").open(resume=True, config_text=CONFIG)
 
 
 def test_lock_of_a_killed_process_is_not_stale(tmp_path):

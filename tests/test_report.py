@@ -224,14 +224,16 @@ def test_a_diverged_trials_curve_is_drawn_up_to_its_nan_epoch():
     import pandas as pd
 
     nan, inf = float("nan"), float("inf")
-    df = pd.DataFrame({"trial": [0, 1, 2], "status": ["diverged", "diverged", "completed"],
-                       "objective": [nan, nan, 0.5]})
-    history = pd.DataFrame({"trial": [0, 0, 1, 1, 1, 2, 2], "epoch": [1, 2, 1, 2, 3, 1, 2],
-                            "loss": [1.0, nan, 1.0, 0.9, inf, 1.0, 0.5]})
+    df = pd.DataFrame({"trial": [0, 1, 2, 3], "status": ["diverged", "diverged", "completed", "diverged"],
+                       "objective": [nan, nan, 0.5, nan]})
+    history = pd.DataFrame({"trial": [0, 0, 1, 1, 1, 2, 2, 3], "epoch": [1, 2, 1, 2, 3, 1, 2, 1],
+                            "loss": [1.0, nan, 1.0, 0.9, inf, 1.0, 0.5, nan]})
     ax = plots.plot_curves(history, df, metric="loss", direction="minimize").axes[0]
     diverged = [line for line in ax.lines if line.get_color() == plots.STATUS_COLOURS["diverged"]]
-    # one finite epoch shows as a dot (a line of one point shows nothing), two as a line
+    # one finite epoch shows as a dot (a line of one point shows nothing), two as a line; trial 3,
+    # NaN from its first epoch, has no curve, and the legend counts the curves drawn
     assert sorted((len(line.get_xdata()), line.get_marker()) for line in diverged) == [(1, "."), (2, "None")]
+    assert "diverged (2 of 3)" in [t.get_text() for t in ax.get_legend().get_texts()]
 
 
 def test_learning_curves_thinned_count_in_the_legend_of_how_many(df, history, monkeypatch):

@@ -528,10 +528,11 @@ def test_load_history_and_the_rung_column(cfg, tmp_path):
     df = mpiopt.load_results(tmp_path / "run")
     assert set(df.status) == {"completed", "pruned"} and df.rung.notna().all()
     # the function reports its figure of merit as `objective`, the column empty unless a trial
-    # completed: what each reported of it, the best of its reports, has a column of its own
-    best = history.groupby("trial").objective.min()
+    # completed: what it reported at the rung where it was judged has a column of its own
+    at_rung = history.set_index(["trial", "epoch"]).objective
     pruned = df[df.status == "pruned"].set_index("trial")
-    assert pruned.objective.isna().all() and pruned.reported_objective.to_dict() == best[pruned.index].to_dict()
+    assert pruned.objective.isna().all() and len(pruned)
+    assert pruned.reported_objective.to_dict() == {n: at_rung[n, rung] for n, rung in pruned.rung.items()}
     completed = df[df.status == "completed"]
     assert (completed.reported_objective == completed.objective).all()
     # the best first: completed trials, then the rest by the rung each reached and the value judged there
