@@ -772,7 +772,7 @@ def hold_the_lock(folder: Path, what: str, where: str) -> int:
             raise ConfigError(f"another {what} is running in this directory ({holder or 'lock held'})",
                               source=where) from None
         log.warning("%s: its file system takes no file locks (%s), so a second %s started in this directory on "
-                    "another machine would not be refused: start one at a time", where, os.strerror(exc.errno), what)
+                    "another machine might not be refused: start one at a time", where, os.strerror(exc.errno), what)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {iso(time.time())}\n".encode(), 0)
     return fd
