@@ -1,11 +1,14 @@
 """mpiopt: hyperparameter search and distributed Keras training in one MPI job."""
 from __future__ import annotations
 
+from ._errors import ConfigError  # what the functions below raise for a wrong path, trial or run directory
+
 __version__ = "0.1.0"
 # the plots (mpiopt.plots) load matplotlib on first use, not with mpiopt
 PLOTS = ("plot_history", "plot_importance", "plot_parallel", "plot_slices", "plot_curves", "plot_timeline",
          "plot_pareto", "parameter_importance", "PlotUnavailable", "write_report")
-__all__ = ["load_results", "load_history", "load_timeline", "load_model", "best_params", "__version__", *PLOTS]
+__all__ = ["load_results", "load_history", "load_timeline", "load_model", "best_params", "ConfigError", "__version__",
+           *PLOTS]
 
 
 def __dir__() -> list[str]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 import errno
 import logging
 import math
+import numbers
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ log = logging.getLogger(__name__)
 def run_directory(path: str | os.PathLike) -> Path:
     """`path` as a run directory, or a one-line refusal: a file (the search-space file, most
     likely) or nothing there."""
-    p = Path(path)
+    p = Path(path).expanduser()
     if p.is_file():
         raise ConfigError("is a file; expected a search's run directory (runs/<name>, or the search's --out)",
                           source=str(path))
@@ -77,11 +79,13 @@ def load_results(path: str | os.PathLike):
 
     p = run_directory(path)
     journal = p / JOURNAL
+    stretched: list[int] = []
     if journal.exists():
         params = list((_run_info(p).get("parameters") or {}).keys())
-        columns, rows = result_rows(_trials(p).values(), params, live=is_live(p), goals=goals_of(p),
-                                    merit=merit_of(p))
+        trials = _trials(p)
+        columns, rows = result_rows(trials.values(), params, live=is_live(p), goals=goals_of(p), merit=merit_of(p))
         df = pd.DataFrame(rows, columns=columns)
+        stretched = [n for n, t in trials.items() if t.first_start is not None and t.first_start != t.start]
     elif (p / RESULTS).exists():
         df = pd.read_csv(p / RESULTS)
     else:
@@ -90,6 +94,9 @@ def load_results(path: str | os.PathLike):
     df = _integer_params(_typed(df), space)
     df.attrs["direction"], df.attrs["metric"] = direction_of(p)  # what the plots take by default
     df.attrs["choices"] = numeric_choices(space)  # a plot's ticks there, not at values no trial can take
+    # the trials that trained in several stretches (paused and promoted, or run again after a
+    # crash): one row each here, so a timeline of them needs load_timeline's
+    df.attrs["stretched"] = stretched
     return df
 
 
@@ -451,14 +458,16 @@ def trial_params(path: str | os.PathLike, trial: int | str = "best") -> tuple[di
 
 
 def _trial_number(path: Path, trial: int | str) -> int:
+    """`trial` as a number: 'best', a whole number, or its digits (`--trial 3`); 1.7 or True is
+    no trial number."""
     if isinstance(trial, str) and trial.strip().lower() == "best":
         return best_trial(path)
-    try:
-        number = int(trial)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--trial: expected a trial number or 'best', got {trial!r}") from None
+    whole = isinstance(trial, numbers.Integral) and not isinstance(trial, bool)
+    if not (whole or isinstance(trial, str) and re.fullmatch(r"\s*-?\d+\s*", trial)):
+        raise ConfigError(f"trial: expected a trial number or 'best', got {trial!r}")
+    number = int(trial)
     if number < 0:
-        raise ConfigError(f"--trial: expected a trial number >= 0, got {number}")
+        raise ConfigError(f"trial: expected a trial number >= 0, got {number}")
     return number
 
 

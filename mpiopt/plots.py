@@ -55,12 +55,23 @@ def _completed(df, metric: str = "objective"):
                         "mpiopt.load_history's first), which has a `status` column; this table has none")
     if metric != "objective":
         if metric not in df.columns:
-            raise PlotUnavailable(f"the results table has no column {metric!r}")
+            _refuse_an_unknown_metric(df, metric)
+            raise PlotUnavailable(f"no trial has reported {metric} yet")
         df = df.assign(objective=df[metric])
     done = df[(df["status"] == "completed") & df["objective"].notna()]
     if done.empty:
         raise PlotUnavailable("no trial has completed")
     return done
+
+
+def _refuse_an_unknown_metric(df, metric: str) -> None:
+    """ValueError for a `metric` that is no column of the table and not its run's figure of merit
+    (which a search has before any trial reports it): a misspelt name, most likely."""
+    if metric == df.attrs.get("metric"):
+        return
+    known = [c for c in df.columns if c not in ("trial", "epoch", "status", "start", "end", "error", "group", "ranks")
+             and not str(c).startswith("params_")]
+    raise ValueError(f"metric: {metric!r} is no column of this table (its metrics: {', '.join(map(str, known))})")
 
 
 def _goal_pairs(goals) -> list[tuple[str, str]]:
@@ -116,6 +127,9 @@ def _log_names(df, log_params: Iterable[str]) -> set[str]:
     unknown = sorted(names - set(known))
     if unknown:
         raise ValueError(f"log_params: {unknown[0]!r} is not a parameter of this table ({', '.join(known)})")
+    words = sorted(n for n in names if _is_categorical(df[f"params_{n}"]))
+    if words:
+        raise ValueError(f"log_params: {words[0]!r} is categorical; only a numeric parameter has a log scale")
     return names
 
 
@@ -245,12 +259,12 @@ def parameter_importance(df, *, metric: str = "objective", log_params: Iterable[
     from sklearn.ensemble import RandomForestRegressor
     from sklearn.inspection import permutation_importance
 
+    logs = _log_names(df, log_params)
     done = _completed(df, metric)
     names = param_columns(df)
     if len(done) < MIN_FOR_IMPORTANCE:
         raise PlotUnavailable(f"needs at least {MIN_FOR_IMPORTANCE} completed trials, has {len(done)}")
     done = done.sample(n=MAX_FIT, random_state=0) if len(done) > MAX_FIT else done
-    logs = _log_names(df, log_params)
     X = np.column_stack([_numeric(done[c], c[len("params_"):] in logs) for c in names])
     y = done["objective"].to_numpy(float)
     forest = RandomForestRegressor(n_estimators=200, min_samples_leaf=2, random_state=0).fit(X, y)
@@ -485,6 +499,14 @@ def plot_timeline(df, *, now=None):
 
     from .analysis import timeline
 
+    missing = [c for c in ("trial", "status", "start", "group") if c not in df.columns]
+    if missing:
+        raise TypeError(f"plot_timeline(df): the table of mpiopt.load_timeline(DIR) (or load_results'); this one has "
+                        f"no {', '.join(missing)}")
+    if "objective" in df.columns and df.attrs.get("stretched"):
+        raise ValueError(f"plot_timeline(df): trial {df.attrs['stretched'][0]} trained in several stretches (paused "
+                         "and promoted, or run again after a crash), which the results table shows as one row; pass "
+                         "mpiopt.load_timeline(DIR)")
     df = _with_times(df)
     every = df.dropna(subset=["start", "group"])
     if every.empty:

@@ -129,8 +129,39 @@ def test_the_plots_draw_the_metric_they_are_given(df):
     assert sorted(drawn) == pytest.approx(sorted(completed(df).loss)) and fig.axes[0].get_ylabel() == "loss"
     assert not np.allclose(sorted(drawn), sorted(completed(df).objective))
     for plot in (plots.plot_history, plots.plot_parallel, plots.plot_slices, plots.plot_importance):
-        with pytest.raises(plots.PlotUnavailable, match="the results table has no column 'val_loss'"):
+        # a misspelt metric is the caller's mistake, not data the plot lacks: no PlotUnavailable
+        with pytest.raises(ValueError, match=r"metric: 'val_loss' is no column of this table \(its metrics: "
+                                             r"objective, reported_objective, loss,") as raised:
             plot(df, metric="val_loss")
+        assert not isinstance(raised.value, plots.PlotUnavailable)
+        # the run's own figure of merit before any trial reported it: a plot to come
+        named = df.drop(columns="loss")
+        named.attrs = {**df.attrs, "metric": "loss"}
+        with pytest.raises(plots.PlotUnavailable, match="no trial has reported loss yet"):
+            plot(named, metric="loss")
+
+
+def test_a_notebooks_wrong_inputs_are_named(df, monkeypatch, tmp_path):
+    # a table of paused and promoted trials: one row a trial, so its timeline needs load_timeline's
+    stretched = df.copy()
+    stretched.attrs = {**df.attrs, "stretched": [4]}
+    with pytest.raises(ValueError, match=r"trial 4 trained in several stretches .* pass mpiopt.load_timeline\(DIR\)"):
+        plots.plot_timeline(stretched)
+    with pytest.raises(TypeError, match=r"plot_timeline\(df\): .* this one has no status, start, group"):
+        plots.plot_timeline(mpiopt.load_history(FIXTURE))
+    # a misspelt log parameter is named before the plot counts its trials; a category has no log scale
+    with pytest.raises(ValueError, match="log_params: 'xx' is not a parameter of this table"):
+        plots.plot_importance(df.head(3), log_params=["xx"])
+    with pytest.raises(ValueError, match="log_params: 'kind' is categorical"):
+        plots.plot_slices(df, direction="minimize", log_params=["kind"])
+    # trial numbers: whole numbers or their digits; ConfigError, as mpiopt names it
+    for wrong in (1.7, True, "one"):
+        with pytest.raises(mpiopt.ConfigError, match=f"trial: expected a trial number or 'best', got {wrong!r}"):
+            mpiopt.best_params(FIXTURE, wrong)
+    assert mpiopt.best_params(FIXTURE, "3") == mpiopt.best_params(FIXTURE, np.int64(3))
+    monkeypatch.setenv("HOME", str(FIXTURE.parent))
+    assert mpiopt.best_params(f"~/{FIXTURE.name}") == mpiopt.best_params(FIXTURE)
+    assert "ConfigError" in mpiopt.__all__
 
 
 def test_importance_gives_each_parameter_a_share(df):
