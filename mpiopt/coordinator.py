@@ -677,10 +677,10 @@ class Coordinator:
                 self._orphans.add(n)
             if group in self._idle:
                 self._idle.remove(group)
-            what = ([settled] if settled else []) + \
-                ([f"trial {', '.join(map(str, again))} runs again on another group"] if again else [])
+            left = sum(not s.retired for s in self.groups)
+            what = ([settled] if settled else []) + ([_runs_again(again, left)] if again else [])
             log.warning("group %d lost: %s; %s; %d group(s) left", group, why, "; ".join(what) or "it held no trial",
-                        sum(not s.retired for s in self.groups))
+                        left)
 
     def _take_in(self, group: int, result: TrialResult, t_recv: float) -> None:
         """A group's result: the group goes on (with a trial sent ahead, or idle), the trial is
@@ -1072,6 +1072,15 @@ class Coordinator:
             log.warning("trial %d: %s returned %s, which %s no number: left out of the results table (it keeps "
                         "numbers only)", n, fn, ", ".join(map(repr, result.not_numbers)),
                         "is" if len(result.not_numbers) == 1 else "are")
+
+
+def _runs_again(trials: list[int], groups_left: int) -> str:
+    """What becomes of a lost group's trials: `trial 7 runs again on another group`, `trials 7, 9
+    run again ...`, or, with no group left, on --resume."""
+    named = f"trial{'s' * (len(trials) > 1)} {', '.join(map(str, trials))}"
+    if not groups_left:
+        return f"{named} {'run' if len(trials) > 1 else 'runs'} again on --resume"
+    return f"{named} {'run' if len(trials) > 1 else 'runs'} again on another group"
 
 
 def _lost_line(summary: Summary) -> str:

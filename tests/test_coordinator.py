@@ -699,3 +699,11 @@ def test_dispatch_stats_count_the_first_wave_and_the_trials_sent_ahead_apart_fro
     assert dispatch_stats([], first_wave=[0.01]) == \
         "1 trial dispatched (1 in the first wave (the last 10.0 ms after the start), 0 after a result)"
     assert dispatch_stats([]) == "no trial dispatched"
+
+
+def test_a_lost_groups_trials_are_said_to_run_again_where_they_will():
+    from mpiopt.coordinator import _runs_again
+
+    assert _runs_again([7], 2) == "trial 7 runs again on another group"
+    assert _runs_again([14, 23], 1) == "trials 14, 23 run again on another group"
+    assert _runs_again([11], 0) == "trial 11 runs again on --resume"
