@@ -127,7 +127,8 @@ def _log_names(df, log_params: Iterable[str]) -> set[str]:
     unknown = sorted(names - set(known))
     if unknown:
         raise ValueError(f"log_params: {unknown[0]!r} is not a parameter of this table ({', '.join(known)})")
-    words = sorted(n for n in names if _is_categorical(df[f"params_{n}"]))
+    taken = {n: df[f"params_{n}"].dropna().infer_objects() for n in names}  # a parameter never active took none
+    words = sorted(n for n, values in taken.items() if len(values) and _is_categorical(values))
     if words:
         raise ValueError(f"log_params: {words[0]!r} is categorical; only a numeric parameter has a log scale")
     return names
