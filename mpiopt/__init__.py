@@ -28,14 +28,21 @@ def __getattr__(name: str):
 
 
 def load_results(path):
-    """The results table of a run directory as a pandas DataFrame (see `mpiopt.analysis`)."""
+    """The results table of the run directory `path` (a str or Path; `~` is the home folder): a
+    pandas DataFrame, one row a trial, with `trial`, `status`, `objective` (NaN unless completed),
+    `params_<name>`, the metrics of each trial's best epoch, `epochs`, `start`/`end` (UTC) and
+    more (README "Results"). `df.attrs` holds the run's `direction` and `metric`, which the
+    `plot_*` functions take by default. Read from the journal; nothing is unpickled or run.
+    Raises `ConfigError` for a path that is no run directory."""
     from .analysis import load_results as _load
 
     return _load(path)
 
 
 def load_history(path):
-    """Every trial's per-epoch reports as a pandas DataFrame: trial, epoch, one column a metric."""
+    """Every trial's per-epoch reports as a pandas DataFrame: `trial`, `epoch`, one column a
+    metric (empty for a search whose objective reports no epochs); the first argument of
+    `plot_curves`. Raises `ConfigError` for a path that is no run directory."""
     from .analysis import load_history as _load
 
     return _load(path)
@@ -50,15 +57,19 @@ def load_timeline(path):
 
 
 def load_model(path, trial="best"):
-    """Trial `trial` (a number, or 'best') of a search as a Keras model holding its best weights
-    (see `mpiopt.analysis.load_model`); also a folder written by `mpiopt train`."""
+    """Trial `trial` (a number, or 'best': the best completed) of a search as a Keras model holding
+    its best epoch's weights, compiled as the search compiled it; also a folder written by
+    `mpiopt train`. Imports TensorFlow. Raises `ConfigError` for no such trial, a function
+    objective, or a trial that kept no weights."""
     from .analysis import load_model as _load
 
     return _load(path, trial)
 
 
 def best_params(path, trial="best") -> dict:
-    """The parameters of trial `trial` (a number, or 'best') of a search."""
+    """The parameters of trial `trial` (a number, or 'best': the completed trial with the best
+    figure of merit) of a search, as a dict. Raises `ConfigError` where no trial has completed or
+    there is no such trial."""
     from .analysis import trial_params
 
     return trial_params(path, trial)[0]
