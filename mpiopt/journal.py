@@ -803,14 +803,26 @@ def is_live(path: str | os.PathLike) -> bool:
     return False
 
 
+def lock_holder(folder: Path) -> dict[str, Any] | None:
+    """The process the lock file of `folder` names, as `hold_the_lock` wrote it: its `pid`, `host`
+    and `since` (seconds since the epoch); None where there is no file or `let_go` emptied it."""
+    try:
+        holder = re.match(r"pid (\d+) on (\S+) since (\S+)", (folder / LOCK).read_text("utf-8"))
+        return None if holder is None else {"pid": int(holder[1]), "host": holder[2],
+                                            "since": _dt.datetime.fromisoformat(holder[3]).timestamp()}
+    except (OSError, ValueError):
+        return None
+
+
+def recent(beat_time: float, now: float) -> bool:
+    """Whether a heartbeat of `beat_time` is recent at `now`: newer than STALE_BEATS periods."""
+    return now - beat_time <= STALE_BEATS * HEARTBEAT_EVERY_S
+
+
 def _holder_lives(lock_path: Path) -> bool:
     """Whether the lock file names a process of this machine that lives."""
-    try:
-        holder = re.match(r"pid (\d+) on (\S+) ", lock_path.read_text("utf-8"))
-    except OSError:
-        return False
-    return holder is not None and holder[2] == socket.gethostname() and \
-        not gone_from_this_machine({"pid": int(holder[1]), "host": holder[2]})
+    holder = lock_holder(lock_path.parent)
+    return holder is not None and holder["host"] == socket.gethostname() and not gone_from_this_machine(holder)
 
 
 def _beats_elsewhere(folder: Path) -> bool:
@@ -818,7 +830,7 @@ def _beats_elsewhere(folder: Path) -> bool:
     try:
         beat = json.loads((folder / HEARTBEAT).read_text("utf-8"))
         return beat["host"] != socket.gethostname() and beat["state"] == "running" and \
-            time.time() - float(beat["time"]) <= STALE_BEATS * HEARTBEAT_EVERY_S
+            recent(float(beat["time"]), time.time())
     except (OSError, ValueError, TypeError, KeyError):
         return False
 

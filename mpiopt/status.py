@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import socket
 from collections import Counter
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from ._errors import ConfigError
 from .analysis import _run_info, direction_of, lost_intervals, run_directory
 from ._results_view import format_hours, format_rate, params_text
-from .journal import (HEARTBEAT, HEARTBEAT_EVERY_S, JOURNAL, LOCK, STALE_BEATS, finite_metric, gone_from_this_machine,
-                      read_journal, replay, too_little_room)
+from .journal import (HEARTBEAT, JOURNAL, finite_metric, gone_from_this_machine, lock_holder, read_journal, recent,
+                      replay, too_little_room)
 from .scheduler import Scheduler, make_scheduler
 from .trial import TrialRecord, TrialStatus, reached_by_state
 
@@ -65,7 +63,7 @@ def liveness(run: Path, now: float) -> Liveness:
         return Liveness(beat["state"], age, where, space=space, ranks=ranks, nodes=nodes, since=since, stopped=stopped)
     if gone_from_this_machine(beat):
         return Liveness("stopped", age, where, gone=True, space=space, ranks=ranks, nodes=nodes, since=since)
-    state = "running" if age <= STALE_BEATS * HEARTBEAT_EVERY_S else "stopped"
+    state = "running" if recent(float(beat.get("time", 0.0)), now) else "stopped"
     return Liveness(state, age, where, space=space, ranks=ranks, nodes=nodes, since=since)
 
 
@@ -79,14 +77,9 @@ def _starting(run: Path, last_beat: float | None) -> Liveness | None:
     """A search that holds the directory but has sent no heartbeat yet (the pre-flight check
     comes first): the lock file, read and not locked, names a coordinator that took it after the
     last heartbeat and lives on this host. From another host that cannot be told."""
-    try:
-        holder = re.match(r"pid (\d+) on (\S+) since (\S+)", (run / LOCK).read_text("utf-8"))
-        since = datetime.fromisoformat(holder[3]).timestamp() if holder else None
-    except (OSError, ValueError):
+    who = lock_holder(run)
+    if who is None or (last_beat is not None and who["since"] <= last_beat):
         return None
-    if since is None or (last_beat is not None and since <= last_beat):
-        return None
-    who = {"pid": int(holder[1]), "host": holder[2]}
     if who["host"] != socket.gethostname():
         return None
     where = f"pid {who['pid']} on {who['host']}"
