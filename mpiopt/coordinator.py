@@ -1077,10 +1077,8 @@ class Coordinator:
 def _runs_again(trials: list[int], groups_left: int) -> str:
     """What becomes of a lost group's trials: `trial 7 runs again on another group`, `trials 7, 9
     run again ...`, or, with no group left, on --resume."""
-    named = f"trial{'s' * (len(trials) > 1)} {', '.join(map(str, trials))}"
-    if not groups_left:
-        return f"{named} {'run' if len(trials) > 1 else 'runs'} again on --resume"
-    return f"{named} {'run' if len(trials) > 1 else 'runs'} again on another group"
+    named = f"trials {', '.join(map(str, trials))} run" if len(trials) > 1 else f"trial {trials[0]} runs"
+    return f"{named} again on {'another group' if groups_left else '--resume'}"
 
 
 def _lost_line(summary: Summary) -> str:

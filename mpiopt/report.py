@@ -87,9 +87,10 @@ def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) 
     stretches = load_timeline(run)
     info = _run_info(run)
     direction, metric = direction_of(run)
+    goals = goals_of(run)
     refuse_a_file_in_the_way(target, source=f"--out {target}")
     sections = [_draw(*spec) for spec in _plots(df, history, stretches, direction, metric, log_params(info),
-                                                     goals_of(run))]
+                                                     goals)]
     made, written = missing_folders(target), []
     try:
         target.mkdir(parents=True, exist_ok=True)
@@ -102,7 +103,8 @@ def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) 
                 written.append(target / f"{s.slug}.png")
                 atomic_write(written[-1], s.png, durable=False)
         usage = timeline(stretches)[1]
-        atomic_write(page, _html(run, info, df, usage, direction, metric, sections).encode("utf-8"), durable=False)
+        text = _html(run, info, df, usage, direction, metric, goals, sections)
+        atomic_write(page, text.encode("utf-8"), durable=False)
     except BaseException:  # a full disk: a new folder goes again; an old report's files stay as they are
         if made:
             remove_made(written, made)
@@ -200,7 +202,8 @@ def _table(df, cols: list[str]) -> str:
                                              classes="top")
 
 
-def _html(run: Path, info: dict, df, usage: dict, direction: str, metric: str, sections: list[Section]) -> str:
+def _html(run: Path, info: dict, df, usage: dict, direction: str, metric: str, goals,
+          sections: list[Section]) -> str:
     esc = html.escape
     summary = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>"
                       for k, v in summary_rows(run, info, df, usage, direction, metric))
@@ -227,7 +230,7 @@ img {{ max-width: 100%; }}
 <body><h1>mpiopt report: {name}</h1>
 <table class="summary">{summary}</table>
 <h2>Top trials</h2>
-<div class="wide">{_top_table(df, direction, goals_of(run))}</div>
+<div class="wide">{_top_table(df, direction, goals)}</div>
 {''.join(figures)}
 </body></html>
 """
