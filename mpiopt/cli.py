@@ -352,11 +352,6 @@ def _data_difference(ours: list[tuple[str, int]], theirs: list[tuple[str, int]])
     return f"{name} has {their_size:,} bytes, where world rank 0's has {size:,}"
 
 
-# a rank's wait per pulsing rank below it before it says the coordinator is lost: longer than the
-# grace and the abort of the one before it
-COORDINATOR_LOST_TURN_S = ABORT_GRACE_S + 2.0
-
-
 def _start_pulse(comm, plan):
     """From now on the coordinator tells a group that lost its node from a slow one (one rank of
     each group on each node pulses it), and those ranks see the coordinator's node die."""
@@ -370,12 +365,8 @@ def _start_pulse(comm, plan):
         return transport.Pulse(comm, sorted(pulsing)).start()
     if rank not in pulsing:
         return None
-    turn = sorted(pulsing).index(rank)
 
     def coordinator_lost(silent_s: float) -> None:
-        # every pulsing rank sees the silence at once: the first alive says it and ends the job,
-        # which ends the others before their turn (the coordinator's node holds the lowest ranks)
-        time.sleep(turn * COORDINATOR_LOST_TURN_S)
         print(f"mpiopt: error: world rank {rank}: no word from the coordinator (world rank 0) for {silent_s:.0f} s: "
               "its node is lost; ending the job (finished trials are in the journal: --resume)",
               file=sys.stderr, flush=True)

@@ -284,7 +284,6 @@ def test_the_coordinator_s_node_lost_ends_the_job_and_resume_covers_it(write_yam
     _, err = ended_within(job, killed_at, 40)
     assert job.returncode != 0
     assert "no word from the coordinator (world rank 0) for 10 s" in err and "--resume" in err
-    assert err.count("no word from the coordinator") == 1, err  # said once, not by every surviving rank
     done = set(mpiopt.load_results(run).query("status == 'completed'").trial)
     again = on_nodes("nodeA:3,nodeB:2", 5, ["search", space, "--resume"], cwd=tmp_path,
                      env={"MPIOPT_TEST_SLEEP": "0.05"})
