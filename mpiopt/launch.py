@@ -199,6 +199,7 @@ def end_rank(comm, code: int) -> int:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Python's finalization, which restores their defaults
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # (exit 2 or 15 for a finished search)
         return code
+    remove_mpich_shared_memory()  # on every node: the abort kills the other nodes' ranks before MPICH can
     if rank == 0:
         abort_job(comm, code or worst, END_GRACE_S, quiet=True)
     time.sleep(TERM_GRACE_S)  # until rank 0's MPI_Abort ends this rank

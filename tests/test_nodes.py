@@ -213,6 +213,21 @@ def test_check_under_mpiexec_shows_groups_that_keep_to_their_nodes(write_yaml, t
 
 
 @pytest.mark.mpi
+def test_a_job_that_ends_with_an_error_leaves_no_shared_memory_on_any_node():
+    # rank 0's MPI_Abort kills the other nodes' ranks before MPICH removes their /dev/shm files
+    code = ("from mpi4py import MPI; from mpiopt import launch; w = MPI.COMM_WORLD; "
+            "files = [l.split()[-1] for l in open('/proc/self/maps') if ' /dev/shm/mpich_shm_' in l "
+            "and not l.endswith('(deleted)\\n')]; print('mapped', *files, flush=True); "
+            "raise SystemExit(launch.end_rank(w, 2))")
+    p = subprocess.run([*mpiexec(4, "nodeA:2,nodeB:2"), sys.executable, "-c", code], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    mapped = {f for line in p.stdout.splitlines() if line.startswith("mapped") for f in line.split()[1:]}
+    assert len(mapped) == 2, p.stdout  # one file a node
+    assert not [f for f in mapped if os.path.exists(f)], mapped
+
+
+@pytest.mark.mpi
 def test_a_lost_node_costs_only_its_groups(write_yaml, tmp_path):
     space = write_yaml(SLEEPY.format(name="lost", trials=80, group_size=1))
     run = tmp_path / "runs" / "lost"
