@@ -352,6 +352,11 @@ def _data_difference(ours: list[tuple[str, int]], theirs: list[tuple[str, int]])
     return f"{name} has {their_size:,} bytes, where world rank 0's has {size:,}"
 
 
+# how long a pulsing rank waits for each before it in `speaking_order`: far longer than MPI_Abort
+# takes to end a job that lost a node
+COORDINATOR_LOST_TURN_S = 20.0
+
+
 def _start_pulse(comm, plan):
     """From now on the coordinator tells a group that lost its node from a slow one (one rank of
     each group on each node pulses it), and those ranks see the coordinator's node die."""
@@ -365,8 +370,12 @@ def _start_pulse(comm, plan):
         return transport.Pulse(comm, sorted(pulsing)).start()
     if rank not in pulsing:
         return None
+    turn = transport.speaking_order(plan).index(rank)
 
     def coordinator_lost(silent_s: float) -> None:
+        # every pulsing rank hears the silence at once: the first in turn says it and ends the job,
+        # and a later one speaks only if those before it died too (the abort ends it before its turn)
+        time.sleep(turn * COORDINATOR_LOST_TURN_S)
         print(f"mpiopt: error: world rank {rank}: no word from the coordinator (world rank 0) for {silent_s:.0f} s: "
               "its node is lost; ending the job (finished trials are in the journal: --resume)",
               file=sys.stderr, flush=True)

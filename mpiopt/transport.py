@@ -396,6 +396,15 @@ def pulsing_ranks(plan: GroupPlan) -> dict[int, int]:
     return out
 
 
+def speaking_order(plan: GroupPlan) -> list[int]:
+    """The pulsing ranks in the order they take turns to say the coordinator is lost: those off
+    its node first (when it falls silent, its node is the one likely lost), each set by rank."""
+    def on_coordinator_node(rank: int) -> bool:
+        return plan.nodes is not None and plan.nodes[rank] == plan.nodes[0]
+
+    return sorted(pulsing_ranks(plan), key=lambda rank: (on_coordinator_node(rank), rank))
+
+
 class Pulse:
     """A daemon thread that sends each rank of `to` an empty TAG_PULSE message every `every_s`,
     and, with `watch`, listens for that rank's pulses and calls `on_silence(seconds)` once it has

@@ -18,7 +18,7 @@ from conftest import MPIEXEC, mpiexec
 from mpiopt.analysis import timeline
 from mpiopt.coordinator import Coordinator
 from mpiopt.search import make_searcher
-from mpiopt.transport import plan_groups, pulsing_ranks
+from mpiopt.transport import plan_groups, pulsing_ranks, speaking_order
 from mpiopt.trial import TrialStatus
 from test_coordinator import SimTransport, cfg  # noqa: F401  (the fixture)
 
@@ -74,6 +74,13 @@ def test_the_usual_gpu_layout_and_one_node_as_before():
     assert plan_groups(12, 4).groups == ((1, 2, 3, 4, 5, 6), (7, 8, 9, 10, 11))  # no layout: one node
     assert plan_groups(12, 8, layout([4, 4, 4])).groups == ((1, 2, 3), (4, 5, 6, 7, 8, 9, 10, 11))
     assert pulsing_ranks(plan_groups(12, 8, layout([4, 4, 4]))) == {1: 0, 4: 1, 8: 1}
+
+
+def test_the_ranks_off_the_coordinator_s_node_speak_first_of_its_loss():
+    # one line says the coordinator is lost: those on its node died with it
+    assert speaking_order(plan_groups(5, 1, layout([3, 2]))) == [3, 4, 1, 2]
+    assert speaking_order(plan_groups(12, 8, layout([4, 4, 4]))) == [4, 8, 1]
+    assert speaking_order(plan_groups(5, 1)) == [1, 2, 3, 4]  # one node: the coordinator's process alone died
 
 
 def test_messages_name_a_node_by_its_number_and_its_host():
@@ -298,7 +305,7 @@ def test_the_coordinator_s_node_lost_ends_the_job_and_resume_covers_it(write_yam
     job, killed_at, _ = search_then_lose_a_node(space, run, tmp_path, node=0, after=6)
     _, err = ended_within(job, killed_at, 40)
     assert job.returncode != 0
-    assert "no word from the coordinator (world rank 0) for 10 s" in err and "--resume" in err
+    assert err.count("no word from the coordinator (world rank 0) for 10 s") == 1 and "--resume" in err, err
     done = set(mpiopt.load_results(run).query("status == 'completed'").trial)
     again = on_nodes("nodeA:3,nodeB:2", 5, ["search", space, "--resume"], cwd=tmp_path,
                      env={"MPIOPT_TEST_SLEEP": "0.05"})
