@@ -1,6 +1,7 @@
 """The `mpiopt` command, as installed and as `python -m mpiopt`. mpiopt's modules load with
-Ctrl-C and SIGTERM held: a stop in the first fraction of a second (mpiexec forwards it to every
-rank) ends with rank 0's one line, where it raised inside an import, a traceback on every rank."""
+Ctrl-C and SIGTERM held (`launch.hold_stops_until_mpi`): a stop in the first fraction of a
+second (mpiexec forwards it to every rank) ends with rank 0's one line, where it raised inside
+an import, a traceback on every rank, and where a rank left before MPI started, a hang."""
 from __future__ import annotations
 
 # the interpreter's own module, loaded with it: `signal` builds its enums as it imports, a
@@ -15,10 +16,10 @@ def main() -> int:
     before = {sig: _signal.signal(sig, lambda signum, frame: stops.append(signum)) for sig in held}
     try:
         from .cli import main as run_command
-        from .launch import INTERRUPTED_AT_START, interrupted_outside_a_command
-    finally:
+        from .launch import hold_stops_until_mpi
+    except BaseException:
         for sig, handler in before.items():
             _signal.signal(sig, handler)
-    if stops:
-        return interrupted_outside_a_command(INTERRUPTED_AT_START)
+        raise
+    hold_stops_until_mpi(before, stopped=bool(stops))  # the command releases them, or MPI's start
     return run_command()

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import gc
 import logging
+import math
 import os
 import re
 import sys
@@ -27,7 +28,8 @@ from ._files import refuse_a_file_in_the_way
 from ._log import FILE_ONLY, STATS, HeldLines, log_to_file, set_rank_tag, setup_logging, stop_logging_to
 from .launch import (ABORT_GRACE_S, END_GRACE_S, INTERRUPTED_AT_START, abort_job, agree_at_start, agree_or_raise,
                      catch_sigterm, env_size, hold_warnings, interrupted_outside_a_command, interrupts_at_safe_points,
-                     mpi_main, prepare_threads, raise_if_interrupted, ranks_on_hosts, relaunch, say_error, warn_once)
+                     mpi_main, prepare_threads, raise_if_interrupted, ranks_on_hosts, relaunch, release_stops,
+                     say_error, start_mpi, warn_once)
 from .space import Categorical, distinct_points
 from .trial import TrialRecord, TrialResult, TrialStatus
 
@@ -120,15 +122,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# more ranks than any machine has: --np builds a plan of every rank (mpiopt check --np N)
+MAX_NP = 2**20
+
+
+def _power_of_two(n: int) -> str:
+    """2**31 as the YAML's errors write it."""
+    return f"2**{n.bit_length() - 1}" if n > 1024 and n & (n - 1) == 0 else str(n)
+
+
 def _check_args(args: argparse.Namespace) -> None:
     """What argparse does not check: a command was given, and the numbers are in range."""
     if args.command is None:
         raise ConfigError("missing COMMAND: one of search, check, train, results, status, report (see `mpiopt --help`)")
-    for flag, value in (("trials", args.trials), ("np", args.np), ("top", args.top)):
-        if value is not None and value < 1:
-            raise ConfigError(f"--{flag}: expected a positive integer, got {value}")
-    if args.seed is not None and args.seed < 0:
-        raise ConfigError(f"--seed: expected an integer >= 0, got {args.seed}")
+    for flag, value, low, high in (("trials", args.trials, 1, 2**31), ("np", args.np, 1, MAX_NP),
+                                   ("top", args.top, 1, 2**31), ("seed", args.seed, 0, 2**31)):
+        if value is not None and not low <= value <= high:
+            raise ConfigError(f"--{flag}: expected an integer from {low} to {_power_of_two(high)}, got {value}")
     if args.command == "results":
         _check_results_args(args)
 
@@ -149,15 +159,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
-        if env_size() > 1 and args.command in ("search", "train", "check"):
+        under_mpi = env_size() > 1 and args.command in ("search", "train", "check")
+        if under_mpi:
             _env.defer_check()  # agreed on by every rank once MPI started (launch.mpi_main, _check_under_mpi)
         else:
+            release_stops()  # no MPI start to wait for: a Ctrl-C or SIGTERM noted so far acts now
             _env.check()
         _check_args(args)
         if args.command in ("search", "train", "check"):
             # before the space file is read: a user module that imports keras at its top loads
             # TensorFlow there, which reads its log level and thread counts once, as it loads
             prepare_threads()
+        if args.command in ("search", "train", "check") and not under_mpi:
             catch_sigterm()  # a SIGTERM while the space file's modules import ends as Ctrl-C does
         setup_logging()
         # under --np the relaunched job's rank 0 says the warnings: once, not twice
@@ -1173,8 +1186,8 @@ def _as_parameter_value(name: str, value: Any, p) -> Any:
     """`value` as parameter `p` holds it: 1e2 is 100 for an integer, 3 is 3.0 for a real."""
     if isinstance(p, Categorical):
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise ConfigError(f"--set {name}: expected a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"--set {name}: expected a finite number, got {'nothing' if value is None else repr(value)}")
     if isinstance(p.middle(), int):
         if float(value).is_integer():
             return int(value)
@@ -1356,7 +1369,7 @@ def _check_under_mpi(args) -> int:
     from . import transport
     from .launch import place_devices
 
-    comm = transport.world()
+    comm = start_mpi()
     nodes, hosts = transport.node_layout(comm), transport.host_names(comm)
     try:
         cfg = _load(args.space, args)  # every rank reads the same file, where its node has it

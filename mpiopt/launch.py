@@ -130,6 +130,43 @@ def prepare_threads() -> None:
             os.environ.setdefault(var, threads)
 
 
+def hold_stops_until_mpi(handlers: dict[int, Any], *, stopped: bool) -> None:
+    """Under a launcher, note a Ctrl-C or SIGTERM until MPI has started, and act on it then, on
+    every rank together (`start_mpi`, `agree_at_start`): a rank that leaves before MPI_Init holds
+    the others there for ever (MPICH waits in it for every rank). `handlers`: the signals' own,
+    for after; `stopped`: one came already."""
+    def note(signum, frame):
+        _interrupts.stopped_before_mpi = True
+
+    _interrupts.before_mpi, _interrupts.stopped_before_mpi = dict(handlers), stopped
+    for sig in handlers:
+        signal.signal(sig, note)
+
+
+def release_stops() -> None:
+    """No MPI after all (a command without it): the held signals act as usual from here, and a
+    Ctrl-C or SIGTERM already noted raises KeyboardInterrupt now."""
+    for sig, handler in _interrupts.before_mpi.items():
+        signal.signal(sig, handler)
+    _interrupts.before_mpi = {}
+    if _interrupts.stopped_before_mpi:
+        _interrupts.stopped_before_mpi = False
+        raise KeyboardInterrupt
+
+
+def start_mpi():
+    """COMM_WORLD, MPI started; from here a Ctrl-C raises KeyboardInterrupt and a SIGTERM does as
+    well (`catch_sigterm`). One noted before is raised at `agree_at_start`, on every rank."""
+    from . import transport
+
+    comm = transport.world()
+    for sig, handler in _interrupts.before_mpi.items():
+        signal.signal(sig, handler)
+    _interrupts.before_mpi = {}
+    catch_sigterm()
+    return comm
+
+
 # -- under MPI ---------------------------------------------------------------------------------
 def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: bool, interrupted: str) -> int:
     """Start MPI and run `command(comm, placement)` on every rank; returns this rank's exit code.
@@ -141,8 +178,8 @@ def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: boo
     from . import transport
 
     try:
-        comm = transport.world()
-    except KeyboardInterrupt:  # while mpi4py loads the MPI library: no rank has begun its command
+        comm = start_mpi()
+    except KeyboardInterrupt:  # while mpi4py loads the MPI library of one process: no command began
         return interrupted_outside_a_command(INTERRUPTED_AT_START)
     except Exception as exc:  # no MPI library at all
         say_error(f"cannot initialise MPI: {transport.why_no_mpi(exc)}")
@@ -151,7 +188,6 @@ def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: boo
         log.debug("waits: %s", transport.configure_waits(comm))
     if comm.Get_rank() == 0:
         _interrupts.line = interrupted
-    catch_sigterm()
     code = _run_rank(comm, cfg, command, coordinator, interrupted)
     return end_rank(comm, code) if comm.Get_size() > 1 else code
 
@@ -220,6 +256,9 @@ class _Interrupts:
     watchdog: threading.Thread | None = None
     raised: bool = False  # a KeyboardInterrupt of a signal was raised in this process
     pending_at: float = 0.0  # time.monotonic() of the held one
+    # Ctrl-C and SIGTERM of a rank under a launcher before MPI started (`hold_stops_until_mpi`)
+    before_mpi: dict[int, Any] = field(default_factory=dict)  # the handlers held signals had
+    stopped_before_mpi: bool = False
 
 
 _interrupts = _Interrupts()
@@ -386,20 +425,39 @@ def place_devices(comm, cfg, *, coordinator: int | None) -> str | None:
 
 def agree_at_start(comm) -> None:
     """Raise, on every rank, the first start-up error any rank met before MPI started
-    (`_env.deferred`), saying which ranks and hosts met it where not all did; a collective."""
+    (`_env.deferred`), saying which ranks and hosts met it where not all did, or the
+    KeyboardInterrupt of a Ctrl-C or SIGTERM one noted (`hold_stops_until_mpi`); a collective."""
     from .transport import agree, host_name
 
     error = _env.deferred()
+    stopped, _interrupts.stopped_before_mpi = _interrupts.stopped_before_mpi, False
     if comm.Get_size() == 1:
+        if stopped:
+            _stopped_at_start()
         if error is not None:
             raise error
         return
-    message = agree(comm, str(error) if error else None)
+    message = agree(comm, _STOPPED if stopped else str(error) if error else None)
+    if message == _STOPPED:
+        _stopped_at_start()
     if message is None:
         return
     seen = comm.allgather(host_name() if error else None)
     failed = {rank: host for rank, host in enumerate(seen) if host is not None}
     raise ConfigError(message if len(failed) == len(seen) else f"{message} ({ranks_on_hosts(failed)})")
+
+
+_STOPPED = "\0stopped"  # what a rank that noted a Ctrl-C or SIGTERM before MPI started tells the others
+
+
+def _stopped_at_start() -> NoReturn:
+    """The KeyboardInterrupt of a stop noted before MPI started, with the watchdog armed; rank 0
+    says that nothing was written."""
+    if _interrupts.line is not None:
+        _interrupts.line = None
+        interrupted_outside_a_command(INTERRUPTED_AT_START)
+    _interrupts.alarm.put(signal.SIGINT)
+    _raise_interrupt()
 
 
 def ranks_on_hosts(ranks: dict[int, str], shown: int = 8) -> str:

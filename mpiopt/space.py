@@ -195,9 +195,9 @@ def native_value(p: Parameter, v: Any) -> Any:
 def _number(value: Any, *, integer: bool) -> bool:
     if isinstance(value, bool):
         return False
-    if integer:
-        return isinstance(value, numbers.Integral) or (isinstance(value, float) and value.is_integer()
-                                                       and abs(value) < 2**53)
+    if integer:  # at most 2**53 in size: the models compute in floats, which hold such integers exactly
+        return (isinstance(value, numbers.Integral) or isinstance(value, float) and value.is_integer()) \
+            and abs(value) <= 2**53
     return isinstance(value, numbers.Real) and math.isfinite(float(value))
 
 
@@ -314,7 +314,7 @@ def _categorical(name: str, spec: dict, *, source: str, field: str) -> Categoric
                           source=source, field=f"{field}.choices")
     for c in choices:
         if not isinstance(c, (str, bool, int, float)):
-            raise ConfigError(f"choices must be strings, numbers or booleans, got {_show(c)}",
+            raise ConfigError(f"choices must be strings, numbers or booleans, got {_show(c, null='null')}",
                               source=source, field=f"{field}.choices")
         if isinstance(c, float) and not math.isfinite(c):
             raise ConfigError(f"choices must be finite, got {c!r}", source=source, field=f"{field}.choices")
@@ -334,7 +334,7 @@ def _numeric(name: str, spec: dict, kind: str, *, source: str, field: str, did_y
             raise ConfigError(f"missing `{key}` (a {kind} parameter needs `low` and `high`)",
                               source=source, field=f"{field}.{key}")
         if not _number(spec[key], integer=integer):
-            want = "an integer" if integer else "a finite number"
+            want = "an integer of at most 2**53 in size" if integer else "a finite number"
             raise ConfigError(f"expected {want}, got {_show(spec[key])}", source=source, field=f"{field}.{key}")
     low, high = spec["low"], spec["high"]
     low, high = (int(low), int(high)) if integer else (float(low), float(high))
@@ -417,8 +417,9 @@ def _filler(p: Parameter) -> Any:
     return 0 if isinstance(p, Categorical) else p.middle()
 
 
-def _show(value: Any) -> str:
+def _show(value: Any, *, null: str = "nothing") -> str:
+    """A value as an error shows it: its type and (the start of) its repr; None as `null`."""
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
-    return f"{type(value).__name__} {text}" if value is not None else "nothing"
+    return f"{type(value).__name__} {text}" if value is not None else null

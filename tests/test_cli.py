@@ -209,7 +209,7 @@ def test_bad_inputs_exit_2_with_one_line(write_yaml, tmp_path):
         one_error_line(run_cli([command, space], cwd=tmp_path), "space.yaml: is a file; expected a search's run "
                                                                 "directory")
     one_error_line(run_cli(["train", space, "--set", "z=1"], cwd=tmp_path), "--set z", "not a parameter")
-    one_error_line(run_cli(["train", space, "--set", "x=abc"], cwd=tmp_path), "--set x", "expected a number")
+    one_error_line(run_cli(["train", space, "--set", "x=abc"], cwd=tmp_path), "--set x", "expected a finite number")
     one_error_line(run_cli(["train", space, "--set", "tensorboard=true"], cwd=tmp_path),
                    "--set tensorboard: a training key a `function` objective never reads")
     (tmp_path / "blocker").write_text("")
@@ -979,6 +979,26 @@ def test_set_takes_numbers_as_the_parameter_holds_them(write_yaml, tmp_path):
         parse_sets(cfg, ["n=1.5"])
     with pytest.raises(ConfigError, match="did you mean 'x'"):
         parse_sets(cfg, ["xx=1"])
+    with pytest.raises(ConfigError, match="--set x: expected a finite number, got inf"):
+        parse_sets(cfg, ["x=1e400"])  # YAML reads it as inf
+    with pytest.raises(ConfigError, match="--set x: expected a finite number, got nothing"):
+        parse_sets(cfg, ["x="])
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["search", "s.yaml", "--seed", "99999999999999999999"], "--seed: expected an integer from 0 to 2**31, got 9999"),
+    (["search", "s.yaml", "--seed", "-1"], "--seed: expected an integer from 0 to 2**31, got -1"),
+    (["search", "s.yaml", "--trials", "99999999999999"], "--trials: expected an integer from 1 to 2**31"),
+    (["check", "s.yaml", "--np", "99999999999"], "--np: expected an integer from 1 to 2**20, got 99999999999"),
+    (["results", "runs/x", "--top", "0"], "--top: expected an integer from 1 to 2**31, got 0"),
+])
+def test_flags_out_of_range_are_refused_before_anything_runs(argv, error, capsys):
+    # as the file's keys are: a seed numpy refuses, a rank count no machine has
+    from mpiopt.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"mpiopt: error: {error}") and err.count("\n") == 1, err
 
 
 def test_set_warns_of_what_train_does_not_read_or_the_space_does_not_hold(write_yaml, caplog):

@@ -116,6 +116,31 @@ def test_a_signal_while_the_space_files_module_imports_stops_every_rank_in_one_l
     assert not (tmp_path / "runs").exists()
 
 
+STOPPED_ON_ONE_RANK = """
+import os, signal
+
+if os.environ["PMI_RANK"] == os.environ["STOPPED_RANK"]:  # mpiexec's Ctrl-C reached this rank first
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def f(params):
+    return params["x"]
+"""
+
+
+@pytest.mark.parametrize("stopped_rank", ["0", "2"])
+def test_a_ctrl_c_one_rank_gets_before_mpi_starts_stops_every_rank_there(write_yaml, tmp_path, stopped_rank):
+    # a rank that left before MPI_Init would hold the others in it for ever: it goes on to MPI's
+    # start, where every rank learns of the stop
+    (tmp_path / "stops.py").write_text(STOPPED_ON_ONE_RANK)
+    yaml = write_yaml("name: stops\nobjective: {function: stops.py:f}\n"
+                      "parameters: {x: {type: real, low: 0, high: 1}}\nsearch: {trials: 2}\n", "stops.yaml")
+    p = run_cli(["search", yaml], cwd=tmp_path, np=3, timeout=60, env={"STOPPED_RANK": stopped_rank})
+    assert p.returncode == 130, p.stderr
+    assert p.stderr == "mpiopt: interrupted while starting; nothing was written\n", p.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_hand_outs_wait_for_a_fresh_round_under_mpi(write_yaml, tmp_path):
     # the rule for trials of minutes, forced on for 0.2 s trials: the background thread and the
     # dispatch loop under a real coordinator, with every model hand-out waiting for a round

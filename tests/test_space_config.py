@@ -191,6 +191,11 @@ BAD = [
      ["parameters.x.high"]),
     ("objective: {function: objectives.py:branin}\nparameters: {x: {type: integer, low: 1, high: 1.0e+400}}\n",
      ["parameters.x.high", "expected an integer"]),
+    ("objective: {function: objectives.py:branin}\n"
+     "parameters: {x: {type: integer, low: 0, high: 18446744073709551616}}\n",
+     ["parameters.x.high", "an integer of at most 2**53 in size, got int 18446744073709551616"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {choices: [1, null]}}\n",
+     ["parameters.x.choices", "choices must be strings, numbers or booleans, got null"]),
     (GOOD + "search: {trials: 1000000000000}\n", ["search.trials", "integer <= 2**31"]),
     (GOOD + "search: {seed: 1}\nsearch: {seed: 2}\n", ["invalid YAML", "duplicate key 'search'", "line 8"]),
     ("objective: {function: objectives.py:branin}\nparameters: {x: {type: real, low: 0, high: 1, low: 0.5}}\n",
