@@ -463,11 +463,24 @@ class RunDir:
         if not resume and self.holds_search():
             raise ConfigError("already holds a search; pass --resume to continue it, or choose another --out",
                               source=where)
+        if not resume:
+            self._refuse_files_a_search_would_overwrite()
         if resume:
             first = _first_record(self.journal_path)
             if isinstance(first, dict) and first.get("event") == "journal":
                 check_version(self.journal_path, first)
             self._check_same_search(config_text)
+
+    def _refuse_files_a_search_would_overwrite(self) -> None:
+        """A folder with files of a search's names but no journal (the user's own, or a search's
+        whose journal was deleted): a new search would overwrite them. A search writes its journal
+        first of those, and its undoing (`abandon`, `discard`) removes them all."""
+        if self.journal_path.exists():
+            return
+        found = [name for name in (CONFIG, RESULTS, LOG, HEARTBEAT, "trials") if (self.path / name).exists()]
+        if found:
+            raise ConfigError(f"holds {', '.join(found)} but no {JOURNAL}: a new search would overwrite "
+                              f"{'them' if len(found) > 1 else 'it'}; choose another --out", source=str(self.shown))
 
     def open(self, *, resume: bool, config_text: str, space: Path | None = None, ranks: int | None = None,
              nodes: int | None = None) -> None:
@@ -496,9 +509,9 @@ class RunDir:
         if resume:
             self._check_same_search(config_text)
             self._mend_torn_tail()
-        else:
+        self._journal = open(self.journal_path, "ab")  # first: files of a search's names without it are refused
+        if not resume:
             self.write_config(config_text)
-        self._journal = open(self.journal_path, "ab")
         self._needs_header = not self.holds_search()
 
     def _acquire_lock(self) -> None:

@@ -272,6 +272,25 @@ def test_refusals(tmp_path):
         RunDir(tmp_path / "r").open(resume=True, config_text=other)
 
 
+def test_a_new_search_never_overwrites_files_of_its_names_without_a_journal(tmp_path):
+    # the user's own config.yaml and results.csv in --out, or a search's whose journal was deleted
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "config.yaml").write_text("lr: 0.1\n")
+    (tmp_path / "mine" / "results.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "mine" / "notes.txt").write_text("")
+    with pytest.raises(ConfigError, match=r"^.*mine: holds config.yaml, results.csv but no trials.jsonl: a new search "
+                                          r"would overwrite them; choose another --out$"):
+        RunDir(tmp_path / "mine").open(resume=False, config_text=CONFIG)
+    assert (tmp_path / "mine" / "config.yaml").read_text() == "lr: 0.1\n"
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["config.yaml", "notes.txt", "results.csv"]
+    (tmp_path / "mine" / "config.yaml").unlink()
+    (tmp_path / "mine" / "results.csv").unlink()
+    rd = RunDir(tmp_path / "mine")
+    rd.open(resume=False, config_text=CONFIG)  # other files are no search's: left alone
+    rd.close()
+    assert (tmp_path / "mine" / "notes.txt").exists()
+
+
 def test_resume_starts_a_search_stopped_before_its_first_trial(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match=r"--resume: no search to resume here \(no trials.jsonl\)"):
