@@ -527,7 +527,7 @@ def _parse_folds(raw: dict, has_fn: bool, source: str) -> int | None:
 def _check_searched_training_keys(space: Space, source: str, keys_read: tuple[str, ...]) -> None:
     """A parameter named like a training key the trials read must only take values that key
     accepts (a function's parameter named like a key it does not read is its own)."""
-    from .space import Categorical
+    from .space import Categorical, Real
 
     for p in space.params:
         if p.name not in keys_read:
@@ -537,6 +537,10 @@ def _check_searched_training_keys(space: Space, source: str, keys_read: tuple[st
                       "early_stopping"):
             raise ConfigError(f"`{p.name}` cannot be searched: it is fixed for the whole job", source=source,
                               field=field)
+        if isinstance(p, Real) and p.name in INTEGER_TRAINING_KEYS:
+            raise ConfigError(f"a real parameter, but training.{p.name} takes integers (a trial would train "
+                              f"with {p.name} cut to one): make it `type: integer`", source=source,
+                              field=f"{field}.type")
         values = list(p.choices) if isinstance(p, Categorical) else [p.low, p.high]
         for v in values:
             check_training_value(p.name, v, source, field)
@@ -891,6 +895,7 @@ def _early_stopping(value: Any, source: str, field: str) -> dict[str, Any] | Non
 
 
 # how each `training` key is checked: (value, source, field) -> the value to use
+INTEGER_TRAINING_KEYS = ("group_size", "epochs", "batch_size", "sync_every", "checkpoint_every", "ranks_per_gpu")
 _TRAINING_CHECKS: dict[str, Callable[[Any, str, str], Any]] = {
     "group_size": partial(_int, minimum=1),
     "mode": lambda value, source, field: _choice(value, MODES, source, field, fold=True),

@@ -182,6 +182,9 @@ BAD = [
      "parameters: {epochs: {type: integer, low: 0, high: 3}}\n",
      ["parameters.epochs", "integer >= 1"]),
     ("objective: {model: objectives.py:branin, data: objectives.py:branin}\n"
+     "parameters: {batch_size: {type: real, low: 16, high: 64}}\n",
+     ["parameters.batch_size.type", "a real parameter, but training.batch_size takes integers", "type: integer"]),
+    ("objective: {model: objectives.py:branin, data: objectives.py:branin}\n"
      "parameters: {mode: {choices: [downpour, sync]}}\n",
      ["parameters.mode", "sync"]),
     ("objective: {function: objectives.py:branin}\nparameters: {group_size: {type: integer, low: 1, high: 3}}\n",
