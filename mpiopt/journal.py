@@ -518,6 +518,7 @@ class RunDir:
         self._lock_fd = hold_the_lock(self.path, "search", str(self.shown))
 
     def _check_same_search(self, config_text: str) -> None:
+        self._check_the_journal_s_parameters(config_text)
         changed = self.setting_a_resume_may_not_change(config_text)
         if changed is None:
             return
@@ -529,6 +530,29 @@ class RunDir:
         raise ConfigError(f"--resume: `{key}` differs from the search in {self.path / CONFIG} ({how}): its rungs and "
                           "paused trials are the journal's; resume with the same scheduler settings, or start a "
                           "new search in another --out", source=str(self.shown))
+
+    def _check_the_journal_s_parameters(self, config_text: str) -> None:
+        """Where config.yaml is gone or unreadable, the journal's trials tell the space: each
+        parameter they were given must be one of this space's, and each of its parameters
+        without a condition must have been given, or the resume would mix two searches."""
+        try:
+            yaml.safe_load((self.path / CONFIG).read_text("utf-8"))
+            return
+        except (yaml.YAMLError, OSError, UnicodeDecodeError):
+            pass
+        space = (yaml.safe_load(config_text) or {}).get("parameters") or {}
+        always = {name for name, spec in space.items() if not (isinstance(spec, dict) and spec.get("when"))}
+        given = {name for e in read_journal(self.journal_path)[0] if e.get("event") == "start"
+                 for name in (e.get("params") or {})}
+        if not given:
+            return
+        unknown, missing = sorted(given - set(space)), sorted(always - given)
+        if unknown or missing:
+            how = f"they were given {', '.join(unknown)}, which this space lacks" if unknown else \
+                f"none was given {', '.join(missing)}, which this space has"
+            raise ConfigError(f"--resume: {CONFIG} is missing or unreadable, and the trials in {JOURNAL} are of "
+                              f"another space ({how}); resume with the space they ran, or start a new search in "
+                              "another --out", source=str(self.shown))
 
     def setting_a_resume_may_not_change(self, config_text: str) -> tuple[str, str] | None:
         """The first key of the search here (its config.yaml) that `config_text` changes and a

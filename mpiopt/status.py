@@ -253,6 +253,8 @@ def _state_line(run: Path, alive: Liveness, budget: int) -> str:
     if alive.state == "stopped":
         return (f"{run}: not running: no heartbeat for {format_hours(alive.age_s / 3600)} (killed, or its node "
                 f"lost{_full_disk(run)}); {go_on}")
+    if (run / HEARTBEAT).exists():
+        return f"{run}: its {HEARTBEAT} is unreadable: whether it runs is unknown"
     return f"{run}: no heartbeat file (a search of an older mpiopt): whether it runs is unknown"
 
 
@@ -287,7 +289,7 @@ def _count_lines(trials: list[TrialRecord], budget: int, alive: Liveness) -> lis
     extra = [f"{counts[s]} {label}" for s, label in labels.items() if counts.get(s)]
     extra += [f"{ahead} sent ahead"] if ahead else []
     told = f"{finished} of {budget} finished{share}" if budget else \
-        f"{finished} finished (the budget is unknown: no config.yaml)"
+        f"{finished} finished (the budget is unknown: no readable config.yaml)"
     return [f"trials: {told}" + (f": {done}" if done else "")
             + ("; " + ", ".join(extra) if extra else "")]
 

@@ -291,6 +291,27 @@ def test_a_new_search_never_overwrites_files_of_its_names_without_a_journal(tmp_
     assert (tmp_path / "mine" / "notes.txt").exists()
 
 
+def test_without_its_config_yaml_a_resume_checks_the_space_against_the_journal(tmp_path):
+    rd = RunDir(tmp_path / "r")
+    rd.open(resume=False, config_text=CONFIG)
+    rd.append(start(0, 0.1))
+    rd.append(finish(0))
+    rd.close()
+    (tmp_path / "r" / "config.yaml").unlink()
+    with_z = CONFIG.replace("}}\n", "}, z: {type: real, low: 0, high: 1}}\n")
+    with pytest.raises(ConfigError, match=r"config.yaml is missing or unreadable, and the trials in trials.jsonl are "
+                                          r"of another space \(none was given z, which this space has\)"):
+        RunDir(tmp_path / "r").open(resume=True, config_text=with_z)
+    (tmp_path / "r" / "config.yaml").write_text("{{{ not yaml")
+    with pytest.raises(ConfigError, match=r"\(they were given x, which this space lacks\)"):
+        RunDir(tmp_path / "r").open(resume=True, config_text=CONFIG.replace("x:", "w:"))
+    conditional = CONFIG.replace("}}\n", "}, z: {type: real, low: 0, high: 1, when: {x: 1}}}\n")
+    for same in (CONFIG, conditional):  # a parameter with a condition may never have been given
+        rd = RunDir(tmp_path / "r")
+        rd.open(resume=True, config_text=same)
+        rd.close()
+
+
 def test_resume_starts_a_search_stopped_before_its_first_trial(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match=r"--resume: no search to resume here \(no trials.jsonl\)"):
