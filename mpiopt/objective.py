@@ -527,9 +527,8 @@ def preflight(cfg: Config, params: dict[str, Any] | None = None, sets: tuple[str
     from . import learn
 
     src = cfg.source or str(cfg.path)
-    files = isinstance(o.data, dict)  # HDF5 files are checked before TensorFlow's start-up, which takes seconds
-    if not files:
-        import_keras_quietly()  # first here, before the user's loader imports it
+    files = isinstance(o.data, dict)
+    import_keras_quietly()  # first here, before the user's loader or the reading of HDF5 files imports it
     runner = TrialRunner(cfg)
     params = cfg.space.middle() if params is None else params
     training = cfg.trial_training(params)

@@ -583,6 +583,12 @@ def test_mpiopt_check_stops_with_one_line_and_exit_2(space, tmp_path, cli_here):
     assert len(lines) == 1, p.stderr
     assert lines[0].startswith("mpiopt: error: ") and "labels range over 0..2 (3 classes)" in lines[0]
     assert "OK" not in p.stdout
+    # HDF5 files: their reading imports Keras, whose start-up lines (oneDNN, the CUDA probe) are not shown
+    (tmp_path / "d").mkdir()
+    write_h5(tmp_path / "d" / "train.h5", [0, 1, 2] * 10)
+    write_h5(tmp_path / "d" / "val.h5", [1, 0] * 5)
+    p = run_cli(["check", space(data="{train: d/train.h5, val: d/val.h5}")], cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.startswith("mpiopt: error: ") and p.stderr.count("\n") == 1, p.stderr
     p = cli_here("check", space(data="objs.py:two_classes"))
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(f"{tmp_path / 'space.yaml'}: OK (the model, built at the middle of the space, took a "
