@@ -239,7 +239,8 @@ def load_config(path: str | os.PathLike, *, resolve: bool = True) -> Config:
     p = Path(path)
     src = str(path)
     if not p.exists():
-        raise ConfigError("no such file", source=src)
+        raise ConfigError("a link to no file (a broken or looping symbolic link)" if p.is_symlink() else
+                          "no such file", source=src)
     if p.is_dir():
         raise ConfigError("is a directory, expected a search-space YAML file", source=src)
     try:
@@ -268,7 +269,9 @@ def load_config(path: str | os.PathLike, *, resolve: bool = True) -> Config:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"invalid YAML: {where}{problem}{_yaml_hint(problem)}{_yaml_context(exc, mark)}",
                           source=src) from None
-    except (RecursionError, ValueError) as exc:
+    except RecursionError:
+        raise ConfigError("invalid YAML: nested too deep to read (thousands of levels)", source=src) from None
+    except ValueError as exc:
         raise ConfigError(f"invalid YAML: {exc}", source=src) from None
     cfg = parse_config(raw, path=p.resolve(), source=src, resolve=False)
     # The user's file only: a run's config.yaml of an older mpiopt spells out every training key.
