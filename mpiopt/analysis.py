@@ -18,7 +18,7 @@ from ._results_view import by_status
 from .trial import TrialStatus
 from .pareto import Goals, reported_goal
 from .journal import (CONFIG, JOURNAL, PARAM_COUNT, REPORTED_OBJECTIVE, RESULTS, STRETCH_COLUMNS, TRAIN_INFO, Merit,
-                      front, is_live, read_journal, replay, result_rows, stretch_rows)
+                      front, is_live, read_journal, read_run_config, replay, result_rows, stretch_rows)
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +36,7 @@ def run_directory(path: str | os.PathLike) -> Path:
 
 
 def _run_info(path: Path) -> dict[str, Any]:
-    try:
-        return yaml.safe_load((path / CONFIG).read_text("utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
+    return read_run_config(path) or {}
 
 
 def direction_of(path: str | os.PathLike) -> tuple[str, str]:

@@ -1442,7 +1442,7 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
 
 def _run_dir_state(out: Path, cfg) -> str:
     """What a search of `cfg` would find in the run directory `out`; a ConfigError where it cannot write."""
-    from .journal import RunDir, is_live, refuse_an_unwritable_place
+    from .journal import JOURNAL, RunDir, is_live, refuse_an_unwritable_place
 
     refuse_a_file_in_the_way(out)
     refuse_an_unwritable_place(out)
@@ -1452,6 +1452,9 @@ def _run_dir_state(out: Path, cfg) -> str:
         return "a search is running there now"
     if run.holds_search():
         return _held_search_state(run, cfg)
+    if found := run.files_a_new_search_would_overwrite():
+        return (f"holds {', '.join(found)} but no {JOURNAL}: a new search would overwrite "
+                f"{'them' if len(found) > 1 else 'it'}, so it would be refused; choose another --out")
     return "stopped before its first trial (a search starts there, with or without --resume)" \
         if run.started_here() else "new"
 
@@ -1460,7 +1463,12 @@ def _held_search_state(run, cfg) -> str:
     """What a --resume without --trials would do with the search in `run`: continue it, find its
     budget spent, or be refused (a changed space; a budget below the trials it started)."""
     from .analysis import _run_info
+    from .journal import CONFIG
 
+    mismatch = run.journal_space_mismatch(_config_text(cfg))
+    if mismatch is not None:
+        return (f"holds another search (no readable {CONFIG}, and its trials' parameters differ: {mismatch}), so "
+                "--resume would be refused; choose another --out")
     changed = run.setting_a_resume_may_not_change(_config_text(cfg))
     if changed is not None:
         return (f"holds another search: its `{changed[0]}` differs ({changed[1]}), so --resume would be refused; "

@@ -127,6 +127,16 @@ def check_version(path: Path, first: dict[str, Any]) -> None:
                           f"upgrade mpiopt to read it (written by mpiopt {first.get('mpiopt', '?')})", source=str(path))
 
 
+def read_run_config(run: Path) -> dict[str, Any] | None:
+    """The configuration a search in `run` last ran with (its config.yaml); None where it is
+    missing, unreadable, or not a mapping."""
+    try:
+        config = yaml.safe_load((run / CONFIG).read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
 def _first_record(path: Path) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as f:
@@ -441,8 +451,9 @@ class RunDir:
                               "mpiopt's", source=str(self.shown))
 
     def started_here(self) -> bool:
-        """Whether a search opened this folder (its config.yaml is here), trials recorded or not."""
-        return (self.path / CONFIG).is_file()
+        """Whether a search opened this folder (its journal and config.yaml are here), trials
+        recorded or not."""
+        return self.journal_path.is_file() and (self.path / CONFIG).is_file()
 
     def check(self, *, resume: bool, config_text: str) -> None:
         """Refuse, reading only, what `open` would refuse: a folder that holds another search (or
@@ -471,13 +482,16 @@ class RunDir:
                 check_version(self.journal_path, first)
             self._check_same_search(config_text)
 
-    def _refuse_files_a_search_would_overwrite(self) -> None:
-        """A folder with files of a search's names but no journal (the user's own, or a search's
-        whose journal was deleted): a new search would overwrite them. A search writes its journal
-        first of those, and its undoing (`abandon`, `discard`) removes them all."""
+    def files_a_new_search_would_overwrite(self) -> list[str]:
+        """The files of a search's names in a folder without a journal (the user's own, or a
+        search's whose journal was deleted). A search writes its journal first of those, and its
+        undoing (`abandon`, `discard`) removes them all."""
         if self.journal_path.exists():
-            return
-        found = [name for name in (CONFIG, RESULTS, LOG, HEARTBEAT, "trials") if (self.path / name).exists()]
+            return []
+        return [name for name in (CONFIG, RESULTS, LOG, HEARTBEAT, "trials") if (self.path / name).exists()]
+
+    def _refuse_files_a_search_would_overwrite(self) -> None:
+        found = self.files_a_new_search_would_overwrite()
         if found:
             raise ConfigError(f"holds {', '.join(found)} but no {JOURNAL}: a new search would overwrite "
                               f"{'them' if len(found) > 1 else 'it'}; choose another --out", source=str(self.shown))
@@ -518,7 +532,11 @@ class RunDir:
         self._lock_fd = hold_the_lock(self.path, "search", str(self.shown))
 
     def _check_same_search(self, config_text: str) -> None:
-        self._check_the_journal_s_parameters(config_text)
+        mismatch = self.journal_space_mismatch(config_text)
+        if mismatch is not None:
+            raise ConfigError(f"--resume: {CONFIG} is missing or unreadable, and the trials in {JOURNAL} are of "
+                              f"another space ({mismatch}); resume with the space they ran, or start a new search "
+                              "in another --out", source=str(self.shown))
         changed = self.setting_a_resume_may_not_change(config_text)
         if changed is None:
             return
@@ -531,37 +549,29 @@ class RunDir:
                           "paused trials are the journal's; resume with the same scheduler settings, or start a "
                           "new search in another --out", source=str(self.shown))
 
-    def _check_the_journal_s_parameters(self, config_text: str) -> None:
-        """Where config.yaml is gone or unreadable, the journal's trials tell the space: each
-        parameter they were given must be one of this space's, and each of its parameters
-        without a condition must have been given, or the resume would mix two searches."""
-        try:
-            yaml.safe_load((self.path / CONFIG).read_text("utf-8"))
-            return
-        except (yaml.YAMLError, OSError, UnicodeDecodeError):
-            pass
+    def journal_space_mismatch(self, config_text: str) -> str | None:
+        """Where config.yaml is gone or unreadable, the journal's trials tell the space: how they
+        differ from `config_text`'s, else None. Each parameter they were given must be one of its
+        parameters, and each of those without a condition must have been given, or a resume
+        would mix two searches. (Names only: a changed range is not seen here.)"""
+        if read_run_config(self.path) is not None:
+            return None
         space = (yaml.safe_load(config_text) or {}).get("parameters") or {}
         always = {name for name, spec in space.items() if not (isinstance(spec, dict) and spec.get("when"))}
         given = {name for e in read_journal(self.journal_path)[0] if e.get("event") == "start"
                  for name in (e.get("params") or {})}
-        if not given:
-            return
         unknown, missing = sorted(given - set(space)), sorted(always - given)
-        if unknown or missing:
-            how = f"they were given {', '.join(unknown)}, which this space lacks" if unknown else \
-                f"none was given {', '.join(missing)}, which this space has"
-            raise ConfigError(f"--resume: {CONFIG} is missing or unreadable, and the trials in {JOURNAL} are of "
-                              f"another space ({how}); resume with the space they ran, or start a new search in "
-                              "another --out", source=str(self.shown))
+        if not given or not (unknown or missing):
+            return None
+        return f"they were given {', '.join(unknown)}, which this space lacks" if unknown else \
+            f"none was given {', '.join(missing)}, which this space has"
 
     def setting_a_resume_may_not_change(self, config_text: str) -> tuple[str, str] | None:
         """The first key of the search here (its config.yaml) that `config_text` changes and a
         --resume may not (the space, the objective, the scheduler's rungs), and how it changed
-        (`differences`); None where none differs."""
-        try:
-            old = yaml.safe_load((self.path / CONFIG).read_text("utf-8")) or {}
-            new = yaml.safe_load(config_text) or {}
-        except (yaml.YAMLError, OSError):
+        (`differences`); None where none differs, or config.yaml cannot be read."""
+        old, new = read_run_config(self.path), yaml.safe_load(config_text) or {}
+        if old is None:
             return None
         for key in ("parameters", "objective"):
             if old.get(key) != new.get(key):

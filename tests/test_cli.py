@@ -402,6 +402,15 @@ def test_check_says_what_a_search_would_find_in_its_run_directory(write_yaml, tm
     # the folder's config.yaml ("name: t") holds no parameters: another search's
     assert "  run dir     r (holds another search: its `parameters` differs (parameters added), so --resume would " \
         "be refused; choose another --out)" in run_cli(["check", space, "--out", "r"], cwd=tmp_path).stdout
+    (tmp_path / "r" / "config.yaml").write_text("garbage\n")  # unreadable: the journal's trials tell the space
+    assert "  run dir     r (holds another search (no readable config.yaml, and its trials' parameters differ: " \
+        "none was given z, which this space has), so --resume would be refused; choose another --out)" in \
+        run_cli(["check", write_yaml(SPACE.replace("  y:", "  z: {type: real, low: 0, high: 1}\n  y:"), "z.yaml"),
+                 "--out", "r"], cwd=tmp_path).stdout
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "results.csv").write_text("a,b\n")  # the user's own, as search refuses it
+    assert "  run dir     mine (holds results.csv but no trials.jsonl: a new search would overwrite it, so it would " \
+        "be refused; choose another --out)" in run_cli(["check", space, "--out", "mine"], cwd=tmp_path).stdout
 
 
 def test_check_says_what_a_resume_would_do_with_the_search_in_the_run_dir(write_yaml, tmp_path):

@@ -282,6 +282,8 @@ def test_a_new_search_never_overwrites_files_of_its_names_without_a_journal(tmp_
                                           r"would overwrite them; choose another --out$"):
         RunDir(tmp_path / "mine").open(resume=False, config_text=CONFIG)
     assert (tmp_path / "mine" / "config.yaml").read_text() == "lr: 0.1\n"
+    with pytest.raises(ConfigError, match=r"--resume: no search to resume here \(no trials.jsonl\)"):
+        RunDir(tmp_path / "mine").open(resume=True, config_text=CONFIG)  # nor is it a search stopped at its start
     assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["config.yaml", "notes.txt", "results.csv"]
     (tmp_path / "mine" / "config.yaml").unlink()
     (tmp_path / "mine" / "results.csv").unlink()
@@ -302,9 +304,10 @@ def test_without_its_config_yaml_a_resume_checks_the_space_against_the_journal(t
     with pytest.raises(ConfigError, match=r"config.yaml is missing or unreadable, and the trials in trials.jsonl are "
                                           r"of another space \(none was given z, which this space has\)"):
         RunDir(tmp_path / "r").open(resume=True, config_text=with_z)
-    (tmp_path / "r" / "config.yaml").write_text("{{{ not yaml")
-    with pytest.raises(ConfigError, match=r"\(they were given x, which this space lacks\)"):
-        RunDir(tmp_path / "r").open(resume=True, config_text=CONFIG.replace("x:", "w:"))
+    for unreadable in ("{{{ not yaml", "garbage\n"):  # not YAML; YAML but no mapping
+        (tmp_path / "r" / "config.yaml").write_text(unreadable)
+        with pytest.raises(ConfigError, match=r"\(they were given x, which this space lacks\)"):
+            RunDir(tmp_path / "r").open(resume=True, config_text=CONFIG.replace("x:", "w:"))
     conditional = CONFIG.replace("}}\n", "}, z: {type: real, low: 0, high: 1, when: {x: 1}}}\n")
     for same in (CONFIG, conditional):  # a parameter with a condition may never have been given
         rd = RunDir(tmp_path / "r")
