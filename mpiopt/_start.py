@@ -21,5 +21,5 @@ def main() -> int:
         for sig, handler in before.items():
             _signal.signal(sig, handler)
         raise
-    hold_stops_until_mpi(before, stopped=bool(stops))  # the command releases them, or MPI's start
+    hold_stops_until_mpi(before, stops)  # until the command releases them, or MPI has started
     return run_command()

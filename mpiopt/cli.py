@@ -383,20 +383,19 @@ def _start_pulse(comm, plan):
         return transport.Pulse(comm, sorted(pulsing)).start()
     if rank not in pulsing:
         return None
+    # every pulsing rank hears the silence at once: the first in turn says it and ends the job, and
+    # a later one, waiting longer, speaks only if those before it died too (the abort ends it first)
     turn = transport.speaking_order(plan).index(rank)
 
     def coordinator_lost(silent_s: float) -> None:
-        # every pulsing rank hears the silence at once: the first in turn says it and ends the job,
-        # and a later one speaks only if those before it died too (the abort ends it before its turn)
-        time.sleep(turn * COORDINATOR_LOST_TURN_S)
         print(f"mpiopt: error: world rank {rank}: no word from the coordinator (world rank 0) for {silent_s:.0f} s: "
               "its node is lost; ending the job (finished trials are in the journal: --resume)",
               file=sys.stderr, flush=True)
         # without the grace the launcher may tear the job down before it forwards this line
         abort_job(comm, 1, ABORT_GRACE_S)
 
-    return transport.Pulse(comm, [0], watch=0, silent_s=_env.get("MPIOPT_COORDINATOR_SILENT_S"),
-                           on_silence=coordinator_lost).start()
+    return transport.Pulse(comm, [0], watch=0, on_silence=coordinator_lost,
+                           silent_s=_env.get("MPIOPT_COORDINATOR_SILENT_S") + turn * COORDINATOR_LOST_TURN_S).start()
 
 
 def _search_as(args, job: _Job, comm, placement: str | None, plan) -> int:

@@ -270,7 +270,7 @@ def load_config(path: str | os.PathLike, *, resolve: bool = True) -> Config:
         raise ConfigError(f"invalid YAML: {where}{problem}{_yaml_hint(problem)}{_yaml_context(exc, mark)}",
                           source=src) from None
     except RecursionError:
-        raise ConfigError("invalid YAML: nested too deep to read (thousands of levels)", source=src) from None
+        raise ConfigError("invalid YAML: nested too deep to read (hundreds of levels)", source=src) from None
     except ValueError as exc:
         raise ConfigError(f"invalid YAML: {exc}", source=src) from None
     cfg = parse_config(raw, path=p.resolve(), source=src, resolve=False)
@@ -542,7 +542,7 @@ def _check_searched_training_keys(space: Space, source: str, keys_read: tuple[st
                               field=field)
         if isinstance(p, Real) and p.name in INTEGER_TRAINING_KEYS:
             raise ConfigError(f"a real parameter, but training.{p.name} takes integers (a trial would train "
-                              f"with {p.name} cut to one): make it `type: integer`", source=source,
+                              f"with {p.name} cut to an integer): make it `type: integer`", source=source,
                               field=f"{field}.type")
         values = list(p.choices) if isinstance(p, Categorical) else [p.low, p.high]
         for v in values:
@@ -898,7 +898,7 @@ def _early_stopping(value: Any, source: str, field: str) -> dict[str, Any] | Non
 
 
 # how each `training` key is checked: (value, source, field) -> the value to use
-INTEGER_TRAINING_KEYS = ("group_size", "epochs", "batch_size", "sync_every", "checkpoint_every", "ranks_per_gpu")
+INTEGER_TRAINING_KEYS = ("epochs", "batch_size", "sync_every")  # of those a search may search
 _TRAINING_CHECKS: dict[str, Callable[[Any, str, str], Any]] = {
     "group_size": partial(_int, minimum=1),
     "mode": lambda value, source, field: _choice(value, MODES, source, field, fold=True),

@@ -130,41 +130,43 @@ def prepare_threads() -> None:
             os.environ.setdefault(var, threads)
 
 
-def hold_stops_until_mpi(handlers: dict[int, Any], *, stopped: bool) -> None:
-    """Under a launcher, note a Ctrl-C or SIGTERM until MPI has started, and act on it then, on
-    every rank together (`start_mpi`, `agree_at_start`): a rank that leaves before MPI_Init holds
-    the others there for ever (MPICH waits in it for every rank). `handlers`: the signals' own,
-    for after; `stopped`: one came already."""
+def hold_stops_until_mpi(handlers: dict[int, Any], stops: list[int]) -> None:
+    """Under a launcher, note a Ctrl-C or SIGTERM until every rank has started MPI and agreed on
+    how the start went (`agree_at_start`), then act on it on every rank together: a rank that
+    leaves before MPI_Init holds the others there for ever (MPICH waits in it for every rank).
+    `handlers`: the signals' own, for after; `stops`: the signals that came already, read once
+    the note is in place, so that none falls between."""
     def note(signum, frame):
         _interrupts.stopped_before_mpi = True
 
-    _interrupts.before_mpi, _interrupts.stopped_before_mpi = dict(handlers), stopped
+    _interrupts.before_mpi = dict(handlers)
     for sig in handlers:
         signal.signal(sig, note)
+    if stops:
+        _interrupts.stopped_before_mpi = True
 
 
 def release_stops() -> None:
     """No MPI after all (a command without it): the held signals act as usual from here, and a
     Ctrl-C or SIGTERM already noted raises KeyboardInterrupt now."""
-    for sig, handler in _interrupts.before_mpi.items():
-        signal.signal(sig, handler)
-    _interrupts.before_mpi = {}
-    if _interrupts.stopped_before_mpi:
-        _interrupts.stopped_before_mpi = False
+    if _restore_held_signals():
         raise KeyboardInterrupt
 
 
-def start_mpi():
-    """COMM_WORLD, MPI started; from here a Ctrl-C raises KeyboardInterrupt and a SIGTERM does as
-    well (`catch_sigterm`). One noted before is raised at `agree_at_start`, on every rank."""
-    from . import transport
-
-    comm = transport.world()
+def _restore_held_signals() -> bool:
+    """The held signals' own handlers back; whether a stop was noted while they were held."""
     for sig, handler in _interrupts.before_mpi.items():
         signal.signal(sig, handler)
     _interrupts.before_mpi = {}
-    catch_sigterm()
-    return comm
+    stopped, _interrupts.stopped_before_mpi = _interrupts.stopped_before_mpi, False
+    return stopped
+
+
+def start_mpi():
+    """COMM_WORLD, MPI started. Signals held before stay held until `agree_at_start`."""
+    from . import transport
+
+    return transport.world()
 
 
 # -- under MPI ---------------------------------------------------------------------------------
@@ -424,30 +426,30 @@ def place_devices(comm, cfg, *, coordinator: int | None) -> str | None:
 
 
 def agree_at_start(comm) -> None:
-    """Raise, on every rank, the first start-up error any rank met before MPI started
-    (`_env.deferred`), saying which ranks and hosts met it where not all did, or the
-    KeyboardInterrupt of a Ctrl-C or SIGTERM one noted (`hold_stops_until_mpi`); a collective."""
-    from .transport import agree, host_name
+    """Raise, on every rank, the KeyboardInterrupt of a Ctrl-C or SIGTERM any rank noted before
+    (`hold_stops_until_mpi`), else the first start-up error any rank met before MPI started
+    (`_env.deferred`), saying which ranks and hosts met it where not all did; a collective. From
+    here a Ctrl-C raises KeyboardInterrupt, and a SIGTERM too (`catch_sigterm`)."""
+    from .transport import agree, highest, host_name
 
     error = _env.deferred()
-    stopped, _interrupts.stopped_before_mpi = _interrupts.stopped_before_mpi, False
-    if comm.Get_size() == 1:
-        if stopped:
-            _stopped_at_start()
-        if error is not None:
-            raise error
-        return
-    message = agree(comm, _STOPPED if stopped else str(error) if error else None)
-    if message == _STOPPED:
+    several, stopped = comm.Get_size() > 1, False
+    try:
+        stopped = bool(highest(comm, int(_interrupts.stopped_before_mpi))) if several else \
+            _interrupts.stopped_before_mpi
+        message = agree(comm, str(error) if error else None) if several and not stopped else None
+    finally:
+        stopped |= _restore_held_signals()  # one noted during the agreement: this rank's, as any later one
+        catch_sigterm()
+    if stopped:
         _stopped_at_start()
+    if error is not None and not several:
+        raise error
     if message is None:
         return
     seen = comm.allgather(host_name() if error else None)
     failed = {rank: host for rank, host in enumerate(seen) if host is not None}
     raise ConfigError(message if len(failed) == len(seen) else f"{message} ({ranks_on_hosts(failed)})")
-
-
-_STOPPED = "\0stopped"  # what a rank that noted a Ctrl-C or SIGTERM before MPI started tells the others
 
 
 def _stopped_at_start() -> NoReturn:

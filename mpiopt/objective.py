@@ -544,8 +544,6 @@ def preflight(cfg: Config, params: dict[str, Any] | None = None, sets: tuple[str
         what = "reading the HDF5 files" if files else "load_data"
         raise ConfigError(f"{what} failed: {type(exc).__name__}: {headline(exc)}",
                           source=src, field="objective.data") from None
-    if files:
-        import_keras_quietly()
     import keras
 
     _preflight_folds(cfg, source, src)

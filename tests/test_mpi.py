@@ -120,7 +120,7 @@ STOPPED_ON_ONE_RANK = """
 import os, signal
 
 if os.environ["PMI_RANK"] == os.environ["STOPPED_RANK"]:  # mpiexec's Ctrl-C reached this rank first
-    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), getattr(signal, os.environ["STOP_WITH"]))
 
 
 def f(params):
@@ -128,16 +128,20 @@ def f(params):
 """
 
 
-@pytest.mark.parametrize("stopped_rank", ["0", "2"])
-def test_a_ctrl_c_one_rank_gets_before_mpi_starts_stops_every_rank_there(write_yaml, tmp_path, stopped_rank):
-    # a rank that left before MPI_Init would hold the others in it for ever: it goes on to MPI's
-    # start, where every rank learns of the stop
+@pytest.mark.parametrize("command, stopped_rank, stop", [("search", "0", "SIGINT"), ("search", "2", "SIGTERM"),
+                                                         ("check", "2", "SIGINT")])
+def test_a_stop_one_rank_gets_as_the_job_starts_stops_every_rank_there(write_yaml, tmp_path, command, stopped_rank,
+                                                                       stop):
+    # a rank that left before MPI_Init, or before the ranks agreed how the start went, would hold
+    # the others there for ever: it goes on, and every rank learns of the stop at that agreement
+    # (search imports the space file's module before MPI starts, check after)
     (tmp_path / "stops.py").write_text(STOPPED_ON_ONE_RANK)
     yaml = write_yaml("name: stops\nobjective: {function: stops.py:f}\n"
                       "parameters: {x: {type: real, low: 0, high: 1}}\nsearch: {trials: 2}\n", "stops.yaml")
-    p = run_cli(["search", yaml], cwd=tmp_path, np=3, timeout=60, env={"STOPPED_RANK": stopped_rank})
+    p = run_cli([command, yaml], cwd=tmp_path, np=3, timeout=60, env={"STOPPED_RANK": stopped_rank, "STOP_WITH": stop})
     assert p.returncode == 130, p.stderr
-    assert p.stderr == "mpiopt: interrupted while starting; nothing was written\n", p.stderr
+    said = "mpiopt: interrupted while starting; nothing was written" if command == "search" else "mpiopt: interrupted"
+    assert p.stderr == said + "\n" and p.stdout == "", p.stderr + p.stdout
     assert not (tmp_path / "runs").exists()
 
 
