@@ -552,19 +552,31 @@ class RunDir:
     def journal_space_mismatch(self, config_text: str) -> str | None:
         """Where config.yaml is gone or unreadable, the journal's trials tell the space: how they
         differ from `config_text`'s, else None. Each parameter they were given must be one of its
-        parameters, and each of those without a condition must have been given, or a resume
-        would mix two searches. (Names only: a changed range is not seen here.)"""
+        parameters, with a value it holds, and each of those without a condition must have been
+        given, or a resume would mix two searches."""
+        from .space import parse_space
+
         if read_run_config(self.path) is not None:
             return None
-        space = (yaml.safe_load(config_text) or {}).get("parameters") or {}
-        always = {name for name, spec in space.items() if not (isinstance(spec, dict) and spec.get("when"))}
-        given = {name for e in read_journal(self.journal_path)[0] if e.get("event") == "start"
-                 for name in (e.get("params") or {})}
-        unknown, missing = sorted(given - set(space)), sorted(always - given)
-        if not given or not (unknown or missing):
+        raw = (yaml.safe_load(config_text) or {}).get("parameters") or {}
+        space = parse_space(raw, source=CONFIG, did_you_mean=lambda *args: "")
+        given = [(e.get("trial"), e.get("params") or {}) for e in read_journal(self.journal_path)[0]
+                 if e.get("event") == "start"]
+        names = {name for _, params in given for name in params}
+        unknown = sorted(names - set(space.names))
+        missing = sorted({p.name for p in space.params if not p.when} - names)
+        if not given:
             return None
-        return f"they were given {', '.join(unknown)}, which this space lacks" if unknown else \
-            f"none was given {', '.join(missing)}, which this space has"
+        if unknown:
+            return f"they were given {', '.join(unknown)}, which this space lacks"
+        if missing:
+            return f"none was given {', '.join(missing)}, which this space has"
+        outside = next(((n, name, v) for n, params in given for name, v in params.items()
+                        if not space[name].contains(v)), None)
+        if outside is not None:
+            n, name, v = outside
+            return f"trial {n}'s {name}={v!r} is not in this space's {name}"
+        return None
 
     def setting_a_resume_may_not_change(self, config_text: str) -> tuple[str, str] | None:
         """The first key of the search here (its config.yaml) that `config_text` changes and a

@@ -308,11 +308,21 @@ def test_without_its_config_yaml_a_resume_checks_the_space_against_the_journal(t
         (tmp_path / "r" / "config.yaml").write_text(unreadable)
         with pytest.raises(ConfigError, match=r"\(they were given x, which this space lacks\)"):
             RunDir(tmp_path / "r").open(resume=True, config_text=CONFIG.replace("x:", "w:"))
-    conditional = CONFIG.replace("}}\n", "}, z: {type: real, low: 0, high: 1, when: {x: 1}}}\n")
-    for same in (CONFIG, conditional):  # a parameter with a condition may never have been given
-        rd = RunDir(tmp_path / "r")
-        rd.open(resume=True, config_text=same)
-        rd.close()
+    with pytest.raises(ConfigError, match=r"\(trial 0's x=0.1 is not in this space's x\)"):
+        RunDir(tmp_path / "r").open(resume=True, config_text=CONFIG.replace("high: 1", "high: 0.05"))
+    rd = RunDir(tmp_path / "r")
+    rd.open(resume=True, config_text=CONFIG)
+    rd.close()
+    # a parameter with a condition may never have been given
+    conditional = CONFIG.replace("}}\n", "}, k: {choices: [a, b]}, z: {type: real, low: 0, high: 1, when: {k: a}}}\n")
+    rd = RunDir(tmp_path / "c")
+    rd.open(resume=False, config_text=conditional)
+    rd.append({**start(0, 0.1), "params": {"x": 0.1, "k": "b"}})
+    rd.close()
+    (tmp_path / "c" / "config.yaml").unlink()
+    rd = RunDir(tmp_path / "c")
+    rd.open(resume=True, config_text=conditional)
+    rd.close()
 
 
 def test_resume_starts_a_search_stopped_before_its_first_trial(tmp_path):
