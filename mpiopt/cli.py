@@ -1441,7 +1441,7 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
 
 def _run_dir_state(out: Path, cfg) -> str:
     """What a search of `cfg` would find in the run directory `out`; a ConfigError where it cannot write."""
-    from .journal import JOURNAL, RunDir, is_live, refuse_an_unwritable_place
+    from .journal import RunDir, is_live, refuse_an_unwritable_place
 
     refuse_a_file_in_the_way(out)
     refuse_an_unwritable_place(out)
@@ -1452,8 +1452,7 @@ def _run_dir_state(out: Path, cfg) -> str:
     if run.holds_search():
         return _held_search_state(run, cfg)
     if found := run.files_a_new_search_would_overwrite():
-        return (f"holds {', '.join(found)} but no {JOURNAL}: a new search would overwrite "
-                f"{'them' if len(found) > 1 else 'it'}, so it would be refused; choose another --out")
+        return f"{found}, so it would be refused; choose another --out"
     return "stopped before its first trial (a search starts there, with or without --resume)" \
         if run.started_here() else "new"
 

@@ -476,25 +476,27 @@ class RunDir:
                               source=where)
         if not resume:
             self._refuse_files_a_search_would_overwrite()
-        if resume:
+        else:
             first = _first_record(self.journal_path)
             if isinstance(first, dict) and first.get("event") == "journal":
                 check_version(self.journal_path, first)
             self._check_same_search(config_text)
 
-    def files_a_new_search_would_overwrite(self) -> list[str]:
-        """The files of a search's names in a folder without a journal (the user's own, or a
-        search's whose journal was deleted). A search writes its journal first of those, and its
-        undoing (`abandon`, `discard`) removes them all."""
+    def files_a_new_search_would_overwrite(self) -> str | None:
+        """What a new search here would overwrite: files of a search's names in a folder without a
+        journal (the user's own, or a search's whose journal was deleted); None where there are
+        none. A search writes its journal first of those, and its undoing (`abandon`, `discard`)
+        removes them all."""
         if self.journal_path.exists():
-            return []
-        return [name for name in (CONFIG, RESULTS, LOG, HEARTBEAT, "trials") if (self.path / name).exists()]
+            return None
+        found = [name for name in (CONFIG, RESULTS, LOG, HEARTBEAT, "trials") if (self.path / name).exists()]
+        return f"holds {', '.join(found)} but no {JOURNAL}: a new search would overwrite " \
+            f"{'them' if len(found) > 1 else 'it'}" if found else None
 
     def _refuse_files_a_search_would_overwrite(self) -> None:
         found = self.files_a_new_search_would_overwrite()
-        if found:
-            raise ConfigError(f"holds {', '.join(found)} but no {JOURNAL}: a new search would overwrite "
-                              f"{'them' if len(found) > 1 else 'it'}; choose another --out", source=str(self.shown))
+        if found is not None:
+            raise ConfigError(f"{found}; choose another --out", source=str(self.shown))
 
     def open(self, *, resume: bool, config_text: str, space: Path | None = None, ranks: int | None = None,
              nodes: int | None = None) -> None:
@@ -562,11 +564,11 @@ class RunDir:
         space = parse_space(raw, source=CONFIG, did_you_mean=lambda *args: "")
         given = [(e.get("trial"), e.get("params") or {}) for e in read_journal(self.journal_path)[0]
                  if e.get("event") == "start"]
+        if not given:
+            return None
         names = {name for _, params in given for name in params}
         unknown = sorted(names - set(space.names))
         missing = sorted({p.name for p in space.params if not p.when} - names)
-        if not given:
-            return None
         if unknown:
             return f"they were given {', '.join(unknown)}, which this space lacks"
         if missing:
