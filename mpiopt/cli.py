@@ -197,12 +197,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "report":
         return _guard(lambda: cmd_report(args))
     if job is None:  # this rank's start-up error: every rank learns it once MPI started
-        return mpi_main(None, lambda comm, placement: 2, coordinator=False, interrupted="")
-    command = _search if args.command == "search" else _train
-    interrupted = ("the journal is intact: continue with --resume" if args.command == "search" else
-                   _training_stopped(job))
+        return mpi_main(None, lambda comm, placement: 2, coordinator=False, interrupted=lambda: "")
+    command, stopped = (_search, _search_stopped) if args.command == "search" else (_train, _training_stopped)
     return mpi_main(job.cfg, lambda comm, placement: command(args, job, comm, placement),
-                    coordinator=args.command == "search", interrupted=interrupted)
+                    coordinator=args.command == "search", interrupted=lambda: stopped(job))
+
+
+def _search_stopped(job: _Job) -> str:
+    """The interrupted line of `mpiopt search`: whether its journal is there to resume."""
+    from .journal import JOURNAL
+
+    journal = job.out / JOURNAL
+    if journal.exists():
+        return "the journal is intact: continue with --resume"
+    return f"{journal} is gone: there is nothing to resume"
 
 
 def _training_stopped(job: _Job) -> str:

@@ -170,13 +170,14 @@ def start_mpi():
 
 
 # -- under MPI ---------------------------------------------------------------------------------
-def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: bool, interrupted: str) -> int:
+def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: bool,
+             interrupted: Callable[[], str]) -> int:
     """Start MPI and run `command(comm, placement)` on every rank; returns this rank's exit code.
 
     `placement` is the device plan, on world rank 0 only. `coordinator`: world rank 0 coordinates
     (a search) and gets no device when there are several ranks. A ConfigError that `command`
     raises must be raised on every rank alike (see `agree_or_raise`). `interrupted`: what rank 0
-    says after Ctrl-C or SIGTERM."""
+    says after Ctrl-C, SIGTERM or a file error, asked when said (the run directory may be gone)."""
     from . import transport
 
     try:
@@ -194,7 +195,8 @@ def mpi_main(cfg, command: Callable[[Any, str | None], int], *, coordinator: boo
     return end_rank(comm, code) if comm.Get_size() > 1 else code
 
 
-def _run_rank(comm, cfg, command: Callable[[Any, str | None], int], coordinator: bool, interrupted: str) -> int:
+def _run_rank(comm, cfg, command: Callable[[Any, str | None], int], coordinator: bool,
+              interrupted: Callable[[], str]) -> int:
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
         agree_at_start(comm)  # a start-up error some ranks met before MPI started (cli.main)
@@ -251,7 +253,7 @@ class _Interrupts:
 
     held: bool = False  # within interrupts_at_safe_points
     pending: bool = False  # one came there and was not raised yet
-    line: str | None = None  # rank 0's `mpiopt: interrupted` line, until it is said
+    line: Callable[[], str] | None = None  # rank 0's `mpiopt: interrupted` line, until it is said
     # the watchdog's alarm: SimpleQueue.put is reentrant, safe in a signal handler (a thread's
     # start is not: it takes locks the interrupted code may hold)
     alarm: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
@@ -305,7 +307,7 @@ def say_interrupted() -> None:
     """Rank 0's `mpiopt: interrupted; ...` line, once."""
     line, _interrupts.line = _interrupts.line, None
     if line is not None:
-        print(f"mpiopt: interrupted; {line}", file=sys.stderr, flush=True)
+        print(f"mpiopt: interrupted; {line()}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -339,11 +341,11 @@ def _raise_interrupt() -> NoReturn:
     raise KeyboardInterrupt
 
 
-def _file_error(comm, exc: OSError, interrupted: str) -> None:
+def _file_error(comm, exc: OSError, interrupted: Callable[[], str]) -> None:
     """Say which file failed and why (a full disk, a lost permission), on this rank's stderr, and
     end the job."""
     log.debug("traceback of the file error", exc_info=exc)
-    print(f"mpiopt: error on world rank {comm.Get_rank()}: {storage_text(exc)}; the job stops: {interrupted}",
+    print(f"mpiopt: error on world rank {comm.Get_rank()}: {storage_text(exc)}; the job stops: {interrupted()}",
           file=sys.stderr, flush=True)
     _end_job(comm, quiet=True)
 

@@ -1111,7 +1111,7 @@ def test_a_sigterm_whose_interrupt_python_swallowed_still_ends_the_rank(rank):
 import os, signal, time
 from mpiopt import launch
 launch.TERM_GRACE_S = 0.5
-launch._interrupts.line = "the journal is intact" if {rank} == 0 else None
+launch._interrupts.line = (lambda: "the journal is intact") if {rank} == 0 else None
 launch.catch_sigterm()
 try:
     os.kill(os.getpid(), signal.SIGTERM)
@@ -1287,3 +1287,15 @@ def test_the_best_of_a_pareto_search_breaks_a_tie_on_its_first_goal_by_the_front
     assert best_trials(table, "minimize").trial.tolist() == [1, 0, 2]
     p = run_cli(["results", str(run.path), "--best", "--format", "csv"], cwd=tmp_path)
     assert p.stdout.splitlines()[1].startswith("1,"), p.stdout
+
+
+def test_the_stopped_line_of_a_search_says_whether_its_journal_is_left(tmp_path):
+    # a run directory deleted while the search ran ends in a file error: its line must not call
+    # the journal intact
+    from mpiopt import cli
+
+    job = cli._Job(cfg=None, out=tmp_path / "run")
+    assert cli._search_stopped(job) == f"{tmp_path / 'run' / 'trials.jsonl'} is gone: there is nothing to resume"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "trials.jsonl").touch()
+    assert cli._search_stopped(job) == "the journal is intact: continue with --resume"
