@@ -27,9 +27,9 @@ from ._errors import ConfigError, file_error, storage_text
 from ._files import refuse_a_file_in_the_way
 from ._log import FILE_ONLY, STATS, HeldLines, log_to_file, set_rank_tag, setup_logging, stop_logging_to
 from .launch import (ABORT_GRACE_S, END_GRACE_S, INTERRUPTED_AT_START, abort_job, agree_at_start, agree_or_raise,
-                     catch_sigterm, env_size, hold_warnings, interrupted_outside_a_command, interrupts_at_safe_points,
-                     mpi_main, prepare_threads, raise_if_interrupted, ranks_on_hosts, relaunch, release_stops,
-                     say_error, start_mpi, warn_once)
+                     catch_sigterm, env_size, hold_warnings, interrupted_line, interrupted_outside_a_command,
+                     interrupts_at_safe_points, mpi_main, prepare_threads, raise_if_interrupted, ranks_on_hosts,
+                     relaunch, release_stops, say_error, start_mpi, warn_once)
 from .space import Categorical, distinct_points
 from .trial import TrialRecord, TrialResult, TrialStatus
 
@@ -620,6 +620,8 @@ def _coordinate_here(cfg, plan, comm, run_dir, journal: _Journal, placement: str
     gc.freeze()
     cpu0, wall0 = time.process_time(), time.perf_counter()
     summary = _run_coordinator(cfg, searcher, link, run_dir, journal)
+    if _search_complete(cfg, summary):  # its results are final: a Ctrl-C from here stops nothing
+        interrupted_line(lambda: f"the search had finished: its results are in {run_dir.shown / 'results.csv'}")
     code = _finish(cfg, summary, searcher, run_dir, cpu0, wall0, time.perf_counter() - began)
     if summary.retired:
         # their ranks are stuck in user code and would keep the job from ending: the journal and
@@ -943,9 +945,7 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float, took_s: 
         stats.info("%s", report)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     n = len(summary.trials)
-    finished = sum(t.shown_status(live=False).is_finished() for t in summary.trials.values())
-    cut_short = finished < cfg.search.trials and not summary.target_reached  # max_failures, misuse, no group left
-    ended = "stopped after" if cut_short else "finished in"
+    ended = "finished in" if _search_complete(cfg, summary) else "stopped after"
     log.info("search %s %.1f s: %d trial%s (%s)", ended, took_s, n, "s" * (n != 1), counts)
     stats.info("%s; coordinator CPU %.1f s (%.0f%% of one core)",
                dispatch_stats(summary.dispatch_s, summary.first_wave_s), cpu, 100.0 * cpu / max(wall, 1e-9))
@@ -966,6 +966,13 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float, took_s: 
     if not summary.discard:
         _say_and_log(f"results: {run_dir.shown / 'results.csv'}")
     return code
+
+
+def _search_complete(cfg, summary) -> bool:
+    """Whether the search spent its budget or reached its target (not cut short by max_failures,
+    the objective's misuse, time_limit or the loss of every group)."""
+    finished = sum(t.shown_status(live=False).is_finished() for t in summary.trials.values())
+    return (finished >= cfg.search.trials or summary.target_reached) and not summary.stopped
 
 
 def _front_of(cfg, summary) -> list[int]:

@@ -303,6 +303,12 @@ def _watch() -> None:
     os._exit(130)
 
 
+def interrupted_line(line: Callable[[], str]) -> None:
+    """From now on rank 0 says `line()` if interrupted (as the search's outcome changes)."""
+    if _interrupts.line is not None:  # rank 0, its line not said yet
+        _interrupts.line = line
+
+
 def say_interrupted() -> None:
     """Rank 0's `mpiopt: interrupted; ...` line, once."""
     line, _interrupts.line = _interrupts.line, None

@@ -1299,3 +1299,26 @@ def test_the_stopped_line_of_a_search_says_whether_its_journal_is_left(tmp_path)
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "trials.jsonl").touch()
     assert cli._search_stopped(job) == "the journal is intact: continue with --resume"
+
+
+def test_a_ctrl_c_as_a_search_finishes_says_it_had_finished(write_yaml, tmp_path):
+    # the Ctrl-C lands while the closing lines are printed: nothing is left to resume
+    space = write_yaml("""
+        objective: {function: objectives.py:branin}
+        parameters: {x: {type: real, low: -5.0, high: 10.0}, y: {type: real, low: 0.0, high: 15.0}}
+        search: {trials: 2}
+    """, name="fin")
+    script = f"""
+import os, signal, sys, time
+from mpiopt import cli
+finish = cli._finish
+def interrupted_finish(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+cli._finish = interrupted_finish
+sys.exit(cli.main(["search", {str(space)!r}]))
+"""
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 130, p.stderr
+    assert p.stderr.splitlines()[-1] == ("mpiopt: interrupted; the search had finished: its results are in "
+                                         f"{Path('runs') / 'fin' / 'results.csv'}"), p.stderr
