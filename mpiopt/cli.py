@@ -970,9 +970,9 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float, took_s: 
 
 def _search_complete(cfg, summary) -> bool:
     """Whether the search spent its budget or reached its target (not cut short by max_failures,
-    the objective's misuse, time_limit or the loss of every group)."""
+    the objective's misuse or the loss of every group), and kept its run directory."""
     finished = sum(t.shown_status(live=False).is_finished() for t in summary.trials.values())
-    return (finished >= cfg.search.trials or summary.target_reached) and not summary.stopped
+    return (finished >= cfg.search.trials or summary.target_reached) and not summary.discard
 
 
 def _front_of(cfg, summary) -> list[int]:
