@@ -13,6 +13,7 @@ from collections import Counter
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ._errors import ConfigError
 from .analysis import _run_info, direction_of, lost_intervals, run_directory
@@ -43,16 +44,13 @@ class Liveness:
 def liveness(run: Path, now: float) -> Liveness:
     """From the heartbeat file: running (recent), ended or interrupted (the search said so),
     stopped (stale, or its process gone); starting, before the first heartbeat of a search."""
-    try:
-        beat = json.loads((run / HEARTBEAT).read_text("utf-8"))
-    except (OSError, ValueError):
-        beat = None
-    starting = _starting(run, float(beat.get("time", 0.0)) if beat else None)
+    beat = _read_heartbeat(run)
+    starting = _starting(run, beat["time"] if beat else None)
     if starting is not None:
         return starting
     if beat is None:
         return Liveness("unknown", None)
-    age = now - float(beat.get("time", 0.0))
+    age = now - beat["time"]
     where = f"pid {beat.get('pid')} on {beat.get('host')}"
     space = beat.get("space") if isinstance(beat.get("space"), str) else None
     ranks = beat.get("ranks") if isinstance(beat.get("ranks"), int) else None
@@ -63,8 +61,20 @@ def liveness(run: Path, now: float) -> Liveness:
         return Liveness(beat["state"], age, where, space=space, ranks=ranks, nodes=nodes, since=since, stopped=stopped)
     if gone_from_this_machine(beat):
         return Liveness("stopped", age, where, gone=True, space=space, ranks=ranks, nodes=nodes, since=since)
-    state = "running" if recent(float(beat.get("time", 0.0)), now) else "stopped"
+    state = "running" if recent(beat["time"], now) else "stopped"
     return Liveness(state, age, where, space=space, ranks=ranks, nodes=nodes, since=since)
+
+
+def _read_heartbeat(run: Path) -> dict[str, Any] | None:
+    """The run's heartbeat, or None where it is missing or unreadable (not JSON, no mapping, no
+    time of the beat)."""
+    try:
+        beat = json.loads((run / HEARTBEAT).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(beat, dict) or not isinstance(beat.get("time"), (int, float)) or isinstance(beat["time"], bool):
+        return None
+    return beat
 
 
 def runs_now(trial: TrialRecord, alive: Liveness) -> bool:
@@ -248,7 +258,7 @@ def _state_line(run: Path, alive: Liveness, budget: int) -> str:
     if alive.state == "interrupted":
         return f"{run}: interrupted {format_hours(alive.age_s / 3600)} ago (Ctrl-C or SIGTERM); {go_on}"
     if alive.gone:
-        how = "killed" if alive.age_s is not None else "ended or killed: no heartbeat file tells"
+        how = "killed" if alive.age_s is not None else f"ended or killed: {_no_heartbeat(run)} tells which"
         return f"{run}: not running: its coordinator ({alive.where}) is gone ({how}{_full_disk(run)}); {go_on}"
     if alive.state == "stopped":
         return (f"{run}: not running: no heartbeat for {format_hours(alive.age_s / 3600)} (killed, or its node "
@@ -256,6 +266,10 @@ def _state_line(run: Path, alive: Liveness, budget: int) -> str:
     if (run / HEARTBEAT).exists():
         return f"{run}: its {HEARTBEAT} is unreadable: whether it runs is unknown"
     return f"{run}: no heartbeat file (a search of an older mpiopt): whether it runs is unknown"
+
+
+def _no_heartbeat(run: Path) -> str:
+    return f"no readable {HEARTBEAT}" if (run / HEARTBEAT).exists() else "no heartbeat file"
 
 
 def _full_disk(run: Path) -> str:

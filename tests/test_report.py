@@ -604,9 +604,10 @@ def test_status_of_a_finished_search(tmp_path):
                                                            "mid-write)")
     (run / "config.yaml").unlink()  # a run directory copied without it
     assert "trials: 39 finished (the budget is unknown: no readable config.yaml): 9 completed" in status_text(str(run))
-    (run / "heartbeat.json").write_text("garbage")
-    assert status_text(str(run)).splitlines()[0].endswith("its heartbeat.json is unreadable: whether it runs is "
-                                                          "unknown")
+    for garbage in ("garbage", "[]", '{"state": "running", "time": null}', '{"state": "running", "time": "x"}'):
+        (run / "heartbeat.json").write_text(garbage)
+        assert status_text(str(run)).splitlines()[0].endswith("its heartbeat.json is unreadable: whether it runs is "
+                                                              "unknown"), garbage
 
 
 def test_status_of_a_search_gone_silent_on_a_full_file_system_says_it_may_have_stopped_on_it(tmp_path,
