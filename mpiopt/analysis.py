@@ -91,6 +91,8 @@ def load_results(path: str | os.PathLike):
     df = _integer_params(_typed(df), space)
     df.attrs["direction"], df.attrs["metric"] = direction_of(p)  # what the plots take by default
     df.attrs["choices"] = numeric_choices(space)  # a plot's ticks there, not at values no trial can take
+    df.attrs["categories"] = {name: list(spec["choices"]) for name, spec in space.items()  # a plot's order
+                              if isinstance(spec, dict) and isinstance(spec.get("choices"), list)}
     # the trials that trained in several stretches (paused and promoted, or run again after a
     # crash): one row each here, so a timeline of them needs load_timeline's
     df.attrs["stretched"] = stretched

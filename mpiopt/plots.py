@@ -28,6 +28,8 @@ MAX_LINES = 500  # lines of parallel coordinates and learning curves
 INACTIVE_AT = -0.12  # where parallel coordinates put a parameter a trial's conditions left inactive
 MAX_FIT = 2000  # trials the importance model is fitted on
 MAX_GROUPS = 64  # groups of the timeline
+MAX_PARETO_PANELS = 6  # pairs of goals drawn: every pair of four goals
+SHORT_NAME = 28  # characters of a name or value on an axis
 
 
 class PlotUnavailable(ValueError):
@@ -153,7 +155,8 @@ def _thinned(done, limit: int, direction: str = "minimize"):
 def _completed_of(done, df) -> str:
     """'635 completed trials of 8,000': under a scheduler the completed trials are the few that
     survived its rungs, which the plots of completed trials are fitted or drawn on alone."""
-    return f"{len(done):,} completed trials" + (f" of {len(df):,}" if len(done) < len(df) else "")
+    return f"{len(done):,} completed trial{'s' * (len(done) != 1)}" + (f" of {len(df):,}" if len(done) < len(df)
+                                                                         else "")
 
 
 def _drawn(shown, done) -> str:
@@ -169,8 +172,22 @@ def _steps(x: np.ndarray, best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x[keep], best[keep]
 
 
-def _categories(series) -> list:
-    return sorted(series.dropna().unique(), key=str)
+def _categories(series, given: list | None = None) -> list:
+    """The categories a parameter took, in the order its space gave them (`given`; else by name)."""
+    taken = sorted(series.dropna().unique(), key=str)
+    if not given:
+        return taken
+    rank = {str(c): i for i, c in enumerate(given)}
+    return sorted(taken, key=lambda v: (rank.get(str(v), len(rank)), str(v)))
+
+
+def _short(text: str, limit: int = SHORT_NAME) -> str:
+    """A long name or value cut in its middle for an axis ('a_really_quite…for_testing_layout')."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 2
+    return f"{text[:head]}…{text[len(text) - (limit - 1 - head):]}"
 
 
 # -- optimization history -------------------------------------------------------------------------
@@ -218,31 +235,39 @@ def _elapsed_unit(span_s: float) -> tuple[float, str]:
 
 # -- Pareto front -----------------------------------------------------------------------------------
 def plot_pareto(df, goals):
-    """A Pareto search's completed trials on each pair of its goals (up to three pairs), the
-    trials of the front (the table's `pareto` column) in red and joined in order of the first goal.
+    """A Pareto search's completed trials on each pair of its goals (up to MAX_PARETO_PANELS
+    pairs), the trials of the front (the table's `pareto` column) in red. With two goals the front
+    is joined in order of the first; with more, a pair's view of it is no line (a trial on the
+    front may be beaten on both goals of the pair), so its points stand alone.
     `goals`: as `objective.pareto` gives them, `{metric: "minimize" | "maximize", ...}` (or pairs)."""
     goals = _goal_pairs(goals)
     done = df[df["status"] == "completed"]
-    pairs = [(a, b) for i, a in enumerate(goals) for b in goals[i + 1:]][:3]
+    pairs = [(a, b) for i, a in enumerate(goals) for b in goals[i + 1:]][:MAX_PARETO_PANELS]
     missing = [m for m, _ in goals if m not in done.columns]
     if "pareto" not in df.columns:
         raise PlotUnavailable("not a Pareto search (its table has no pareto column: objective.pareto makes one)")
     if done.empty or missing:
         raise PlotUnavailable("no trial has completed" if done.empty else f"no column for {', '.join(missing)}")
-    fig = _figure(5.0 * len(pairs) + 1.0, 4.5)
-    axes = np.atleast_1d(fig.subplots(1, len(pairs)))
+    cols = min(3, len(pairs))
+    rows = math.ceil(len(pairs) / cols)
+    fig = _figure(4.2 * cols + 0.6, 3.6 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
     on = done[done["pareto"].astype(bool)]
-    for ax, ((x, dx), (y, dy)) in zip(axes, pairs, strict=True):
+    style = "o-" if len(goals) == 2 else "o"
+    for ax, ((x, dx), (y, dy)) in zip(axes, pairs, strict=False):
         ax.scatter(done[x], done[y], s=14, color="tab:gray", alpha=0.6, label=f"{len(done)} completed")
         line = on.sort_values(x)
-        ax.plot(line[x], line[y], "o-", color="tab:red", markersize=5, label=f"front of all goals ({len(on)})")
+        ax.plot(line[x], line[y], style, color="tab:red", markersize=5, label=f"front of all goals ({len(on)})")
         ax.set_xlabel(f"{x} ({dx})")
         ax.set_ylabel(f"{y} ({dy})")
         for values, set_scale in ((done[x], ax.set_xscale), (done[y], ax.set_yscale)):
             if _spans_decades(values.to_numpy(float)):  # parameter counts, durations
                 set_scale("log")
         ax.legend(fontsize="small")
-    fig.suptitle("Pareto front")
+    for ax in axes[len(pairs):]:
+        ax.set_visible(False)
+    shown = "" if len(pairs) == len(goals) * (len(goals) - 1) // 2 else f" ({len(pairs)} pairs of goals drawn)"
+    fig.suptitle(f"Pareto front{shown}")
     return fig
 
 
@@ -297,12 +322,12 @@ def plot_importance(df, *, metric: str = "objective", log_params: Iterable[str] 
     direction: a share of the variation is the same whichever way the search goes."""
     share = parameter_importance(df, metric=metric, log_params=log_params)
     names = sorted(share, key=share.get)
-    fig = _figure(7.0, 1.2 + 0.45 * len(names))
+    fig = _figure(7.0, 1.5 + 0.45 * len(names))
     ax = fig.subplots()
-    ax.barh(names, [share[n] for n in names], color="tab:blue")
-    ax.set_xlabel(f"share of {_label(df, metric)}'s variation (random-forest permutation importance)")
+    ax.barh([_short(n) for n in names], [share[n] for n in names], color="tab:blue")
+    ax.set_xlabel(f"share of {_short(_label(df, metric))}'s variation\n(random-forest permutation importance)")
     ax.set_xlim(0, 1)
-    ax.set_title(f"Parameter importance ({_completed_of(_completed(df, metric), df)})")
+    fig.suptitle(f"Parameter importance ({_completed_of(_completed(df, metric), df)})")
     return fig
 
 
@@ -314,16 +339,19 @@ def plot_parallel(df, *, direction: str | None = None, metric: str = "objective"
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
+    names = param_columns(df)
+    if len(names) < 2:
+        raise PlotUnavailable("needs two parameters or more (plot_slices draws the one)")
     every = _completed(df, metric)
     direction = _direction(df, direction, metric)
     logs = _log_names(df, log_params)
     done = _thinned(every, MAX_LINES, direction)
     done = done.sort_values("objective", ascending=direction != "minimize")  # best last
-    names = param_columns(df)
     axes_values, labels = [], []
     for c in names:
         name = c[len("params_"):]
-        unit, ticks = _unit_axis(done[c], name in logs, df.attrs.get("choices", {}).get(name))
+        unit, ticks = _unit_axis(done[c], name in logs, df.attrs.get("choices", {}).get(name),
+                                 df.attrs.get("categories", {}).get(name))
         axes_values.append(unit)
         labels.append((name, ticks))
     fig = _figure(max(6.0, 1.6 * len(names) + 2), 4.5)
@@ -339,8 +367,8 @@ def plot_parallel(df, *, direction: str | None = None, metric: str = "objective"
     for x, (_, ticks) in zip(xs, labels, strict=True):
         ax.axvline(x, color="black", linewidth=0.6)
         for pos, text in ticks:
-            ax.text(x + 0.03, pos, text, fontsize=7, va="center")
-    ax.set_xticks(xs, [name for name, _ in labels])
+            ax.text(x + 0.03, pos, _short(text, 16), fontsize=7, va="center")
+    ax.set_xticks(xs, [_short(name, 20) for name, _ in labels])
     ax.set_yticks([])
     inactive_shown = any(pos == INACTIVE_AT for _, ticks in labels for pos, _ in ticks)
     ax.set_ylim((INACTIVE_AT if inactive_shown else 0.0) - 0.05, 1.05)
@@ -349,13 +377,14 @@ def plot_parallel(df, *, direction: str | None = None, metric: str = "objective"
     return fig
 
 
-def _unit_axis(series, log: bool, choices: list | None = None) -> tuple[np.ndarray, list[tuple[float, str]]]:
+def _unit_axis(series, log: bool, choices: list | None = None,
+               categories: list | None = None) -> tuple[np.ndarray, list[tuple[float, str]]]:
     """A parameter scaled to [0, 1] for its axis, with a few labelled ticks (numeric `choices`: one
     at each value taken); a trial where the parameter is inactive (a conditional space) sits
     below, at `INACTIVE_AT`."""
     inactive = series.isna().to_numpy()
     if _is_categorical(series):
-        cats = _categories(series)
+        cats = _categories(series, categories)
         pos = {v: (i / (len(cats) - 1) if len(cats) > 1 else 0.5) for i, v in enumerate(cats)}
         unit, ticks = series.map(pos).to_numpy(float), [(pos[v], str(v)) for v in cats]
     else:
@@ -388,15 +417,17 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
     names = param_columns(df)
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
-    fig = _figure(4.0 * cols, 3.2 * rows)
+    fig = _figure(max(4.0 * cols, 7.0), 3.2 * rows)  # a single panel as wide as its title
     panels = np.atleast_1d(fig.subplots(rows, cols, sharey=True, squeeze=False)).ravel()
     rng = np.random.default_rng(0)
     for ax, c in zip(panels, names, strict=False):
         name = c[len("params_"):]
         if _is_categorical(done[c]):
-            cats = _categories(done[c])
+            cats = _categories(done[c], df.attrs.get("categories", {}).get(name))
             x = done[c].map({v: i for i, v in enumerate(cats)}).to_numpy(float) + rng.uniform(-0.15, 0.15, len(done))
-            ax.set_xticks(range(len(cats)), [str(v) for v in cats])
+            texts = [_short(v, 16) for v in cats]
+            long = sum(map(len, texts)) > 24  # more than the panel holds level: slanted
+            ax.set_xticks(range(len(cats)), texts, rotation=30 if long else 0, ha="right" if long else "center")
             ax.set_xlim(-0.5, len(cats) - 0.5)  # every category's tick, whatever the points' spread
         else:
             x = done[c].to_numpy(float)
@@ -413,7 +444,7 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         points = ax.scatter(x, done["objective"], c=done["trial"], cmap="viridis", edgecolors="black",
                             linewidths=0.3, s=18)
-        ax.set_xlabel(name)
+        ax.set_xlabel(_short(name))
     for ax in panels[len(names):]:
         ax.set_visible(False)
     for ax in panels[::cols]:

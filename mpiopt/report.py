@@ -8,7 +8,9 @@ import io
 import logging
 import math
 import os
+import re
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from .status import liveness
 from .trial import TrialStatus
 
 log = logging.getLogger(__name__)
+MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font")
 
 
 @dataclass
@@ -56,14 +59,35 @@ def _plots(df, history, stretches, direction: str, metric: str, logs: set[str],
     ]
 
 
-def _draw(slug: str, title: str, make: Callable) -> Section:
-    try:
-        fig = make()
-    except plots.PlotUnavailable as why:
-        return Section(slug, title, reason=str(why))
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
+def _draw(slug: str, title: str, make: Callable, lacking: set[str]) -> Section:
+    """One plot; the characters its font has no glyph for are added to `lacking` (matplotlib
+    warns of each, on every plot, with a line of its source)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fig = make()
+        except plots.PlotUnavailable as why:
+            return Section(slug, title, reason=str(why))
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+    for w in caught:
+        glyph = MISSING_GLYPH.match(str(w.message))
+        if glyph:
+            lacking.add(chr(int(glyph[1])))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return Section(slug, title, png=buf.getvalue())
+
+
+def _say_lacking(lacking: set[str]) -> None:
+    """One line for the characters no plot could draw (a parameter named in Chinese)."""
+    from matplotlib import rcParams
+
+    if lacking:
+        family = rcParams["font.family"][0]
+        font = (rcParams.get(f"font.{family}") or [family])[0]  # the first font of the family, which drew
+        log.warning("the plots' font (%s) has no glyph for %s: drawn as boxes (matplotlib's font.family can name "
+                    "a font that has them, in a matplotlibrc)", font, " ".join(sorted(lacking)))
 
 
 # file names a user may give --out that would become folders: images and documents
@@ -89,8 +113,10 @@ def write_report(path: str | os.PathLike, out: str | os.PathLike | None = None) 
     direction, metric = direction_of(run)
     goals = goals_of(run)
     refuse_a_file_in_the_way(target, source=f"--out {target}")
-    sections = [_draw(*spec) for spec in _plots(df, history, stretches, direction, metric, log_params(info),
-                                                     goals)]
+    lacking: set[str] = set()
+    sections = [_draw(*spec, lacking) for spec in _plots(df, history, stretches, direction, metric, log_params(info),
+                                                              goals)]
+    _say_lacking(lacking)
     made, written = missing_folders(target), []
     try:
         target.mkdir(parents=True, exist_ok=True)
@@ -148,11 +174,18 @@ def summary_rows(run: Path, info: dict, df, usage: dict, direction: str, metric:
 
 
 def _wall_time(usage: dict) -> str:
-    running = f"{usage['active_s'] / 60:.1f} min"
+    running = _duration(usage["active_s"])
     if usage["runs"] < 2:
         return running
-    return (f"{running} running, in {usage['runs']} runs ({usage['span_s'] / 60:.1f} min from the first start to the "
-            "last end)")
+    span = _duration(usage["span_s"])
+    return f"{running} running, in {usage['runs']} runs ({span} from the first start to the last end)"
+
+
+def _duration(seconds: float) -> str:
+    """'4.2 s', '1.5 min', '3.1 h'."""
+    if seconds < 90:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _missing(value) -> bool:

@@ -48,9 +48,25 @@ def test_plots_of_completed_trials_say_how_few_of_the_trials_they_are(df):
     of = f"{len(completed(df)):,} completed trials of {len(df):,}"
     assert of in plots.plot_parallel(df).axes[0].get_title()
     assert of in plots.plot_slices(df)._suptitle.get_text()
-    assert of in plots.plot_importance(df).axes[0].get_title()
+    assert of in plots.plot_importance(df)._suptitle.get_text()
     every = completed(df)
     assert f"{len(every):,} completed trials)" in plots.plot_parallel(every).axes[0].get_title()
+    assert ", 1 completed trial of " in plots.plot_slices(df[df.trial <= every.trial.min()])._suptitle.get_text()
+
+
+def test_plots_cut_long_names_keep_the_spaces_order_of_categories_and_want_two_parameters(df):
+    long = "a_really_quite_extraordinarily_long_parameter_name"
+    table = df.rename(columns={"params_x": f"params_{long}"})
+    table.attrs = {**df.attrs, "categories": {"kind": ["c", "b", "a"]}}
+    shown = "a_really_quit…parameter_name"
+    assert len(shown) == plots.SHORT_NAME and shown in [t.get_text() for t in plots.plot_importance(table)
+                                                        .axes[0].get_yticklabels()]
+    slices = plots.plot_slices(table)
+    assert [ax.get_xlabel() for ax in slices.axes[:3]] == [shown, "y", "kind"]
+    taken = sorted(set(completed(df)["params_kind"]), key=["c", "b", "a"].index)
+    assert [t.get_text() for t in slices.axes[2].get_xticklabels()] == taken
+    with pytest.raises(plots.PlotUnavailable, match="needs two parameters or more"):
+        plots.plot_parallel(df.drop(columns=["params_y", "params_kind"]))
 
 
 def test_plots_take_the_direction_of_the_run_the_table_came_from(tmp_path):
@@ -329,6 +345,9 @@ def test_the_summary_tells_the_wall_time_of_a_resumed_search_running_and_from_st
     from mpiopt.report import _wall_time
 
     assert _wall_time({"active_s": 90.0, "runs": 1, "span_s": 90.0}) == "1.5 min"
+    assert _wall_time({"active_s": 4.2, "runs": 1, "span_s": 4.2}) == "4.2 s"  # not "0.1 min"
+    assert _wall_time({"active_s": 4.2, "runs": 2, "span_s": 9000.0}) == \
+        "4.2 s running, in 2 runs (2.5 h from the first start to the last end)"
     assert _wall_time({"active_s": 90.0, "runs": 2, "span_s": 600.0}) == \
         "1.5 min running, in 2 runs (10.0 min from the first start to the last end)"
 
@@ -884,6 +903,12 @@ def test_plot_pareto_takes_the_goals_as_the_file_gives_them():
     df = mpiopt.load_results(FIXTURE).assign(size=lambda d: d.trial * 1.0, pareto=lambda d: d.trial % 3 == 0)
     fig = plots.plot_pareto(df, {"objective": "minimize", "size": "minimize"})
     assert fig._suptitle.get_text() == "Pareto front"
+    assert fig.axes[0].lines[0].get_linestyle() == "-"  # two goals: the front is a line
+    four = df.assign(cost=lambda d: -d.trial * 1.0, time=lambda d: d.trial % 5 * 1.0)
+    fig = plots.plot_pareto(four, {"objective": "minimize", "size": "minimize", "cost": "minimize", "time": "maximize"})
+    drawn = [(ax.get_xlabel(), ax.get_ylabel()) for ax in fig.axes if ax.get_visible()]
+    assert len(drawn) == 6 and ("cost (minimize)", "time (maximize)") in drawn  # every pair
+    assert {ax.lines[0].get_linestyle() for ax in fig.axes} == {"None"}  # more goals: no line through a pair's view
     for goals, message in [({"objective": "minimize"}, "goals: expected two goals or more"),
                            ({"objective": "min", "size": "minimize"}, "goals: expected 'minimize' or 'maximize', "
                                                                       "got 'min'")]:
@@ -902,3 +927,16 @@ def test_the_summary_leaves_out_a_utilization_it_cannot_tell(tmp_path):
     assert "group utilization" not in rows
     rows = dict(summary_rows(run, {}, df, {"utilization": 0.5, "groups": 2}, "minimize", "objective"))
     assert rows["group utilization"] == "50% of 2 groups"
+
+
+def test_characters_the_plots_font_lacks_are_said_once_not_warned_of_per_plot(recwarn):
+    from mpiopt.report import _draw
+
+    def make():
+        fig = plots._figure()
+        fig.suptitle("学习率")
+        return fig
+
+    lacking: set[str] = set()
+    section = _draw("x", "X", make, lacking)
+    assert section.png and lacking == {"学", "习", "率"} and not [w for w in recwarn if "Glyph" in str(w.message)]
