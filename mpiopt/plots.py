@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections import Counter
 from collections.abc import Iterable
 
@@ -21,6 +22,7 @@ STATUS_COLOURS = {"completed": "tab:blue", "pruned": "tab:gray", "paused": "tab:
                   "running": "tab:green"}
 # enough completed trials for a random forest to say more than noise about the parameters
 MIN_FOR_IMPORTANCE = 8
+WEAK_FIT = 0.5  # the forest's out-of-bag R² under which importance shares are called unreliable
 # Past these sizes a plot draws a part of a search (`_thinned`: the best trials and an even draw of
 # the rest): 100,000 markers take minutes to render and show no more than 2,000 do.
 MAX_POINTS = 2000  # markers of a scatter plot
@@ -282,6 +284,12 @@ def parameter_importance(df, *, metric: str = "objective", log_params: Iterable[
     """Each parameter's share of the variation of `metric` (default: the figure of merit), by
     permutation importance of a random forest fitted on the completed trials (scikit-learn; a draw
     of MAX_FIT of them past that), normalised to sum to 1."""
+    return _importance(df, metric, log_params)[0]
+
+
+def _importance(df, metric: str, log_params: Iterable[str]) -> tuple[dict[str, float], float]:
+    """`parameter_importance`, and the share of the variation the forest explains out of bag (its
+    R²): near 0 or below, the forest found no pattern, and the shares are noise."""
     from sklearn.ensemble import RandomForestRegressor
     from sklearn.inspection import permutation_importance
 
@@ -293,12 +301,14 @@ def parameter_importance(df, *, metric: str = "objective", log_params: Iterable[
     done = done.sample(n=MAX_FIT, random_state=0) if len(done) > MAX_FIT else done
     X = np.column_stack([_numeric(done[c], c[len("params_"):] in logs) for c in names])
     y = done["objective"].to_numpy(float)
-    forest = RandomForestRegressor(n_estimators=200, min_samples_leaf=2, random_state=0).fit(X, y)
+    with warnings.catch_warnings():  # a trial in every tree's sample has no out-of-bag prediction: left out
+        warnings.simplefilter("ignore", UserWarning)
+        forest = RandomForestRegressor(n_estimators=200, min_samples_leaf=2, random_state=0, oob_score=True).fit(X, y)
     raw = permutation_importance(forest, X, y, n_repeats=10, random_state=0).importances_mean
     raw = np.clip(raw, 0.0, None)
     total = raw.sum()
     share = raw / total if total > 0 else np.full(len(names), 1.0 / len(names))
-    return {c[len("params_"):]: float(s) for c, s in zip(names, share, strict=True)}
+    return {c[len("params_"):]: float(s) for c, s in zip(names, share, strict=True)}, float(forest.oob_score_)
 
 
 def _numeric(series, log: bool) -> np.ndarray:
@@ -320,14 +330,19 @@ def _in_log_scale(series, log: bool) -> bool:
 def plot_importance(df, *, metric: str = "objective", log_params: Iterable[str] = ()):
     """The parameters by importance (`parameter_importance`), most important on top. It takes no
     direction: a share of the variation is the same whichever way the search goes."""
-    share = parameter_importance(df, metric=metric, log_params=log_params)
+    share, explained = _importance(df, metric, log_params)
     names = sorted(share, key=share.get)
     fig = _figure(7.0, 1.5 + 0.45 * len(names))
     ax = fig.subplots()
-    ax.barh([_short(n) for n in names], [share[n] for n in names], color="tab:blue")
-    ax.set_xlabel(f"share of {_short(_label(df, metric))}'s variation\n(random-forest permutation importance)")
+    weak = explained < WEAK_FIT
+    ax.barh([_short(n) for n in names], [share[n] for n in names], color="tab:gray" if weak else "tab:blue")
+    ax.set_xlabel(f"share of {_short(_label(df, metric))}'s variation\n(random-forest permutation importance; "
+                  f"the forest explains {max(explained, 0.0):.0%} of it out of bag)")
     ax.set_xlim(0, 1)
-    fig.suptitle(f"Parameter importance ({_completed_of(_completed(df, metric), df)})")
+    title = f"Parameter importance ({_completed_of(_completed(df, metric), df)})"
+    if weak:  # too few trials, or a few outliers the forest cannot place: the bars would mislead
+        title += "\nunreliable: the forest finds little pattern in these trials"
+    fig.suptitle(title)
     return fig
 
 

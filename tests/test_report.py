@@ -940,3 +940,19 @@ def test_characters_the_plots_font_lacks_are_said_once_not_warned_of_per_plot(re
     lacking: set[str] = set()
     section = _draw("x", "X", make, lacking)
     assert section.png and lacking == {"学", "习", "率"} and not [w for w in recwarn if "Glyph" in str(w.message)]
+
+
+def test_importance_says_when_its_forest_finds_no_pattern(df):
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(-1, 1, 60), rng.uniform(-1, 1, 60)
+    clear = pd.DataFrame({"trial": range(60), "status": "completed", "objective": x ** 2, "params_x": x,
+                          "params_y": y})
+    share = plots.parameter_importance(clear)
+    assert share["x"] > 0.9
+    fig = plots.plot_importance(clear)
+    assert "unreliable" not in fig._suptitle.get_text() and "explains 9" in fig.axes[0].get_xlabel()
+    noise = clear.assign(objective=rng.permutation(clear.objective.to_numpy()))  # no parameter matters
+    assert "\nunreliable: the forest finds little pattern" in plots.plot_importance(noise)._suptitle.get_text()
