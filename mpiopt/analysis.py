@@ -18,7 +18,7 @@ from ._results_view import by_status
 from .trial import TrialStatus
 from .pareto import Goals, reported_goal
 from .journal import (CONFIG, JOURNAL, PARAM_COUNT, REPORTED_OBJECTIVE, RESULTS, STRETCH_COLUMNS, TRAIN_INFO, Merit,
-                      front, is_live, read_journal, read_run_config, replay, result_rows, stretch_rows)
+                      front, is_live, read_heartbeat, read_journal, read_run_config, replay, result_rows, stretch_rows)
 
 log = logging.getLogger(__name__)
 
@@ -183,17 +183,22 @@ def load_timeline(path: str | os.PathLike):
         df = load_results(p)
         return df[[c for c in STRETCH_COLUMNS if c in df]]
     events = _events(p)
-    df = _typed(pd.DataFrame(stretch_rows(events, live=is_live(p)), columns=STRETCH_COLUMNS))
+    beat = read_heartbeat(p)  # a killed run ran until its last heartbeat at least
+    last_beat = beat["time"] if beat else None
+    live = is_live(p)
+    df = _typed(pd.DataFrame(stretch_rows(events, live=live, last_beat=last_beat), columns=STRETCH_COLUMNS))
+    df.attrs["live"] = live  # its running stretches have no end yet
     df.attrs["lost"] = lost_intervals(events)
-    df.attrs["runs"] = run_spans(events)
+    df.attrs["runs"] = run_spans(events, last_beat)
     return df
 
 
-def run_spans(events) -> list[tuple[float, float, int | None]]:
+def run_spans(events, last_beat: float | None = None) -> list[tuple[float, float, int | None]]:
     """When the search ran: a (from, until, groups) span for each run of it (the first, each
-    --resume), from its `session` record to its last record, so the time between a kill and its
-    --resume is no part of any, with the number of groups the run had (None where the journal does
-    not say); [] for a journal written before those records."""
+    --resume), from its `session` record to its last record (the last run's: or its last
+    heartbeat, if later), so the time between a kill and its --resume is no part of any, with the
+    number of groups the run had (None where the journal does not say); [] for a journal written
+    before those records."""
     spans: list[list] = []
     marked = False
     for e in events:
@@ -206,6 +211,8 @@ def run_spans(events) -> list[tuple[float, float, int | None]]:
             spans.append([float(at), float(at), groups if isinstance(groups, int) else None])
         else:
             spans[-1][1] = max(spans[-1][1], float(at))
+    if spans and last_beat is not None:
+        spans[-1][1] = max(spans[-1][1], float(last_beat))
     return [(a, b, g) for a, b, g in spans] if marked else []
 
 

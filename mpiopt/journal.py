@@ -278,21 +278,33 @@ def result_rows(trials: Iterable[TrialRecord], param_names: list[str], *,
 STRETCH_COLUMNS = ["trial", "status", "epochs", "start", "end", "group", "ranks", "dispatch_ms", "wait_ms"]
 
 
-def stretch_rows(events: Iterable[dict[str, Any]], *, live: bool = False) -> list[dict[str, Any]]:
+def stretch_rows(events: Iterable[dict[str, Any]], *, live: bool = False,
+                 last_beat: float | None = None) -> list[dict[str, Any]]:
     """The rows of `STRETCH_COLUMNS`, one a stretch of training: a trial from a hand-out (its
     first, a promotion, a re-run) to its group's result, which gives the status it ended in and
     the epochs it reached. A trial that is never paused is one stretch, as in the results table.
     A result with no stretch open (a paused trial pruned at the end, unpromoted) is the status of
     the trial's last stretch. A stretch with no result was cut off (a crash, a lost group) where
     its trial was handed out again or the search is not live: it ends at its last report (or its
-    start). In a live search the open stretch is running, without an `end`."""
+    start), or, left open by a killed run, at that run's last record (the last run's: or its last
+    heartbeat, `last_beat`, if later). In a live search the open stretch is running, without an `end`."""
     trials: dict[int, TrialRecord] = {}
     ended: list[dict[str, Any]] = []
     last: dict[int, dict[str, Any]] = {}
     unended: dict[int, TrialRecord] = {}
     reached: dict[int, tuple[float | None, int | None]] = {}  # per open stretch: (time, epoch) of its latest report
+    run_last: float | None = None  # the latest record of the run (the first, each --resume) read so far
+    marked = False  # runs are marked (`session` records): a journal from before them tells no run's end
     for event in events:
         kind = event.get("event")
+        if kind == "session":  # a --resume: what the run before left open ran until that run's last record
+            _ran_until(unended, reached, run_last)
+            ended += [_cut_off(rec, reached) for rec in unended.values()]
+            unended.clear()
+            run_last, marked = None, True
+        at = event.get("time", event.get("end"))  # a `finish` has the group's end instead
+        if isinstance(at, (int, float)) and not isinstance(at, bool):
+            run_last = max(run_last, at) if run_last is not None else float(at)
         again = trial_of(event) if kind == "start" else None
         if again in unended:
             ended.append(_cut_off(unended.pop(again), reached))
@@ -309,8 +321,22 @@ def stretch_rows(events: Iterable[dict[str, Any]], *, live: bool = False) -> lis
             ended.append(last[rec.trial])
         elif rec.trial in last:
             last[rec.trial]["status"] = rec.shown_status(live).value
+    if marked and not live:
+        _ran_until(unended, reached, run_last if run_last is None or last_beat is None else max(run_last, last_beat))
     open_ = [_stretch(rec, live) if live else _cut_off(rec, reached) for rec in unended.values()]
     return _one_at_a_time(ended + open_)
+
+
+def _ran_until(unended: dict[int, TrialRecord], reached: dict[int, tuple[float | None, int | None]],
+               until: float | None) -> None:
+    """The stretches a killed run left open ran until its last record at least (a function that
+    reports no epochs would otherwise end where it started)."""
+    if until is None:
+        return
+    for n in unended:
+        at, epoch = reached.get(n, (None, None))
+        if at is None or at < until:
+            reached[n] = (until, epoch)
 
 
 def _one_at_a_time(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -873,6 +899,18 @@ def lock_holder(folder: Path) -> dict[str, Any] | None:
                                             "since": _dt.datetime.fromisoformat(holder[3]).timestamp()}
     except (OSError, ValueError):
         return None
+
+
+def read_heartbeat(folder: Path) -> dict[str, Any] | None:
+    """A run directory's heartbeat, or None where it is missing or unreadable (not JSON, no
+    mapping, no time of the beat)."""
+    try:
+        beat = json.loads((folder / HEARTBEAT).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(beat, dict) or not isinstance(beat.get("time"), (int, float)) or isinstance(beat["time"], bool):
+        return None
+    return beat
 
 
 def recent(beat_time: float, now: float) -> bool:

@@ -55,8 +55,15 @@ def _plots(df, history, stretches, direction: str, metric: str, logs: set[str],
          lambda: plots.plot_parallel(df, direction=direction, metric=metric, log_params=logs)),
         ("slices", "Slices", lambda: plots.plot_slices(df, direction=direction, metric=metric, log_params=logs)),
         ("curves", "Learning curves", lambda: plots.plot_curves(history, df, metric=metric, direction=direction)),
-        ("timeline", "Group timeline", lambda: plots.plot_timeline(stretches)),
+        ("timeline", "Group timeline", lambda: plots.plot_timeline(stretches, now=_now_if_live(stretches))),
     ]
+
+
+def _now_if_live(stretches):
+    """Now, where the search runs (its running trials' bars reach it); else None."""
+    import pandas as pd
+
+    return pd.Timestamp.now(tz="UTC") if stretches.attrs.get("live") else None
 
 
 def _draw(slug: str, title: str, make: Callable, lacking: set[str]) -> Section:

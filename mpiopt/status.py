@@ -6,20 +6,18 @@ even see the compute node's lock), so it never disturbs the search.
 """
 from __future__ import annotations
 
-import json
 import math
 import socket
 from collections import Counter
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ._errors import ConfigError
 from .analysis import _run_info, direction_of, lost_intervals, run_directory
 from ._results_view import format_hours, format_rate, params_text
-from .journal import (HEARTBEAT, JOURNAL, finite_metric, gone_from_this_machine, lock_holder, read_journal, recent,
-                      replay, too_little_room)
+from .journal import (HEARTBEAT, JOURNAL, finite_metric, gone_from_this_machine, lock_holder, read_heartbeat,
+                      read_journal, recent, replay, too_little_room)
 from .scheduler import Scheduler, make_scheduler
 from .trial import TrialRecord, TrialStatus, reached_by_state
 
@@ -44,7 +42,7 @@ class Liveness:
 def liveness(run: Path, now: float) -> Liveness:
     """From the heartbeat file: running (recent), ended or interrupted (the search said so),
     stopped (stale, or its process gone); starting, before the first heartbeat of a search."""
-    beat = _read_heartbeat(run)
+    beat = read_heartbeat(run)
     starting = _starting(run, beat["time"] if beat else None)
     if starting is not None:
         return starting
@@ -63,18 +61,6 @@ def liveness(run: Path, now: float) -> Liveness:
         return Liveness("stopped", age, where, gone=True, space=space, ranks=ranks, nodes=nodes, since=since)
     state = "running" if recent(beat["time"], now) else "stopped"
     return Liveness(state, age, where, space=space, ranks=ranks, nodes=nodes, since=since)
-
-
-def _read_heartbeat(run: Path) -> dict[str, Any] | None:
-    """The run's heartbeat, or None where it is missing or unreadable (not JSON, no mapping, no
-    time of the beat)."""
-    try:
-        beat = json.loads((run / HEARTBEAT).read_text("utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(beat, dict) or not isinstance(beat.get("time"), (int, float)) or isinstance(beat["time"], bool):
-        return None
-    return beat
 
 
 def runs_now(trial: TrialRecord, alive: Liveness) -> bool:

@@ -716,3 +716,22 @@ def test_a_ctrl_c_anywhere_in_a_group_commit_never_stops_the_journal_from_closin
         if not hit:  # every call and return of sync_soon has been tried
             break
     assert not hit, "sync_soon made more than 300 calls"
+
+
+def test_a_stretch_a_killed_run_left_open_ends_at_that_runs_last_record_or_heartbeat():
+    def report(n, epoch, t):
+        return {"event": "report", "trial": n, "epoch": epoch, "metrics": {"objective": 1.0}, "time": t}
+
+    # run 1: trial 0 reports two epochs, trial 1 (a function: no reports) runs beside it; killed.
+    # run 2 runs trial 0 again; trial 1 waits. Without the runs' ends trial 1 would last no time.
+    events = [{"event": "session", "time": 99.0}, {**start(0, 0.1, t=100.0), "group": 0},
+              {**start(1, 0.2, t=101.0), "group": 1}, report(0, 1, 104.0), report(0, 2, 108.0),
+              {"event": "session", "time": 200.0}, {**start(0, 0.1, t=200.0), "group": 0},
+              {**finish(0, obj=0.5, t=205.0), "epochs": 3}]
+    rows = stretch_rows(events, live=False, last_beat=204.0)
+    got = {(r["trial"], r["status"]): (r["start"], r["end"]) for r in rows}
+    assert got[(1, "interrupted")] == (iso(101.0), iso(108.0)) and got[(0, "interrupted")][1] == iso(108.0)
+    # the last run, killed: its open stretch runs until its last heartbeat
+    rows = stretch_rows(events[:5], live=False, last_beat=130.0)
+    assert [(r["trial"], r["end"]) for r in rows] == [(0, iso(130.0)), (1, iso(130.0))]
+    assert stretch_rows(events[1:5], live=False, last_beat=130.0)[1]["end"] == iso(101.0)  # no runs marked

@@ -956,3 +956,19 @@ def test_importance_says_when_its_forest_finds_no_pattern(df):
     assert "unreliable" not in fig._suptitle.get_text() and "explains 9" in fig.axes[0].get_xlabel()
     noise = clear.assign(objective=rng.permutation(clear.objective.to_numpy()))  # no parameter matters
     assert "\nunreliable: the forest finds little pattern" in plots.plot_importance(noise)._suptitle.get_text()
+
+
+def test_the_report_of_a_live_search_draws_its_running_trials_up_to_now():
+    import pandas as pd
+
+    from mpiopt.report import _now_if_live
+
+    t = pd.Timestamp.now(tz="UTC") - pd.Timedelta(seconds=60)
+    stretches = pd.DataFrame({"trial": [0, 1], "status": ["completed", "running"], "epochs": [1, None],
+                              "start": [t, t + pd.Timedelta(seconds=30)], "end": [t + pd.Timedelta(seconds=30), pd.NaT],
+                              "group": [0, 0], "ranks": [1, 1]})
+    assert _now_if_live(stretches) is None
+    stretches.attrs["live"] = True
+    ax = plots.plot_timeline(stretches, now=_now_if_live(stretches)).axes[0]
+    running = [c for c in ax.collections if c.get_label() == "running"]
+    assert running and running[0].get_paths()[0].get_extents().width > 25  # about 30 s, not nothing
