@@ -16,7 +16,9 @@ def hparam_value(value: Any) -> bool | int | float | str:
 
 
 class Board:
-    """Writes the scalars of each epoch from `first_step` on; the HParams summary goes with the first.
+    """Writes the scalars of each epoch from `first_step` on; the HParams summary (the session's
+    start) goes with the first, unless an earlier stretch's file holds it, and `end` says how the
+    training ended.
 
     Training that goes on from a checkpoint (a resume, a promotion) writes a new event file; the
     files of earlier stretches first lose their events from `first_step` on, which a kill after
@@ -28,10 +30,26 @@ class Board:
         self.tf = tf
         self.hparams = {k: hparam_value(v) for k, v in hparams.items()}
         self.trial_id = trial_id
-        for path in sorted((out_dir / FOLDER).glob("events.out.tfevents.*")):
+        earlier = sorted((out_dir / FOLDER).glob("events.out.tfevents.*"))
+        for path in earlier:
             drop_steps_from(path, first_step)
         self.writer = tf.summary.create_file_writer(str(out_dir / FOLDER))
-        self.wrote_hparams = False
+        self.wrote_hparams = bool(earlier)  # at step 0: no stretch drops it
+
+    def end(self, stopped: str | None) -> None:
+        """The session's end in the HParams dashboard, from the engine's `stopped`: the epochs run
+        out, an early stop or the target is a success, divergence a failure. A pause (a promotion
+        goes on) and a scheduler's stop are no end: the dashboard has no status for a pruned
+        trial, whose session then stays unknown, apart from the completed ones."""
+        from tensorboard.plugins.hparams import api_pb2
+        from tensorboard.plugins.hparams.summary import session_end_pb
+
+        if stopped in ("paused", "pruned"):
+            return
+        status = api_pb2.STATUS_FAILURE if stopped == "diverged" else api_pb2.STATUS_SUCCESS
+        with self.writer.as_default():
+            self.tf.summary.experimental.write_raw_pb(session_end_pb(status).SerializeToString(), step=0)
+        self.writer.flush()
 
     def write(self, row: dict[str, float]) -> None:
         epoch = int(row["epoch"])

@@ -370,6 +370,8 @@ class _Epochs:
 
     def finish(self, flat: FlatModel) -> None:
         """Leave the best weights in the model and save them (the master or rank 0)."""
+        if self._board is not None:
+            self._board.end(self.stopped)
         self.close()
         if self.best_weights is not None and self.stopped != "diverged":
             flat.set_kept(self.best_weights, self.best_state)
