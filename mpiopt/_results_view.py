@@ -208,8 +208,18 @@ def best_yaml(run_dir: str, top, direction: str, metric: str) -> str:
     if cfg.objective.kind == "function":
         training = {k: training[k] for k in function_training_keys(cfg.search.scheduler)}
     head = f"# the best trial of {run_dir}: {direction} {metric} = {float(top.iloc[0]['objective']):.6g}\n"
-    return head + as_yaml({"trial": number, metric: float(top.iloc[0]["objective"]), "parameters": params,
-                           "training": training})
+    return head + as_yaml({"trial": number, metric: _as_reported(float(top.iloc[0]["objective"])),
+                           "parameters": params, "training": training})
+
+
+def _as_reported(value: float) -> float:
+    """A metric a model computed in float32 as it printed there (0.663, not 0.6629999876022339)."""
+    import numpy as np
+
+    if not math.isfinite(value) or abs(value) > float(np.finfo(np.float32).max):
+        return value
+    single = np.float32(value)
+    return float(str(single)) if float(single) == value else value
 
 
 def timeline_line(run_dir: str, summary: dict[str, Any]) -> str:

@@ -972,3 +972,14 @@ def test_the_report_of_a_live_search_draws_its_running_trials_up_to_now():
     ax = plots.plot_timeline(stretches, now=_now_if_live(stretches)).axes[0]
     running = [c for c in ax.collections if c.get_label() == "running"]
     assert running and running[0].get_paths()[0].get_extents().width > 25  # about 30 s, not nothing
+
+
+def test_the_best_trials_yaml_shows_a_float32_metric_as_the_model_printed_it():
+    import numpy as np
+
+    from mpiopt._results_view import _as_reported
+
+    assert _as_reported(float(np.float32(0.663))) == 0.663  # not 0.6629999876022339
+    for value in (0.0033530274964858045, 0.5, 1e300, -1e-320):  # float64 values stay as they are
+        assert _as_reported(value) == value
+    assert np.isnan(_as_reported(float("nan")))
