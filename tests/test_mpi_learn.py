@@ -245,17 +245,30 @@ for mode in {modes!r}:  # one job for both modes: each start of TensorFlow takes
     done[mode] = train(group, Job(build=build, model_kwargs={{}}, source=DataSource((x, y), (xv, yv)),
                                   training=training, loss="binary_crossentropy", metrics=("auc", "precision"), seed=3,
                                   out_dir=Path(sys.argv[1], mode)))
+# two validation samples for three ranks: the rank with none adds nothing to the group's sums
+training = {{"mode": "allreduce", "epochs": 1, "batch_size": 50, "optimizer": "sgd", "learning_rate": 0.0}}
+done["few_val"] = train(group, Job(build=build, model_kwargs={{}}, source=DataSource((x, y), (xv[:2], yv[:2])),
+                                   training=training, loss="binary_crossentropy", metrics=("auc", "precision"),
+                                   seed=3, out_dir=Path(sys.argv[1], "few_val")))
+try:  # two training samples for two workers and more: refused on every rank alike
+    train(group, Job(build=build, model_kwargs={{}}, source=DataSource((x[:2], y[:2]), (xv, yv)),
+                     training=training, loss="binary_crossentropy", metrics=("auc",), seed=3, out_dir=None))
+    refused = None
+except Exception as exc:
+    refused = f"{{type(exc).__name__}}: {{exc}}"
 group.close()
+refusals = comm.gather(refused)
 if comm.Get_rank() == 0:
     import keras
 
-    found = {{}}
+    found = {{"refused": refusals}}
     for mode, trained in done.items():
         model = build()
         model.load_weights(str(Path(sys.argv[1], mode, "best.weights.h5")))
         model.compile(loss="binary_crossentropy", metrics=["auc", "precision"])
+        val = (xv[:2], yv[:2]) if mode == "few_val" else (xv, yv)
         alone = {{part: model.evaluate(a, b, batch_size=50, verbose=0, return_dict=True)
-                 for part, (a, b) in {{"train": (x, y), "val": (xv, yv)}}.items()}}
+                 for part, (a, b) in {{"train": (x, y), "val": val}}.items()}}
         found[mode] = {{"group": trained.history[0], "alone": alone}}
     json.dump(found, open(Path(sys.argv[1], "h.json"), "w"))
 """
@@ -264,7 +277,8 @@ if comm.Get_rank() == 0:
 def test_a_group_reports_metrics_that_are_no_mean_of_parts_as_one_process_would(tmp_path):
     # three ranks (allreduce) or two workers (downpour) each take a part of the data: their AUC
     # and precision counts are summed before the result is taken, as one process taking every
-    # batch would, in the validation row and in the training row
+    # batch would, in the validation row and in the training row; also where a rank has no
+    # validation sample
     modes = ["allreduce", "downpour"]
     script = tmp_path / "summed.py"
     script.write_text(SUMMED_METRICS.format(tiny=str(SPACES / "tiny_model.py"), modes=modes))
@@ -272,7 +286,9 @@ def test_a_group_reports_metrics_that_are_no_mean_of_parts_as_one_process_would(
                        capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-3000:]
     found = json.loads((tmp_path / "h.json").read_text())
-    for mode in modes:
+    assert found["refused"] == ["DataError: 2 training samples for 3 workers: each needs one at least (fewer ranks "
+                                "a group, or more data)"] * 3
+    for mode in [*modes, "few_val"]:
         h = found[mode]
         for name in ("auc", "precision", "loss"):
             assert h["group"][f"val_{name}"] == pytest.approx(h["alone"]["val"][name], rel=1e-5), (mode, name, h)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import GroupPeerFailed, TrialFailed
+from .._errors import DataError, GroupPeerFailed, TrialFailed
 from .._files import naming
 from ..journal import drop_checkpoint
 from . import _checkpoint
@@ -162,7 +162,12 @@ def set_precision(training: dict[str, Any]) -> None:
 
 
 def _evaluate(flat: FlatModel, x, y, batch_size: int) -> dict[str, float]:
-    return flat.evaluate(x, y, batch_size) if n_samples(x) else {}
+    if n_samples(x):
+        return flat.evaluate(x, y, batch_size)
+    # a rank of a group with fewer validation samples than ranks: it adds nothing to the group's
+    # sums (its metric variables still hold its training's)
+    flat.model.reset_metrics()
+    return {}
 
 
 def _finite(row: dict[str, float]) -> bool:
@@ -1085,6 +1090,7 @@ class _Worker:
 def train(comm, job: Job) -> TrainOutcome | None:
     """Train with the group `comm` (None: alone); the outcome on group rank 0, None elsewhere."""
     size = comm.Get_size() if comm is not None else 1
+    _refuse_fewer_samples_than_workers(job, size if size == 1 or job.training["mode"] == "allreduce" else size - 1)
     if size == 1:
         return _AllreduceRank(None, job).run()
     if job.training["mode"] == "allreduce":
@@ -1093,3 +1099,11 @@ def train(comm, job: Job) -> TrainOutcome | None:
         return _Master(comm, job).run()
     _Worker(comm, job).run()
     return None
+
+
+def _refuse_fewer_samples_than_workers(job: Job, workers: int) -> None:
+    """A worker without a training sample would have no batch to step on (on every rank alike)."""
+    n = job.source.n_train()
+    if n < workers:
+        raise DataError(f"{n} training sample{'s' * (n != 1)} for {workers} workers: each "
+                        "needs one at least (fewer ranks a group, or more data)")
