@@ -470,6 +470,23 @@ def test_a_txt_list_names_files_relative_to_its_own_folder_and_a_missing_one_by_
         file_list("data/train.txt", tmp_path, "train")
 
 
+def test_a_data_file_named_twice_is_refused(tmp_path):
+    # its samples would count twice, and folds cut by file would validate on what they train on
+    from mpiopt.learn._data import DataError, file_list
+
+    (tmp_path / "d").mkdir()
+    for name in ("a.h5", "b.h5"):
+        (tmp_path / "d" / name).write_bytes(b"")
+    (tmp_path / "d" / "link.h5").symlink_to(tmp_path / "d" / "a.h5")
+    a = (tmp_path / "d" / "a.h5").resolve()
+    for spec in (["d/a.h5", "d/b.h5", "d/a.h5"], ["d/a.h5", "d/link.h5"], "d/*.h5"):
+        with pytest.raises(DataError, match=f"^objective.data.train names {a} twice: its samples would count twice$"):
+            file_list(spec, tmp_path, "train")
+    (tmp_path / "d" / "list.txt").write_text("a.h5\nb.h5\na.h5\n")
+    with pytest.raises(DataError, match=f"^objective.data.val: list.txt names {a} twice"):
+        file_list("d/list.txt", tmp_path, "val")
+
+
 @pytest.mark.parametrize("reported", [
     ["epoch", "loss", "accuracy", "val_loss", "val_accuracy"],  # one process
     ["epoch", "accuracy", "loss", "val_loss", "val_accuracy"],  # downpour, easgd, gem

@@ -139,7 +139,18 @@ def file_list(spec: str | list[str], base_dir: Path, field: str) -> list[Path]:
     for f in files:
         if not f.is_file():
             raise DataError(f"objective.data.{field}: no such file {f}")
+    _refuse_repeats(files, f"objective.data.{field}")
     return files
+
+
+def _refuse_repeats(files: list[Path], where: str) -> None:
+    """A file named twice (resolved: a link to it too) would count its samples twice, and a fold
+    cut by file could validate on the samples it trains on."""
+    seen: set[Path] = set()
+    for f in files:
+        if f in seen:
+            raise DataError(f"{where} names {f} twice: its samples would count twice")
+        seen.add(f)
 
 
 def _under(folder: Path, name: str) -> Path:
@@ -163,6 +174,7 @@ def _listed_files(txt: Path, field: str) -> list[Path]:
         files.append(path)
     if not files:
         raise DataError(f"objective.data.{field}: {txt} names no files")
+    _refuse_repeats(files, f"objective.data.{field}: {txt.name}")
     return files
 
 
