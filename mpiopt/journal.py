@@ -510,11 +510,13 @@ class RunDir:
 
     def files_a_new_search_would_overwrite(self) -> str | None:
         """What a new search here would overwrite: files of a search's names in a folder without a
-        journal (the user's own, or a search's whose journal was deleted); None where there are
-        none. A search writes its journal first of those, and its undoing (`abandon`, `discard`)
-        removes them all."""
+        journal (the user's own, or a search's whose journal was deleted), or an `mpiopt train`
+        run; None where there are none. A search writes its journal first of those, and its undoing
+        (`abandon`, `discard`) removes them all."""
         if self.journal_path.exists():
             return None
+        if (self.path / TRAIN_INFO).exists():  # a search's files beside it: load_model would take the search's
+            return f"holds {TRAIN_INFO}, the record of an `mpiopt train` run: a search would mix its files with it"
         found = [name for name in (CONFIG, RESULTS, LOG, HEARTBEAT, "trials") if (self.path / name).exists()]
         return f"holds {', '.join(found)} but no {JOURNAL}: a new search would overwrite " \
             f"{'them' if len(found) > 1 else 'it'}" if found else None

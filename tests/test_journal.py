@@ -290,6 +290,12 @@ def test_a_new_search_never_overwrites_files_of_its_names_without_a_journal(tmp_
     rd = RunDir(tmp_path / "mine")
     rd.open(resume=False, config_text=CONFIG)  # other files are no search's: left alone
     rd.close()
+    (tmp_path / "trained").mkdir()  # `mpiopt train --out trained`: load_model would take a search's best
+    (tmp_path / "trained" / "train.yaml").write_text("name: t\n")
+    with pytest.raises(ConfigError, match=r"trained: holds train.yaml, the record of an `mpiopt train` run: a search "
+                                          r"would mix its files with it; choose another --out$"):
+        RunDir(tmp_path / "trained").open(resume=False, config_text=CONFIG)
+    assert [p.name for p in (tmp_path / "trained").iterdir()] == ["train.yaml"]
     assert (tmp_path / "mine" / "notes.txt").exists()
 
 
