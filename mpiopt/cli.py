@@ -1155,14 +1155,14 @@ def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tupl
 
 
 def _unread_mode_keys_in_training(cfg, params: dict[str, Any], sets: list[str]) -> str | None:
-    """`mpiopt train`'s note of the mode keys it is given (in the file's training, a parameter or a
-    --set) that its one group does not read: on one rank, or under another mode. As `check` notes
-    them for a search."""
+    """`mpiopt train`'s note of the mode keys it is given (in the file's training or a --set) that
+    its one group does not read: on one rank, or under another mode. As `check` notes them for a
+    search. A searched one is no one's choice here (a trial's value, or the middle of its range)."""
     from .config import MODE_KEYS
 
     if cfg.objective.kind != "model":
         return None
-    given = _training_given(cfg) | set(params) | {item.partition("=")[0].strip() for item in sets}
+    given = _training_given(cfg) | {item.partition("=")[0].strip() for item in sets}
     mode, ranks = cfg.training["mode"], env_size()
     unread = [key for key in MODE_KEYS if key in given and (ranks == 1 or mode not in MODE_KEYS[key])]
     if not unread:

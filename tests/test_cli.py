@@ -1046,6 +1046,10 @@ def test_train_notes_the_mode_keys_its_one_group_does_not_read(write_yaml, monke
     assert note("mode=gem", "optimizer={name: sgd, momentum: 0.9}") is None
     assert note("mode=allreduce", "sync_every=4") == ("training.kappa, training.sync_every: not read where "
                                                      "training.mode is allreduce, so they change nothing")
+    # a searched sync_every (--trial N of a search whose modes differ): the trial's value, no one's choice
+    searched = TINY_MODEL.replace("parameters: {", "parameters: {sync_every: {type: integer, low: 1, high: 4}, ")
+    cfg = load_config(write_yaml(searched.replace("{epochs: 1}", "{epochs: 1, group_size: 3}")), resolve=False)
+    assert note("mode=allreduce") is None
 
 
 def test_set_checks_a_searched_training_key_as_the_file_would(write_yaml):
