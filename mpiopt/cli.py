@@ -1322,6 +1322,11 @@ def _write_function_history(path: Path, steps: list[dict[str, float]]) -> None:
     atomic_write(path, text.getvalue().encode("utf-8"))
 
 
+# why a model's training ended before its epochs, as the closing line of `mpiopt train` says it
+EARLY_STOPS = {"early_stopping": "stopped early: training.early_stopping", "target": "stopped early: training.target "
+               "reached"}
+
+
 def _say_training_outcome(cfg, out: Path, folder: Path, outcome, runner, wall_s: float) -> int:
     """Rank 0's closing line of `mpiopt train` (`out` as the user named it, `folder` the same
     absolute); returns the exit code."""
@@ -1330,7 +1335,9 @@ def _say_training_outcome(cfg, out: Path, folder: Path, outcome, runner, wall_s:
         tr = runner.last_training
         if tr is not None and tr.wall_s > 0:
             extra = f" ({tr.wall_s:.1f} s of them training, {tr.samples / tr.wall_s:.0f} samples/s)"
-        epochs = f" after {outcome.epochs} epoch{'s' * (outcome.epochs != 1)}," if outcome.epochs else " in"
+        why = EARLY_STOPS.get(tr.stopped) if tr is not None else None
+        epochs = (f" after {outcome.epochs} epoch{'s' * (outcome.epochs != 1)}{f' ({why})' if why else ''},"
+                  if outcome.epochs else " in")
         # a function that reports no step writes no history
         where = f"; history in {out / 'history.csv'}" if (folder / "history.csv").exists() else ""
         _print_out(f"{cfg.objective.metric} = {outcome.objective:.6g}{epochs} {wall_s:.1f} s{extra}{where}")

@@ -1326,3 +1326,20 @@ sys.exit(cli.main(["search", {str(space)!r}]))
     assert p.returncode == 130, p.stderr
     assert p.stderr.splitlines()[-1] == ("mpiopt: interrupted; the search had finished: its results are in "
                                          f"{Path('runs') / 'fin' / 'results.csv'}"), p.stderr
+
+
+@pytest.mark.parametrize("stopped, said", [(None, " after 2 epochs, "),
+                                           ("target", " after 2 epochs (stopped early: training.target reached), "),
+                                           ("early_stopping", " after 2 epochs (stopped early: "
+                                                              "training.early_stopping), ")])
+def test_train_says_why_its_training_ended_before_its_epochs(tmp_path, capsys, stopped, said):
+    from types import SimpleNamespace
+
+    from mpiopt.cli import _say_training_outcome
+    from mpiopt.learn import TrainOutcome
+    from mpiopt.trial import TrialResult
+
+    cfg = SimpleNamespace(objective=SimpleNamespace(metric="val_accuracy"))
+    runner = SimpleNamespace(last_training=TrainOutcome(stopped=stopped, samples=100, wall_s=1.0))
+    assert _say_training_outcome(cfg, Path("t"), tmp_path, TrialResult(objective=0.395, epochs=2), runner, 3.0) == 0
+    assert capsys.readouterr().out == f"val_accuracy = 0.395{said}3.0 s (1.0 s of them training, 100 samples/s)\n"
