@@ -1452,7 +1452,7 @@ def _check_lines(args, n: int, nodes: tuple[int, ...] | None = None, library: st
     ]
     lines += _layout_lines(plan, library)
     if o.folds:
-        lines.append(f"  folds       {_describe_folds(o.folds, plan)}")
+        lines.append(f"  folds       {_describe_folds(o.folds, plan)}; {_fold_cut(cfg)}")
     lines += [f"  note        {note}" for note in _plan_notes(cfg, plan)]
     state = _run_dir_state(out, cfg)
     lines.append(f"  devices     {placement}"
@@ -1573,6 +1573,16 @@ def _describe_folds(folds: int, plan) -> str:
     if len(sizes) > 1:
         ways = [f"groups of {n}: {way}" for n, way in zip(sizes, ways, strict=True)]
     return f"{folds}, " + "; ".join(ways) + " (the figure of merit: the mean over the folds)"
+
+
+def _fold_cut(cfg) -> str:
+    """'cut by file: 2,000, 1,000 and 1,000 samples' (the data the preflight read, cached)."""
+    from .learn import fold_sizes, load_source
+
+    source = load_source(cfg.objective.data, cfg.base_dir)
+    by, sizes = fold_sizes(source, int(cfg.objective.folds), cfg.search.seed)
+    shown = [f"{n:,}" for n in sizes]
+    return f"cut by {by}: {', '.join(shown[:-1])} and {shown[-1]} samples"
 
 
 def _describe_param(p) -> str:

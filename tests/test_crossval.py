@@ -14,7 +14,7 @@ import mpiopt
 from conftest import SPACES, run_cli
 from mpiopt._errors import ConfigError
 from mpiopt.crossval import FoldRun, fold_dir, load_fold, mean_curve, merge_folds, plan_folds, save_fold
-from mpiopt.learn._data import DataSource, fold_source, load_source, sample_folds
+from mpiopt.learn._data import DataSource, fold_sizes, fold_source, load_source, sample_folds
 from mpiopt.trial import TrialResult, TrialStatus
 
 
@@ -74,6 +74,8 @@ def test_hdf5_folds_by_file_where_there_are_enough_files(tmp_path):
         held.append(len(val))
     assert sorted(held_files) == sorted(src.train_files)
     assert sorted(held) == [40, 40, 50]  # balanced by samples: the largest file first onto the lightest fold
+    by, sizes = fold_sizes(src, 3, seed=0)  # what `mpiopt check` says of them
+    assert by == "file" and sizes == [len(ids(fold_source(src, 3, k, seed=0).validation()[1])) for k in range(3)]
 
 
 def test_hdf5_folds_by_sample_where_files_are_fewer_than_folds(tmp_path):
@@ -88,6 +90,7 @@ def test_hdf5_folds_by_sample_where_files_are_fewer_than_folds(tmp_path):
         assert sorted(train + val) == list(range(total))
         held += val
     assert sorted(held) == list(range(total))
+    assert fold_sizes(src, 3, seed=0) == ("sample", [20, 20, 20])
 
 
 # -- who trains which fold, and merging them ---------------------------------------------------------
@@ -214,7 +217,8 @@ def test_more_folds_than_training_samples_is_refused_before_the_search(tiny_spac
     r = cli_here("check", tiny_space(training="epochs: 1, group_size: 2"), "--np", "6")
     assert r.returncode == 0, r.stderr
     assert ("folds       3, groups of 3: trained at once on sub-groups of 1, 1, 1 rank; groups of 2: trained in "
-            "turn by the whole group of 2 ranks") in r.stdout
+            "turn by the whole group of 2 ranks (the figure of merit: the mean over the folds); cut by sample: "
+            "167, 167 and 166 samples") in r.stdout
 
 
 @pytest.mark.mpi

@@ -521,6 +521,15 @@ def file_folds(counts: list[int], folds: int, seed: int) -> list[list[int]] | No
     return [sorted(m) for m in members] if min(loads) > 0 else None
 
 
+def fold_sizes(source: DataSource, folds: int, seed: int) -> tuple[str, list[int]]:
+    """How `fold_source` cuts the training data ("file" or "sample") and each fold's samples."""
+    if source.train is None and len(source.train_files) >= folds:
+        parts = file_folds(source.counts, folds, seed)
+        if parts is not None:
+            return "file", [sum(source.counts[i] for i in part) for part in parts]
+    return "sample", [len(part) for part in np.array_split(np.arange(source.n_train()), folds)]
+
+
 def fold_source(source: DataSource, folds: int, k: int, seed: int) -> DataSource:
     """Fold `k` (0-based) of `folds`: trains on the other folds' training data and validates on
     fold k's. The given validation data play no part. Cached per process, so that every trial
