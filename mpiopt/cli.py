@@ -1067,7 +1067,20 @@ def trial_values(run_dir: Path, which: str | None, cfg) -> tuple[int, dict[str, 
             warn_once(f"--trial {number}: {name} was not searched then; it takes {values[name]!r}")
     _note_another_objective(run_dir, number, cfg)
     _note_a_trial_that_did_not_complete(run_dir, number)
+    _note_other_ranks(run_dir, number)
     return number, values
+
+
+def _note_other_ranks(run_dir: Path, number: int) -> None:
+    """A trial trained by a group of another size: the same values and seed train otherwise (each
+    rank's shard, the updates' order), so the figure of merit can differ from the search's."""
+    from .analysis import _trials
+
+    ranks, here = _trials(run_dir)[number].ranks, env_size()
+    if ranks is not None and ranks != here:
+        warn_once(f"--trial {number}: the search trained it on {view.counted(ranks, 'rank')}, this on "
+                  f"{view.counted(here, 'rank')}: its figure of merit can differ (mpiexec -n {ranks} trains it as "
+                  "the search did)")
 
 
 def _note_a_trial_that_did_not_complete(run_dir: Path, number: int) -> None:
@@ -1363,7 +1376,7 @@ def _write_train_info(out: Path, cfg, params: dict[str, Any], outcome: TrialResu
     from .journal import TRAIN_INFO
     from .trial import clean
 
-    info: dict[str, Any] = {"config": cfg.resolved(), "params": params}
+    info: dict[str, Any] = {"config": cfg.resolved(), "params": params, "ranks": env_size()}
     if outcome is not None:
         ended = clean({"status": outcome.status, "objective": outcome.objective, "epochs": outcome.epochs,
                        "metrics": outcome.metrics, "error": outcome.error})

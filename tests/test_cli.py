@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 import subprocess
@@ -33,7 +34,7 @@ def one_error_line(proc, *parts):
         assert p in lines[0], lines[0]
 
 
-def test_search_resume_and_results(write_yaml, tmp_path):
+def test_search_resume_and_results(write_yaml, tmp_path, monkeypatch, caplog):
     space = write_yaml(SPACE)
     p = run_cli(["search", space], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
@@ -101,6 +102,20 @@ def test_search_resume_and_results(write_yaml, tmp_path):
     assert p.returncode == 0 and f"(trial {best.trial}: its values and seed)" in p.stderr, p.stderr
     assert f"objective = {best.objective:.6g}" in p.stdout, (p.stdout, best.objective)
     assert (out / f"train-trial-{best.trial}" / "train.yaml").exists()
+    assert "the search trained it on" not in p.stderr  # one rank then, one now
+    import yaml
+
+    assert yaml.safe_load((out / f"train-trial-{best.trial}" / "train.yaml").read_text())["ranks"] == 1
+    from mpiopt import _env
+    from mpiopt.cli import _note_other_ranks
+
+    for name in _env.RANK_VARIABLES + _env.SIZE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PMI_SIZE", "3")  # `mpiexec -n 3 mpiopt train --trial best`
+    with caplog.at_level(logging.WARNING):
+        _note_other_ranks(out, int(best.trial))
+    assert caplog.messages == [f"--trial {best.trial}: the search trained it on 1 rank, this on 3 ranks: its figure "
+                               "of merit can differ (mpiexec -n 1 trains it as the search did)"]
 
 
 def test_a_resume_without_trials_says_it_runs_the_files_budget_over_a_lowered_one(write_yaml, tmp_path):
