@@ -661,8 +661,33 @@ def _plan_notes(cfg, plan) -> list[str]:
              _initial_points_note(cfg), _direction_note(cfg), _accuracy_of_a_regression_note(cfg),
              _uneven_groups_note(cfg, plan) or _no_group_of_the_size_note(cfg, plan), _searched_training_keys_note(cfg),
              _training_metric_note(cfg),
-             _unread_mode_keys_note(cfg), _warmup_note(cfg), _more_trials_than_points_note(cfg)]
+             _unread_mode_keys_note(cfg), _warmup_note(cfg), _more_trials_than_points_note(cfg),
+             _sync_every_note(cfg, min((len(g) for g in plan.groups), default=1) - 1)]
     return [n for n in notes if n is not None]
+
+
+def _sync_every_note(cfg, workers: int) -> str | None:
+    """A training.sync_every past the batches a worker trains an epoch, which sends once an epoch
+    whatever it says (from the data the preflight read: none where it did not run); None where
+    the file fixes none of it (searched mode, sync_every or batch_size) or no worker reads it."""
+    from .config import MODE_KEYS
+    from .learn import loaded_source
+
+    t, o = cfg.training, cfg.objective
+    searched = {"mode", "sync_every", "batch_size"} & set(cfg.space.names)
+    if o.kind != "model" or searched or workers < 1 or t["mode"] not in MODE_KEYS["sync_every"]:
+        return None
+    source = loaded_source(o.data, cfg.base_dir)
+    if source is None:
+        return None
+    n = source.n_train()
+    n -= n // o.folds if o.folds else 0  # a fold trains on the others
+    batches = math.ceil(n / workers / int(t["batch_size"]))
+    if int(t["sync_every"]) <= batches:
+        return None
+    return (f"training.sync_every {t['sync_every']} is more than the {batches} batches a worker trains an epoch "
+            f"({n:,} samples over {view.counted(workers, 'worker')} in batches of {t['batch_size']}): each worker "
+            "sends its update once an epoch")
 
 
 def _searched_training_keys_note(cfg) -> str | None:

@@ -1358,3 +1358,27 @@ def test_train_says_why_its_training_ended_before_its_epochs(tmp_path, capsys, s
     runner = SimpleNamespace(last_training=TrainOutcome(stopped=stopped, samples=100, wall_s=1.0))
     assert _say_training_outcome(cfg, Path("t"), tmp_path, TrialResult(objective=0.395, epochs=2), runner, 3.0) == 0
     assert capsys.readouterr().out == f"val_accuracy = 0.395{said}3.0 s (1.0 s of them training, 100 samples/s)\n"
+
+
+def test_a_sync_every_past_a_workers_batches_an_epoch_is_noted(write_yaml, tmp_path):
+    import shutil
+
+    from conftest import SPACES
+    from mpiopt.cli import _sync_every_note
+    from mpiopt.config import load_config
+    from mpiopt.learn import load_source
+    from mpiopt.objective import TrialRunner
+
+    shutil.copy(SPACES / "tiny_model.py", tmp_path / "tiny_model.py")
+    text = TINY_MODEL.replace("load_bad_data", "load_data").replace(
+        "{epochs: 1}", "{epochs: 1, mode: downpour, batch_size: 10, sync_every: 30, group_size: 3}")
+    cfg = load_config(write_yaml(text))
+    assert _sync_every_note(cfg, 2) is None  # the data not read yet (a resume whose budget is spent)
+    load_source(cfg.objective.data, cfg.base_dir, TrialRunner(cfg).loader)  # as the preflight reads it
+    assert _sync_every_note(cfg, 2) == ("training.sync_every 30 is more than the 25 batches a worker trains an epoch "
+                                        "(500 samples over 2 workers in batches of 10): each worker sends its update "
+                                        "once an epoch")
+    assert _sync_every_note(cfg, 1) is None  # 50 batches
+    searched = load_config(write_yaml(text.replace("parameters: {", "parameters: {sync_every: {type: integer, low: "
+                                                                    "20, high: 40}, "), "s.yaml"))
+    assert _sync_every_note(searched, 2) is None  # each trial's own

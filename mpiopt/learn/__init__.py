@@ -7,9 +7,9 @@ Modes (`training.mode`): `downpour`, `easgd`, `gem` (master/worker, asynchronous
 """
 from __future__ import annotations
 
-from ._data import DataSource, fold_sizes, fold_source, load_source
+from ._data import DataSource, fold_sizes, fold_source, load_source, loaded_source
 from ._engine import Job, TrainOutcome, train
 from .optimizers import make_master_optimizer
 
-__all__ = ["DataSource", "Job", "TrainOutcome", "fold_sizes", "fold_source", "load_source", "make_master_optimizer",
-           "train"]
+__all__ = ["DataSource", "Job", "TrainOutcome", "fold_sizes", "fold_source", "load_source", "loaded_source",
+           "make_master_optimizer", "train"]
