@@ -37,8 +37,9 @@ def first_few(items: Iterable[Any], most: int) -> str:
 
 
 def by_status(statuses: Iterable[str]) -> str:
-    """'58 completed, 2 failed': trials counted by status, the commonest first."""
-    return ", ".join(f"{n} {status}" for status, n in Counter(statuses).most_common())
+    """'58 completed, 2 failed': trials counted by status, in the order of the statuses' names (as
+    the search's closing line and `mpiopt status` count them)."""
+    return ", ".join(f"{n} {status}" for status, n in sorted(Counter(statuses).items()))
 
 
 def params_text(params: dict[str, Any]) -> str:

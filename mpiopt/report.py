@@ -154,7 +154,6 @@ def _trials_text(df, budget: int | None) -> str:
 
 
 def summary_rows(run: Path, info: dict, df, usage: dict, direction: str, metric: str) -> list[tuple[str, str]]:
-    counts = df["status"].value_counts()
     budget = (info.get("search") or {}).get("trials")
     done = best_trials(df, direction)
     best = done[done["status"] == "completed"].head(1)
@@ -162,7 +161,7 @@ def summary_rows(run: Path, info: dict, df, usage: dict, direction: str, metric:
     rows = [("search", str(info.get("name", run.name))),
             ("state", alive.state + (f": {alive.stopped}" if alive.stopped else "")),
             ("trials", _trials_text(df, budget)),
-            ("by status", ", ".join(f"{n} {s}" for s, n in counts.items()))]
+            ("by status", view.by_status(df["status"]))]
     if "pareto" in df.columns:
         rows.append(("Pareto front", f"{int(df['pareto'].astype(bool).sum())} trials (the table's pareto column)"))
     if not best.empty:

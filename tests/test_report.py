@@ -983,3 +983,10 @@ def test_the_best_trials_yaml_shows_a_float32_metric_as_the_model_printed_it():
     for value in (0.0033530274964858045, 0.5, 1e300, -1e-320):  # float64 values stay as they are
         assert _as_reported(value) == value
     assert np.isnan(_as_reported(float("nan")))
+
+
+def test_trials_are_counted_by_status_in_one_order_everywhere():
+    from mpiopt._results_view import by_status
+
+    # as the search's closing line and `mpiopt status` have them, not the commonest first
+    assert by_status(["pruned", "pruned", "completed", "failed", "pruned"]) == "1 completed, 1 failed, 3 pruned"
