@@ -76,6 +76,23 @@ def save_fold(folder: Path, result: TrialResult, history: list[dict[str, float]]
     atomic_write(folder / FOLD_FILE, json.dumps(record, allow_nan=False).encode("utf-8"))
 
 
+def fold_progress(trial_dir: Path, folds: int) -> str:
+    """'folds: 1 done, 2 at epoch 5, 3 not started', from the folds' folders: a k-fold trial
+    reports its epochs only once every fold is done, so `mpiopt status` reads how far each got."""
+    parts = []
+    for k in range(folds):
+        folder = fold_dir(trial_dir, k)
+        if (folder / FOLD_FILE).exists():
+            parts.append(f"{k + 1} done")
+            continue
+        try:  # the header, then a line an epoch, written as each ends
+            epochs = (folder / "history.csv").read_text("utf-8").count("\n") - 1
+        except OSError:
+            epochs = 0
+        parts.append(f"{k + 1} at epoch {epochs}" if epochs > 0 else f"{k + 1} not started")
+    return "folds: " + ", ".join(parts)
+
+
 def load_fold(folder: Path) -> dict[str, Any] | None:
     """The record `save_fold` left in `folder`, or None (none, or unreadable: the fold trains again)."""
     try:

@@ -187,7 +187,9 @@ def status_text(path: str, now: float | None = None) -> str:
     epoch_lines = _epoch_lines(events, trials, budget, ladder_of(info), now, alive, dead)
     lines += _rate_lines(list(trials.values()), budget, now, alive, dead, eta=not epoch_lines)
     lines += epoch_lines
-    lines += _group_lines(trials, last_signs(events), now, limit, alive)
+    folds = (info.get("objective") or {}).get("folds")
+    lines += _group_lines(trials, last_signs(events), now, limit, alive,
+                          folds=(run, int(folds)) if isinstance(folds, int) and folds > 1 else None)
     lines += _lost_group_lines(events, now, alive, has_header=any(line == "groups:" for line in lines))
     lines += [f"warning: {problem}" for problem in problems]  # a torn or corrupt line, as `mpiopt results` says
     return "\n".join(lines)
@@ -361,9 +363,13 @@ def _epoch_lines(events: list[dict], trials: dict[int, TrialRecord], budget: int
     return [line]
 
 
-def _group_lines(trials: dict[int, TrialRecord], signs: dict[int, float], now: float, limit, alive: Liveness):
+def _group_lines(trials: dict[int, TrialRecord], signs: dict[int, float], now: float, limit, alive: Liveness,
+                 folds: tuple[Path, int] | None = None):
     """Each busy group's trial, how long it has run and whether it has been silent too long; a
-    trial sent ahead to a group waits behind the group's running one (its start is when it was sent)."""
+    trial sent ahead to a group waits behind the group's running one (its start is when it was sent).
+    `folds`: the run directory and K of a k-fold search, whose trials' folds say how far they got."""
+    from .crossval import fold_progress
+
     if alive.state != "running":
         return []
     unfinished: dict[int, list[TrialRecord]] = {}
@@ -380,6 +386,8 @@ def _group_lines(trials: dict[int, TrialRecord], signs: dict[int, float], now: f
         running, *queued = sorted(unfinished[group], key=lambda t: (t.start or now, t.trial))
         began = max(running.start or now, last_end.get(group, -math.inf))
         line = f"  group {group}: trial {running.trial}, {format_hours((now - began) / 3600)}"
+        if folds is not None:
+            line += f" ({fold_progress(folds[0] / 'trials' / str(running.trial), folds[1])})"
         silent = now - max(signs.get(running.trial, began), began)
         if limit and silent > float(limit):
             line += f"  WARNING: silent for {format_hours(silent / 3600)}, past its time limit of {limit:g} s"

@@ -254,3 +254,15 @@ def test_a_k_fold_search_under_mpiexec(tiny_space, tmp_path, cli_here):
     # and load_model of the search's best now points there
     with pytest.raises(ConfigError, match=f"mpiopt.load_model\\('{retrained}'\\) loads the one `mpiopt train` "):
         mpiopt.load_model(run)
+
+
+def test_status_reads_how_far_each_fold_of_a_running_trial_got(tmp_path):
+    # a k-fold trial reports its epochs once every fold is done: until then its folders tell
+    from mpiopt.crossval import FOLD_FILE, fold_dir, fold_progress
+
+    trial = tmp_path / "trials" / "3"
+    fold_dir(trial, 0).mkdir(parents=True)
+    (fold_dir(trial, 0) / FOLD_FILE).write_text("{}")
+    fold_dir(trial, 1).mkdir()
+    (fold_dir(trial, 1) / "history.csv").write_text("epoch,loss\n1,0.5\n2,0.4\n")
+    assert fold_progress(trial, 3) == "folds: 1 done, 2 at epoch 2, 3 not started"
