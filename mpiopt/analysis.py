@@ -183,14 +183,23 @@ def load_timeline(path: str | os.PathLike):
         df = load_results(p)
         return df[[c for c in STRETCH_COLUMNS if c in df]]
     events = _events(p)
-    beat = read_heartbeat(p)  # a killed run ran until its last heartbeat at least
-    last_beat = beat["time"] if beat else None
+    last_beat = _last_runs_beat(read_heartbeat(p), events)
     live = is_live(p)
     df = _typed(pd.DataFrame(stretch_rows(events, live=live, last_beat=last_beat), columns=STRETCH_COLUMNS))
     df.attrs["live"] = live  # its running stretches have no end yet
     df.attrs["lost"] = lost_intervals(events)
     df.attrs["runs"] = run_spans(events, last_beat)
     return df
+
+
+def _last_runs_beat(beat: dict | None, events) -> float | None:
+    """When the journal's last run beat last (a killed run ran until then at least); None where
+    the heartbeat is another's: a later run that was stopped before its `session` record."""
+    sessions = [e["time"] for e in events if e.get("event") == "session" and isinstance(e.get("time"), (int, float))]
+    since = beat.get("since") if beat else None
+    if not sessions or not isinstance(since, (int, float)) or since > sessions[-1]:
+        return None
+    return beat["time"]
 
 
 def run_spans(events, last_beat: float | None = None) -> list[tuple[float, float, int | None]]:

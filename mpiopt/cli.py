@@ -208,9 +208,13 @@ def _search_stopped(job: _Job) -> str:
     from .journal import JOURNAL
 
     journal = job.out / JOURNAL
-    if journal.exists():
-        return "the journal is intact: continue with --resume"
-    return f"{journal} is gone: there is nothing to resume"
+    try:
+        journal.stat()
+    except FileNotFoundError:
+        return f"{journal} is gone: there is nothing to resume"
+    except OSError as exc:  # a lost permission, a stale NFS handle: said, never raised here
+        return f"{journal} cannot be read ({exc.strerror or exc}): fix that, then continue with --resume"
+    return "the journal is intact: continue with --resume"
 
 
 def _training_stopped(job: _Job) -> str:
@@ -662,8 +666,20 @@ def _plan_notes(cfg, plan) -> list[str]:
              _uneven_groups_note(cfg, plan) or _no_group_of_the_size_note(cfg, plan), _searched_training_keys_note(cfg),
              _training_metric_note(cfg),
              _unread_mode_keys_note(cfg), _warmup_note(cfg), _more_trials_than_points_note(cfg),
-             _sync_every_note(cfg, min((len(g) for g in plan.groups), default=1) - 1)]
+             _sync_every_note(cfg, _fewest_workers(cfg, plan))]
     return [n for n in notes if n is not None]
+
+
+def _fewest_workers(cfg, plan) -> int:
+    """The workers of the smallest group's training job (a k-fold group of K ranks or more trains
+    each fold on a sub-group of its own)."""
+    from .crossval import plan_folds
+
+    size = min((len(g) for g in plan.groups), default=1)
+    folds = cfg.objective.folds
+    if folds:
+        size = min(len(team) for team in plan_folds(size, int(folds)).teams)
+    return size - 1
 
 
 def _sync_every_note(cfg, workers: int) -> str | None:
@@ -963,7 +979,7 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float, took_s: 
     coordinator's own figures in search.log; returns the exit code."""
     from .coordinator import dispatch_stats
 
-    counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts().items()))
+    counts = view.by_status(t.shown_status(live=False).value for t in summary.trials.values())
     stats = logging.getLogger(STATS)
     report = searcher.report()
     if report is not None:
@@ -1615,9 +1631,11 @@ def _describe_folds(folds: int, plan) -> str:
 
 def _fold_cut(cfg) -> str:
     """'cut by file: 2,000, 1,000 and 1,000 samples' (the data the preflight read, cached)."""
-    from .learn import fold_sizes, load_source
+    from .learn import fold_sizes, loaded_source
 
-    source = load_source(cfg.objective.data, cfg.base_dir)
+    source = loaded_source(cfg.objective.data, cfg.base_dir)
+    if source is None:  # the preflight read none (not reached: check always runs it)
+        return "cut as the data allow"
     by, sizes = fold_sizes(source, int(cfg.objective.folds), cfg.search.seed)
     shown = [f"{n:,}" for n in sizes]
     return f"cut by {by}: {', '.join(shown[:-1])} and {shown[-1]} samples"

@@ -312,8 +312,13 @@ def interrupted_line(line: Callable[[], str]) -> None:
 def say_interrupted() -> None:
     """Rank 0's `mpiopt: interrupted; ...` line, once."""
     line, _interrupts.line = _interrupts.line, None
-    if line is not None:
-        print(f"mpiopt: interrupted; {line()}", file=sys.stderr, flush=True)
+    if line is None:
+        return
+    try:
+        text = line()
+    except Exception:  # the watchdog's thread must reach its exit whatever the line's own checks meet
+        text = "see the run directory"
+    print(f"mpiopt: interrupted; {text}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

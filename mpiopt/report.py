@@ -26,7 +26,7 @@ from .status import liveness
 from .trial import TrialStatus
 
 log = logging.getLogger(__name__)
-MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font")
+MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from (current )?font")
 
 
 @dataclass

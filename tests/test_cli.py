@@ -1382,3 +1382,32 @@ def test_a_sync_every_past_a_workers_batches_an_epoch_is_noted(write_yaml, tmp_p
     searched = load_config(write_yaml(text.replace("parameters: {", "parameters: {sync_every: {type: integer, low: "
                                                                     "20, high: 40}, "), "s.yaml"))
     assert _sync_every_note(searched, 2) is None  # each trial's own
+
+
+def test_the_stopped_line_of_a_search_never_raises(tmp_path, capsys):
+    # asked in the watchdog's thread and in a file error's handler: what it cannot check, it says
+    from mpiopt import cli, launch
+
+    (tmp_path / "afile").write_text("")
+    job = cli._Job(cfg=None, out=tmp_path / "afile")  # its journal path runs through a file: ENOTDIR
+    assert cli._search_stopped(job) == (f"{tmp_path / 'afile' / 'trials.jsonl'} cannot be read (Not a directory): fix "
+                                        "that, then continue with --resume")
+
+    def broken() -> str:
+        raise OSError("stale file handle")
+
+    launch._interrupts.line = broken
+    launch.say_interrupted()  # says a fixed text instead of raising
+    assert capsys.readouterr().err == "mpiopt: interrupted; see the run directory\n"
+
+
+def test_the_sync_every_note_counts_the_workers_of_a_k_fold_sub_group(write_yaml):
+    from mpiopt.cli import _fewest_workers
+    from mpiopt.config import load_config
+    from mpiopt.transport import plan_groups
+
+    text = TINY_MODEL.replace("{epochs: 1}", "{epochs: 1, group_size: 4}")
+    plan = plan_groups(5, 4, None, None)  # one group of 4
+    assert _fewest_workers(load_config(write_yaml(text), resolve=False), plan) == 3
+    folded = text.replace("metrics: [accuracy]}", "metrics: [accuracy], folds: 2}")
+    assert _fewest_workers(load_config(write_yaml(folded, "f.yaml"), resolve=False), plan) == 1  # two teams of 2

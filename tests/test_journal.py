@@ -741,3 +741,14 @@ def test_a_stretch_a_killed_run_left_open_ends_at_that_runs_last_record_or_heart
     rows = stretch_rows(events[:5], live=False, last_beat=130.0)
     assert [(r["trial"], r["end"]) for r in rows] == [(0, iso(130.0)), (1, iso(130.0))]
     assert stretch_rows(events[1:5], live=False, last_beat=130.0)[1]["end"] == iso(101.0)  # no runs marked
+
+
+def test_a_heartbeat_ends_the_last_run_only_where_that_run_wrote_it():
+    from mpiopt.analysis import _last_runs_beat
+
+    events = [{"event": "session", "time": 100.0}, {"event": "start", "trial": 0, "time": 101.0}]
+    assert _last_runs_beat({"time": 150.0, "since": 99.0}, events) == 150.0
+    # a later --resume stopped before its session record beat last: not the killed run's time
+    assert _last_runs_beat({"time": 900.0, "since": 800.0}, events) is None
+    assert _last_runs_beat({"time": 150.0}, events) is None and _last_runs_beat(None, events) is None
+    assert _last_runs_beat({"time": 150.0, "since": 99.0}, events[1:]) is None  # no runs marked

@@ -97,6 +97,26 @@ def test_tensorboard_holds_each_epoch_once_after_training_goes_on_from_a_checkpo
     assert len(events.Tensors("_hparams_/session_start_info")) == 1  # one session, however many stretches
 
 
+@pytest.mark.parametrize("stopped, status", [(None, "STATUS_SUCCESS"), ("target", "STATUS_SUCCESS"),
+                                             ("diverged", "STATUS_FAILURE"), ("timeout", "STATUS_FAILURE"),
+                                             ("pruned", None), ("paused", None)])
+def test_a_trials_tensorboard_session_ends_as_the_trial_did(tmp_path, stopped, status):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+
+    from mpiopt.learn._board import FOLDER, Board
+
+    board = Board(tmp_path, {"units": 8}, "trial 0", first_step=1)
+    board.write({"epoch": 1, "loss": 1.0})
+    board.end(stopped)
+    board.close()
+    events = EventAccumulator(str(tmp_path / FOLDER), size_guidance={"tensors": 0}).Reload()
+    ends = events.PluginTagToContent("hparams").get("_hparams_/session_end_info")
+    got = api_pb2.Status.Name(plugin_data_pb2.HParamsPluginData.FromString(ends).session_end_info.status) \
+        if ends else None
+    assert got == status
+
+
 def test_user_compiled_model_and_searched_training_keys(model_space):
     cfg = model_space("{model: tiny_model.py:build_compiled, data: tiny_model.py:load_data}",
                       "units: {type: integer, low: 2, high: 16}, epochs: {type: integer, low: 1, high: 3}")

@@ -286,8 +286,8 @@ def test_a_group_reports_metrics_that_are_no_mean_of_parts_as_one_process_would(
                        capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-3000:]
     found = json.loads((tmp_path / "h.json").read_text())
-    assert found["refused"] == ["DataError: 2 training samples for 3 workers: each needs one at least (fewer ranks "
-                                "a group, or more data)"] * 3
+    assert found["refused"] == ["DataError: 2 training samples for 3 ranks that train: each needs one at least (a "
+                                "smaller training.group_size, or more data)"] * 3
     for mode in [*modes, "few_val"]:
         h = found[mode]
         for name in ("auc", "precision", "loss"):

@@ -38,15 +38,15 @@ class Board:
 
     def end(self, stopped: str | None) -> None:
         """The session's end in the HParams dashboard, from the engine's `stopped`: the epochs run
-        out, an early stop or the target is a success, divergence a failure. A pause (a promotion
-        goes on) and a scheduler's stop are no end: the dashboard has no status for a pruned
-        trial, whose session then stays unknown, apart from the completed ones."""
+        out, an early stop or the target is a success (the trial completed); divergence and the
+        time limit a failure. A pause (a promotion goes on) and a scheduler's stop are no end: the
+        dashboard has no status for a pruned trial, whose session then stays unknown."""
         from tensorboard.plugins.hparams import api_pb2
         from tensorboard.plugins.hparams.summary import session_end_pb
 
         if stopped in ("paused", "pruned"):
             return
-        status = api_pb2.STATUS_FAILURE if stopped == "diverged" else api_pb2.STATUS_SUCCESS
+        status = api_pb2.STATUS_FAILURE if stopped in ("diverged", "timeout") else api_pb2.STATUS_SUCCESS
         with self.writer.as_default():
             self.tf.summary.experimental.write_raw_pb(session_end_pb(status).SerializeToString(), step=0)
         self.writer.flush()

@@ -1105,5 +1105,5 @@ def _refuse_fewer_samples_than_workers(job: Job, workers: int) -> None:
     """A worker without a training sample would have no batch to step on (on every rank alike)."""
     n = job.source.n_train()
     if n < workers:
-        raise DataError(f"{n} training sample{'s' * (n != 1)} for {workers} workers: each "
-                        "needs one at least (fewer ranks a group, or more data)")
+        raise DataError(f"{n} training sample{'s' * (n != 1)} for {workers} ranks that train: each needs one at "
+                        "least (a smaller training.group_size, or more data)")
