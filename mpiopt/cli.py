@@ -1108,7 +1108,8 @@ def trial_values(run_dir: Path, which: str | None, cfg) -> tuple[int, dict[str, 
             warn_once(f"--trial {number}: {name} was not searched then; it takes {values[name]!r}")
     _note_another_objective(run_dir, number, cfg)
     _note_a_trial_that_did_not_complete(run_dir, number)
-    _note_other_ranks(run_dir, number)
+    if cfg.objective.kind == "model":  # a function runs on its group's first rank, whatever the group
+        _note_other_ranks(run_dir, number)
     return number, values
 
 
