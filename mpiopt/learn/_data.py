@@ -528,11 +528,18 @@ def file_folds(counts: list[int], folds: int, seed: int) -> list[list[int]] | No
 
 def fold_sizes(source: DataSource, folds: int, seed: int) -> tuple[str, list[int]]:
     """How `fold_source` cuts the training data ("file" or "sample") and each fold's samples."""
-    if source.train is None and len(source.train_files) >= folds:
-        parts = file_folds(source.counts, folds, seed)
-        if parts is not None:
-            return "file", [sum(source.counts[i] for i in part) for part in parts]
+    parts = _file_parts(source, folds, seed)
+    if parts is not None:
+        return "file", [sum(source.counts[i] for i in part) for part in parts]
     return "sample", [len(part) for part in np.array_split(np.arange(source.n_train()), folds)]
+
+
+def _file_parts(source: DataSource, folds: int, seed: int) -> list[list[int]] | None:
+    """The training files of each fold where the folds are cut by file (HDF5 files, at least one
+    a fold, each fold with samples); else None: they are cut by sample."""
+    if source.train is None and len(source.train_files) >= folds:
+        return file_folds(source.counts, folds, seed)
+    return None
 
 
 def fold_source(source: DataSource, folds: int, k: int, seed: int) -> DataSource:
@@ -546,16 +553,14 @@ def fold_source(source: DataSource, folds: int, k: int, seed: int) -> DataSource
 
 
 def _cut_fold(source: DataSource, folds: int, k: int, seed: int) -> DataSource:
-    if source.train is None and len(source.train_files) >= folds:
-        parts = file_folds(source.counts, folds, seed)
-        if parts is not None:
-            held = set(parts[k])
-            rest = [i for i in range(len(source.train_files)) if i not in held]
-            return DataSource(train_files=[source.train_files[i] for i in rest],
-                              counts=[source.counts[i] for i in rest],
-                              val_files=[source.train_files[i] for i in parts[k]],
-                              val_counts=[source.counts[i] for i in parts[k]],
-                              features=source.features, labels=source.labels)
+    parts = _file_parts(source, folds, seed)
+    if parts is not None:
+        held = set(parts[k])
+        rest = [i for i in range(len(source.train_files)) if i not in held]
+        return DataSource(train_files=[source.train_files[i] for i in rest], counts=[source.counts[i] for i in rest],
+                          val_files=[source.train_files[i] for i in parts[k]],
+                          val_counts=[source.counts[i] for i in parts[k]], features=source.features,
+                          labels=source.labels)
     x, y = source.train if source.train is not None else _h5_training(source)
     parts = sample_folds(n_samples(x), folds, seed)
     rows = np.sort(np.concatenate([p for i, p in enumerate(parts) if i != k]))
