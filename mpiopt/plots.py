@@ -210,6 +210,10 @@ def plot_history(df, *, direction: str | None = None, metric: str = "objective")
                   where="post", color="tab:red", label="best so far")
     by_trial.set_xlabel("trial")
     by_trial.xaxis.set_major_locator(MaxNLocator(integer=True))
+    first, last = float(ordered["trial"].min()), float(ordered["trial"].max())
+    if last - first < 2:  # too narrow for whole ticks: matplotlib falls back to fractions of a trial
+        by_trial.set_xticks(sorted(set(ordered["trial"])))
+        by_trial.set_xlim(first - 1, last + 1)
     by_trial.set_ylabel(_label(df, metric))
     t0 = df["start"].dropna().min()
     per, unit = _elapsed_unit((done["end"].max() - t0).total_seconds())
@@ -435,6 +439,8 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
     fig = _figure(max(4.0 * cols, 7.0), 3.2 * rows)  # a single panel as wide as its title
     panels = np.atleast_1d(fig.subplots(rows, cols, sharey=True, squeeze=False)).ravel()
     rng = np.random.default_rng(0)
+    first, last = float(done["trial"].min()), float(done["trial"].max())
+    pad = 0.5 if first == last else 0.0  # one trial: a colour bar around it, not -0.1 to 0.1
     for ax, c in zip(panels, names, strict=False):
         name = c[len("params_"):]
         if _is_categorical(done[c]):
@@ -458,13 +464,14 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
             elif is_integer_dtype(done[c]):  # an integer parameter (Int64 in load_results) has whole ticks
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         points = ax.scatter(x, done["objective"], c=done["trial"], cmap="viridis", edgecolors="black",
-                            linewidths=0.3, s=18)
+                            linewidths=0.3, s=18, vmin=first - pad, vmax=last + pad)
         ax.set_xlabel(_short(name))
     for ax in panels[len(names):]:
         ax.set_visible(False)
     for ax in panels[::cols]:
         ax.set_ylabel(_label(df, metric))
-    fig.colorbar(points, ax=list(panels[:len(names)]), label="trial", ticks=MaxNLocator(integer=True))
+    fig.colorbar(points, ax=list(panels[:len(names)]), label="trial",
+                 ticks=[first] if pad else MaxNLocator(integer=True))
     fig.suptitle(f"Slices: {_label(df, metric)} against each parameter ({direction}, {_completed_of(every, df)}"
                  f"{_drawn(done, every)})")
     return fig

@@ -990,3 +990,11 @@ def test_trials_are_counted_by_status_in_one_order_everywhere():
 
     # as the search's closing line and `mpiopt status` have them, not the commonest first
     assert by_status(["pruned", "pruned", "completed", "failed", "pruned"]) == "1 completed, 1 failed, 3 pruned"
+
+
+def test_plots_of_one_trial_tick_the_trial_not_fractions_of_one(df):
+    one = df[df.trial == completed(df).trial.min()]
+    by_trial = plots.plot_history(one).axes[0]
+    assert list(by_trial.get_xticks()) == [float(one.trial.iloc[0])]
+    slices = plots.plot_slices(one)
+    assert [t.get_text() for t in slices.axes[-1].get_yticklabels()] == [str(one.trial.iloc[0])]  # the colour bar
