@@ -14,13 +14,13 @@ from typing import Any
 ERROR_WIDTH = 70  # characters of the error column in the table view (the whole line: --format csv)
 
 
-def format_hours(hours: float) -> str:
-    """A duration for people: 45 s, 12 min, 3.4 h."""
+def format_hours(hours: float, digits: int = 0) -> str:
+    """A duration for people: 45 s, 12 min, 3.4 h (`digits` of seconds and minutes: 4.2 s, 1.5 min)."""
     seconds = hours * 3600.0
     if seconds < 90:
-        return f"{seconds:.0f} s"
+        return f"{seconds:.{digits}f} s"
     if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
+        return f"{seconds / 60:.{digits}f} min"
     return f"{hours:.1f} h"
 
 

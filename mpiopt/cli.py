@@ -979,7 +979,7 @@ def _finish(cfg, summary, searcher, run_dir, cpu0: float, wall0: float, took_s: 
     coordinator's own figures in search.log; returns the exit code."""
     from .coordinator import dispatch_stats
 
-    counts = view.by_status(t.shown_status(live=False).value for t in summary.trials.values())
+    counts = view.by_status(summary.statuses())
     stats = logging.getLogger(STATS)
     report = searcher.report()
     if report is not None:

@@ -113,14 +113,10 @@ class Summary:
     # objective's search whatever else ended (failed, pruned) before the misuse came to light
     discard: bool = False
 
-    def counts(self) -> dict[str, int]:
-        """Trials by status once the search is over: one still running there (a retired group's) is
-        interrupted, as `load_results` and `--resume` have it."""
-        out: dict[str, int] = {}
-        for t in self.trials.values():
-            status = t.shown_status(live=False).value
-            out[status] = out.get(status, 0) + 1
-        return out
+    def statuses(self) -> list[str]:
+        """Each trial's status once the search is over: one still running there (a retired
+        group's) is interrupted, as `load_results` and `--resume` have it."""
+        return [t.shown_status(live=False).value for t in self.trials.values()]
 
 
 class Progress:

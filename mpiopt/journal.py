@@ -928,12 +928,9 @@ def _holder_lives(lock_path: Path) -> bool:
 
 def _beats_elsewhere(folder: Path) -> bool:
     """Whether a search of another machine beats here: its heartbeat says it runs, and is recent."""
-    try:
-        beat = json.loads((folder / HEARTBEAT).read_text("utf-8"))
-        return beat["host"] != socket.gethostname() and beat["state"] == "running" and \
-            recent(float(beat["time"]), time.time())
-    except (OSError, ValueError, TypeError, KeyError):
-        return False
+    beat = read_heartbeat(folder)
+    return beat is not None and "host" in beat and beat["host"] != socket.gethostname() and \
+        beat.get("state") == "running" and recent(beat["time"], time.time())
 
 
 def gone_from_this_machine(beat: dict) -> bool:

@@ -180,18 +180,11 @@ def summary_rows(run: Path, info: dict, df, usage: dict, direction: str, metric:
 
 
 def _wall_time(usage: dict) -> str:
-    running = _duration(usage["active_s"])
+    running = view.format_hours(usage["active_s"] / 3600, digits=1)
     if usage["runs"] < 2:
         return running
-    span = _duration(usage["span_s"])
+    span = view.format_hours(usage["span_s"] / 3600, digits=1)
     return f"{running} running, in {usage['runs']} runs ({span} from the first start to the last end)"
-
-
-def _duration(seconds: float) -> str:
-    """'4.2 s', '1.5 min', '3.1 h'."""
-    if seconds < 90:
-        return f"{seconds:.1f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _missing(value) -> bool:

@@ -460,14 +460,18 @@ def _misshapen(out: Any) -> str:
     return f"got {type(out).__name__}"
 
 
+def _source_key(data: Any, base_dir: Path) -> str:
+    return repr(data) + str(base_dir)
+
+
 def loaded_source(data: Any, base_dir: Path) -> DataSource | None:
     """The data `load_source` read already in this process, or None."""
-    return _cache.get(repr(data) + str(base_dir))
+    return _cache.get(_source_key(data, base_dir))
 
 
 def load_source(data: Any, base_dir: Path, loader=None) -> DataSource:
     """The data of a `model` objective, checked before any training (cached per process)."""
-    key = repr(data) + str(base_dir)  # as `loaded_source` finds it
+    key = _source_key(data, base_dir)
     if key in _cache:
         return _cache[key]
     if isinstance(data, dict):
