@@ -187,11 +187,9 @@ def as_yaml(value) -> str:
     seconds for a table of thousands of trials."""
     import yaml
 
-    try:
-        from yaml import CSafeDumper as Dumper  # PyYAML built with libyaml
-    except ImportError:
-        from yaml import SafeDumper as Dumper
-    return yaml.dump(value, Dumper=Dumper, sort_keys=False, allow_unicode=True)
+    from .config import yaml_dumper
+
+    return yaml.dump(value, Dumper=yaml_dumper(fast=True), sort_keys=False, allow_unicode=True)
 
 
 def best_yaml(run_dir: str, top, direction: str, metric: str) -> str:

@@ -141,15 +141,26 @@ def refresh_results_csv(path: str | os.PathLike) -> bool:
 
 
 def _integer_params(df, space: dict):
-    """Integer parameters as nullable integers: a conditional one is empty where inactive, which
-    would make the column float."""
+    """Integer parameters, and categoricals of integers, as nullable integers: a conditional one
+    is empty where inactive, which would make the column float; a real one never active is NaN."""
+    import pandas as pd
+
     for name, spec in space.items():
         col = f"params_{name}"
-        if isinstance(spec, dict) and spec.get("type") == "integer" and col in df:
+        if not isinstance(spec, dict) or col not in df:
+            continue
+        if spec.get("type") == "integer" or _integer_choices(spec):
             values = df[col].dropna()
             if (values == values.round()).all():  # whole numbers, as an integer parameter's are
                 df[col] = df[col].astype("Int64")
+        elif spec.get("type") == "real":
+            df[col] = pd.to_numeric(df[col], errors="coerce")
     return df
+
+
+def _integer_choices(spec: dict) -> bool:
+    choices = spec.get("choices")
+    return isinstance(choices, list) and all(isinstance(c, int) and not isinstance(c, bool) for c in choices)
 
 
 def _typed(df):
@@ -252,7 +263,7 @@ def load_history(path: str | os.PathLike):
         if e.get("event") == "report" and isinstance(e.get("trial"), int) and isinstance(e.get("epoch"), int):
             rows[(e["trial"], e["epoch"])] = {"trial": e["trial"], "epoch": e["epoch"], **(e.get("metrics") or {})}
     df = pd.DataFrame([rows[k] for k in sorted(rows)])
-    return df if len(df) else pd.DataFrame(columns=["trial", "epoch"])
+    return df if len(df) else pd.DataFrame({"trial": pd.Series(dtype="int64"), "epoch": pd.Series(dtype="int64")})
 
 
 def best_trials(df, direction: str, top: int | None = None):

@@ -317,9 +317,9 @@ def _prepare_job(args) -> _Job:
 def _config_text(cfg) -> str:
     """The resolved configuration as the run directory's config.yaml holds it; a --resume must
     find the same `parameters` and `objective` there."""
-    import yaml
+    from .config import dump_yaml
 
-    return yaml.safe_dump(cfg.resolved(), sort_keys=False)
+    return dump_yaml(cfg.resolved(), sort_keys=False)
 
 
 # -- search ------------------------------------------------------------------------------------
@@ -662,7 +662,7 @@ def _plan_notes(cfg, plan) -> list[str]:
     """What `check` notes and a search warns of before it starts: settings that the ranks or the
     budget make do something else than they seem to."""
     notes = [_group_size_note(cfg.training["group_size"], plan), _idle_ranks_note(cfg, plan),
-             _initial_points_note(cfg), _direction_note(cfg), _accuracy_of_a_regression_note(cfg),
+             _yes_no_note(cfg), _initial_points_note(cfg), _direction_note(cfg), _accuracy_of_a_regression_note(cfg),
              _uneven_groups_note(cfg, plan) or _no_group_of_the_size_note(cfg, plan), _searched_training_keys_note(cfg),
              _training_metric_note(cfg),
              _unread_mode_keys_note(cfg), _warmup_note(cfg), _more_trials_than_points_note(cfg),
@@ -874,8 +874,22 @@ def _accuracy_of_a_regression_note(cfg) -> str | None:
             "nearly always none (a regression is judged by val_loss or val_mae)")
 
 
+def _yes_no_note(cfg) -> str | None:
+    """YAML 1.1 (PyYAML's) reads a bare yes, no, on or off as a boolean, a surprise in a choice."""
+    if not cfg.yes_no_words:
+        return None
+    first, more = cfg.yes_no_words[0], len(cfg.yes_no_words) - 1
+    word = first.rpartition(": ")[2]
+    return (f"{first} is read as the boolean {word.lower() in ('yes', 'on')}"
+            f"{f' (and {more} more such value' + ('s' if more > 1 else '') + ')' if more else ''}: YAML reads a bare "
+            f"yes, no, on or off as a boolean; quote it ('{word}') where you mean the text")
+
+
 def _initial_points_note(cfg) -> str | None:
     s = cfg.search
+    if s.algorithm == "evolution" and s.population >= s.trials:
+        return (f"search.population {s.population} is not below search.trials {s.trials}: evolution draws at random "
+                "until the population is full, so every trial is a random one")
     if s.algorithm != "bayesian" or s.initial_points < s.trials:
         return None
     return (f"search.initial_points {s.initial_points} is not below search.trials {s.trials}: every trial is one "
@@ -1195,7 +1209,8 @@ def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tupl
                 training[name] = value = check_training_value(name, value, "--set", name)
             if not p.contains(value):
                 if isinstance(p, Categorical):
-                    raise ConfigError(f"--set {name}: {value!r} is not one of {list(p.choices)}")
+                    raise ConfigError(f"--set {name}: {value!r} is not one of {list(p.choices)}"
+                                      f"{_quote_hint(name, text, value, p.choices)}")
                 warn_once(f"--set {name}={value!r} is outside the search space [{p.low}, {p.high}]; trained as given")
             params[name] = value
         elif name in TRAINING_DEFAULTS:
@@ -1207,6 +1222,15 @@ def parse_sets(cfg, sets: list[str], base: dict[str, Any] | None = None) -> tupl
     params, training = _active_only(cfg, params, training, sets)
     check_trained_values(cfg.objective, training, "--set" if sets else cfg.source or str(cfg.path))
     return params, training
+
+
+def _quote_hint(name: str, text: str, value: Any, choices: tuple) -> str:
+    """YAML reads `1e-3` or `no` as a number or a boolean; where the choice is that text, the
+    shell's quotes around --set are not YAML's."""
+    text = text.strip()
+    if isinstance(value, str) or text not in choices:
+        return ""
+    return f" (the choice {text!r} is text: quote it for YAML, --set \"{name}='{text}'\")"
 
 
 def _unread_mode_keys_in_training(cfg, params: dict[str, Any], sets: list[str]) -> str | None:
@@ -1412,9 +1436,8 @@ def _say_training_outcome(cfg, out: Path, folder: Path, outcome, runner, wall_s:
 def _write_train_info(out: Path, cfg, params: dict[str, Any], outcome: TrialResult | None = None) -> None:
     """What `mpiopt.load_model(out)` needs to rebuild the model: the configuration and the values;
     once the training ended, also how it ended (what a function that reports no steps leaves)."""
-    import yaml
-
     from ._files import atomic_write
+    from .config import dump_yaml
     from .journal import TRAIN_INFO
     from .trial import clean
 
@@ -1423,7 +1446,7 @@ def _write_train_info(out: Path, cfg, params: dict[str, Any], outcome: TrialResu
         ended = clean({"status": outcome.status, "objective": outcome.objective, "epochs": outcome.epochs,
                        "metrics": outcome.metrics, "error": outcome.error})
         info["outcome"] = {key: value for key, value in ended.items() if value not in (None, {})}
-    text = yaml.safe_dump(info, sort_keys=False)
+    text = dump_yaml(info, sort_keys=False)
     atomic_write(out / TRAIN_INFO, text.encode("utf-8"))
 
 

@@ -105,9 +105,30 @@ def _mapping_no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_no_duplicates)
 # YAML 1.2 reads `1e-4` as a number; PyYAML (YAML 1.1) wants a dot (`1.0e-4`) and reads it as text
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
+_FLOAT_WITHOUT_DOT = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_WITHOUT_DOT, list("-+0123456789"))
+
+
+def yaml_dumper(fast: bool = False) -> type:
+    """PyYAML's safe dumper (libyaml's where `fast` and PyYAML has it) that quotes a string mpiopt
+    reads as a number: the text '1e-3' must come back as text from config.yaml or `results --best`."""
+    base = yaml.SafeDumper
+    if fast:
+        base = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # absent where PyYAML lacks libyaml
+
+    class Dumper(base):
+        pass
+
+    Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_WITHOUT_DOT, list("-+0123456789"))
+    return Dumper
+
+
+_DUMPER = yaml_dumper()
+
+
+def dump_yaml(value: Any, **options: Any) -> str:
+    """`value` as YAML that `load_value` and the search-space file read back as it was."""
+    return yaml.dump(value, Dumper=_DUMPER, **options)
 
 
 def load_value(text: str) -> Any:
@@ -178,6 +199,8 @@ class Config:
     training: dict[str, Any]
     raw: dict[str, Any] = field(repr=False)
     source: str = ""  # the file as the user named it, for messages
+    # choices and condition values YAML 1.1 read as booleans from yes/no/on/off, e.g. 'parameters.c.choices: NO'
+    yes_no_words: tuple[str, ...] = ()
 
     @property
     def base_dir(self) -> Path:
@@ -276,7 +299,45 @@ def load_config(path: str | os.PathLike, *, resolve: bool = True) -> Config:
     cfg = parse_config(raw, path=p.resolve(), source=src, resolve=False)
     # The user's file only: a run's config.yaml of an older mpiopt spells out every training key.
     _check_unread_training_keys(cfg.objective, cfg.search, raw.get("training"), src)
+    cfg = replace(cfg, yes_no_words=_yes_no_words(text))
     return resolve_objective(cfg, src) if resolve else cfg
+
+
+def _yes_no_words(text: str) -> tuple[str, ...]:
+    """The choices and condition values written yes, no, on or off, which YAML 1.1 reads as
+    booleans: `{choices: [NO, SE, DK]}` gives False for Norway, which is seldom what was meant."""
+    root = yaml.compose(text, Loader=_StrictLoader)
+    found = []
+    for name, spec in _entries(_entry(root, "parameters")):
+        for key in ("choices", "when"):
+            values = _entry(spec, key)
+            if isinstance(values, yaml.MappingNode):  # when: {parent: value or [values]}
+                values = [v for _, v in _entries(values)]
+            for node in _scalars(values):
+                if node.tag == "tag:yaml.org,2002:bool" and node.style is None and node.value.lower() not in (
+                        "true", "false"):
+                    found.append(f"parameters.{name}.{key}: {node.value}")
+    return tuple(found)
+
+
+def _entry(node: Any, key: str) -> Any:
+    """The value node of `key` in a mapping node (None if it is not one, or lacks the key)."""
+    return next((v for k, v in _entries(node) if k == key), None)
+
+
+def _entries(node: Any) -> list[tuple[str, Any]]:
+    if not isinstance(node, yaml.MappingNode):
+        return []
+    return [(k.value, v) for k, v in node.value if isinstance(k, yaml.ScalarNode)]
+
+
+def _scalars(node: Any) -> list[yaml.ScalarNode]:
+    """The scalar nodes of a scalar, a sequence, or a list of either."""
+    if isinstance(node, list):
+        return [s for n in node for s in _scalars(n)]
+    if isinstance(node, yaml.SequenceNode):
+        return [n for n in node.value if isinstance(n, yaml.ScalarNode)]
+    return [node] if isinstance(node, yaml.ScalarNode) else []
 
 
 def _yaml_hint(problem: str) -> str:
@@ -697,7 +758,7 @@ def _with_momentum(spec: Any, momentum: float | None) -> Any:
 
 def _flow(value: Any) -> str:
     """A YAML value on one line, as a file would give it."""
-    return yaml.safe_dump(value, default_flow_style=True, width=10**6, sort_keys=False).strip().removesuffix("\n...")
+    return dump_yaml(value, default_flow_style=True, width=10**6, sort_keys=False).strip().removesuffix("\n...")
 
 
 def _check_keys(mapping: dict, allowed: Iterable[str], source: str, where: str,
@@ -771,6 +832,8 @@ def _parse_search(raw: Any, source: str) -> SearchSettings:
     _check_keys(raw, SEARCH_DEFAULTS, source, "search")
     s = {**SEARCH_DEFAULTS, **raw}
     settings = _search_settings(s, source)
+    if "sample" not in raw:  # the default tournament fits any population
+        settings = replace(settings, sample=min(settings.sample, settings.population))
     if settings.sample > settings.population:
         raise ConfigError(f"a tournament of {settings.sample} cannot be drawn from a population of "
                           f"{settings.population} (search.population)", source=source, field="search.sample")

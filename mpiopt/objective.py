@@ -86,11 +86,23 @@ def _late(result: TrialResult, clock: _Clock) -> TrialResult:
 
 
 class UnknownParameter(KeyError):
-    """A function objective read a parameter its search space does not define."""
+    """A function objective read a parameter its search space does not define, or one whose
+    condition leaves it out of this trial."""
 
     def line(self) -> str:
-        key, names = self.args
-        return f"it reads params[{key!r}], which the search space does not define (its parameters: {', '.join(names)})"
+        key, space, params = self.args
+        if key in space.names:
+            return (f"it reads params[{key!r}], which is inactive in this trial ({key} is searched only when "
+                    f"{space.condition_text(key)}; here {_parents_text(space, key, params)}): read it under its "
+                    f"condition, or as params.get({key!r}, DEFAULT)")
+        return (f"it reads params[{key!r}], which the search space does not define (its parameters: "
+                f"{', '.join(space.names)})")
+
+
+def _parents_text(space, name: str, params: dict) -> str:
+    """The trial's values of the parents of `name`'s condition, e.g. 'optimizer is adam'."""
+    return ", ".join(f"{parent} is {params[parent]!r}" if parent in params else f"{parent} is inactive"
+                     for parent, _ in space[name].when)
 
 
 def _diverged(context: TrialContext, rank: int) -> TrialResult:
@@ -114,11 +126,16 @@ class ReportMisuse(ValueError):
 
 
 class Params(dict):
-    """A trial's parameters as a function objective gets them: a read of one the space lacks
-    stops the search at the first trial instead of failing every trial the same way."""
+    """A trial's parameters as a function objective gets them: a read of one the space lacks, or
+    of one inactive in the trial, stops the search at that trial instead of failing every trial
+    the same way."""
+
+    def __init__(self, params: dict[str, Any], space) -> None:
+        super().__init__(params)
+        self.space = space
 
     def __missing__(self, key):
-        raise UnknownParameter(key, list(self))
+        raise UnknownParameter(key, self.space, dict(self))
 
 
 def judge(value: Any, direction: str, metric: str, goals: tuple[tuple[str, str], ...] = ()) -> TrialResult:
@@ -417,7 +434,8 @@ class TrialRunner:
             context = kwargs["trial"] = TrialContext(trial, reporter, comm if o.takes_comm else None,
                                                      None if o.pareto else o.metric, top)
         try:
-            value = self.fn(Params(params), comm, **kwargs) if o.takes_comm else self.fn(Params(params), **kwargs)
+            given = Params(params, self.cfg.space)
+            value = self.fn(given, comm, **kwargs) if o.takes_comm else self.fn(given, **kwargs)
         except TrialTimeout as exc:
             if context is None or not context.steps:
                 raise

@@ -11,7 +11,8 @@ import itertools
 import math
 import warnings
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -174,13 +175,23 @@ def _steps(x: np.ndarray, best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x[keep], best[keep]
 
 
-def _categories(series, given: list | None = None) -> list:
-    """The categories a parameter took, in the order its space gave them (`given`; else by name)."""
-    taken = sorted(series.dropna().unique(), key=str)
-    if not given:
-        return taken
-    rank = {str(c): i for i, c in enumerate(given)}
-    return sorted(taken, key=lambda v: (rank.get(str(v), len(rank)), str(v)))
+def _category_index(series, given: list | None = None) -> tuple[list[str], np.ndarray]:
+    """A categorical parameter's categories it took, as labels in the order its space gave them
+    (`given`; else by name), and each trial's index among them (NaN where it is inactive)."""
+    label = _category_label([*series.dropna(), *(given or [])])
+    labels = series.map(label, na_action="ignore")
+    taken = sorted(labels.dropna().unique())
+    if given:
+        rank = {label(c): i for i, c in enumerate(given)}
+        taken = sorted(taken, key=lambda v: (rank.get(v, len(rank)), v))
+    return taken, labels.map({v: i for i, v in enumerate(taken)}).to_numpy(float)
+
+
+def _category_label(values: list) -> Callable[[Any], str]:
+    """A choice's label: its text, quoted where it reads as another choice ('1' beside 1). Python
+    holds True == 1 == 1.0, so the choices themselves cannot key a category."""
+    others = {str(v) for v in values if not isinstance(v, str)}
+    return lambda v: repr(v) if isinstance(v, str) and v in others else str(v)
 
 
 def _short(text: str, limit: int = SHORT_NAME) -> str:
@@ -318,8 +329,7 @@ def _importance(df, metric: str, log_params: Iterable[str]) -> tuple[dict[str, f
 def _numeric(series, log: bool) -> np.ndarray:
     """A parameter column as numbers: categories by their index, log-uniform ones in log scale."""
     if _is_categorical(series):
-        index = {v: i for i, v in enumerate(_categories(series))}
-        return series.map(index).to_numpy(float)
+        return _category_index(series)[1]
     values = series.to_numpy(float)
     return np.log(values) if _in_log_scale(series, log) else values
 
@@ -403,9 +413,10 @@ def _unit_axis(series, log: bool, choices: list | None = None,
     below, at `INACTIVE_AT`."""
     inactive = series.isna().to_numpy()
     if _is_categorical(series):
-        cats = _categories(series, categories)
-        pos = {v: (i / (len(cats) - 1) if len(cats) > 1 else 0.5) for i, v in enumerate(cats)}
-        unit, ticks = series.map(pos).to_numpy(float), [(pos[v], str(v)) for v in cats]
+        cats, index = _category_index(series, categories)
+        scale = 1 / (len(cats) - 1) if len(cats) > 1 else 0.0
+        unit = index * scale if len(cats) > 1 else np.where(np.isnan(index), np.nan, 0.5)
+        ticks = [(i * scale if len(cats) > 1 else 0.5, v) for i, v in enumerate(cats)]
     else:
         raw = _numeric(series, log)
         known = raw[~inactive]
@@ -444,8 +455,8 @@ def plot_slices(df, *, direction: str | None = None, metric: str = "objective", 
     for ax, c in zip(panels, names, strict=False):
         name = c[len("params_"):]
         if _is_categorical(done[c]):
-            cats = _categories(done[c], df.attrs.get("categories", {}).get(name))
-            x = done[c].map({v: i for i, v in enumerate(cats)}).to_numpy(float) + rng.uniform(-0.15, 0.15, len(done))
+            cats, index = _category_index(done[c], df.attrs.get("categories", {}).get(name))
+            x = index + rng.uniform(-0.15, 0.15, len(done))
             texts = [_short(v, 16) for v in cats]
             long = sum(map(len, texts)) > 24  # more than the panel holds level: slanted
             ax.set_xticks(range(len(cats)), texts, rotation=30 if long else 0, ha="right" if long else "center")

@@ -236,15 +236,16 @@ def parse_space(raw: Any, *, source: str, did_you_mean) -> Space:
         if kind is None:
             kind = "categorical" if "choices" in spec else None
         if kind is None and "type" not in spec:
-            raise ConfigError("missing `type`: give type: real or type: integer with low and high, or choices: [...]",
-                              source=source, field=f"{field}.type")
+            hint = next(filter(None, (did_you_mean(str(k), ("choices",)) for k in spec)), "")
+            raise ConfigError("missing `type`: give type: real or type: integer with low and high, or choices: [...]"
+                              f"{hint}", source=source, field=f"{field}.type")
         if kind not in TYPES:
             raise ConfigError(f"`type` must be one of {', '.join(TYPES)}, got {kind!r}{did_you_mean(str(kind), TYPES)}",
                               source=source, field=f"{field}.type")
         for key in spec:
             if key not in _KEYS[kind]:
                 allowed = ", ".join(sorted(_KEYS[kind]))
-                raise ConfigError(f"unknown key {key!r} for a {kind} parameter (allowed: {allowed})"
+                raise ConfigError(f"unknown key {key!r} for {_a(kind)} parameter (allowed: {allowed})"
                                   f"{did_you_mean(str(key), _KEYS[kind])}", source=source, field=f"{field}.{key}")
         if kind == "categorical":
             params.append(_categorical(name, spec, source=source, field=field))
@@ -264,6 +265,7 @@ def _with_conditions(params: list[Parameter], raw: dict, *, source: str, did_you
         out.append(replace(p, when=when))
     space = Space(tuple(out))
     _refuse_cycles(space, source=source)
+    _refuse_never_active(space, source=source)
     return space
 
 
@@ -290,8 +292,9 @@ def _condition(name: str, raw: Any, by_name: dict[str, Parameter], *, source: st
         allowed = tuple(values) if isinstance(values, list) else (values,)
         for v in allowed:
             if not owner.contains(v):
-                raise ConfigError(f"{v!r} is not a choice of {parent!r} "
-                                  f"({', '.join(repr(c) for c in owner.choices)})", source=source, field=where)
+                raise ConfigError(f"{v!r} is not a choice of {parent!r} ({', '.join(repr(c) for c in owner.choices)})"
+                                  f"{did_you_mean(str(v), [c for c in owner.choices if isinstance(c, str)])}",
+                                  source=source, field=where)
         if not allowed:
             raise ConfigError("expected a value or a non-empty list of values", source=source, field=where)
         pairs.append((parent, allowed))
@@ -304,6 +307,37 @@ def _refuse_cycles(space: Space, *, source: str) -> None:
     except ConditionCycle as cycle:
         raise ConfigError(f"the conditions form a cycle ({' -> '.join(cycle.loop)})", source=source,
                           field=f"parameters.{cycle.name}.when") from None
+
+
+def _a(word: str) -> str:
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
+def _refuse_never_active(space: Space, *, source: str) -> None:
+    """A parameter is active only where its parents are: the values its condition asks of each
+    ancestor, its own and those of its parents' conditions, must have one in common, or the
+    parameter is never searched (`{opt: b, n: c}` where n is active only with opt: a)."""
+    asks: dict[str, dict[str, tuple[tuple, str]]] = {}  # name -> ancestor -> (values, whose `when` asks them)
+    for k in space.parents_first:
+        p = space.params[k]
+        mine: dict[str, tuple[tuple, str]] = {}
+        for parent, allowed in p.when:
+            for ancestor, (values, whose) in [*asks[parent].items(), (parent, (allowed, p.name))]:
+                if ancestor not in mine:
+                    mine[ancestor] = (values, whose)
+                    continue
+                both = tuple(v for v in mine[ancestor][0] if is_choice(v, values))
+                if not both:
+                    raise ConfigError(f"{p.name} could never be active: it needs {_asked(ancestor, *mine[ancestor])} "
+                                      f"and {_asked(ancestor, values, whose)}", source=source,
+                                      field=f"parameters.{p.name}.when")
+                mine[ancestor] = (both, mine[ancestor][1])
+        asks[p.name] = mine
+
+
+def _asked(ancestor: str, values: tuple, whose: str) -> str:
+    """'opt: b (parameters.x.when)'."""
+    return f"{ancestor}: {values[0] if len(values) == 1 else list(values)} (parameters.{whose}.when)"
 
 
 def _categorical(name: str, spec: dict, *, source: str, field: str) -> Categorical:
@@ -331,7 +365,7 @@ def _numeric(name: str, spec: dict, kind: str, *, source: str, field: str, did_y
     integer = kind == "integer"
     for key in ("low", "high"):
         if key not in spec:
-            raise ConfigError(f"missing `{key}` (a {kind} parameter needs `low` and `high`)",
+            raise ConfigError(f"missing `{key}` ({_a(kind)} parameter needs `low` and `high`)",
                               source=source, field=f"{field}.{key}")
         if not _number(spec[key], integer=integer):
             want = "an integer of at most 2**53 in size" if integer else "a finite number"
@@ -340,6 +374,9 @@ def _numeric(name: str, spec: dict, kind: str, *, source: str, field: str, did_y
     low, high = (int(low), int(high)) if integer else (float(low), float(high))
     if not low < high:
         raise ConfigError(f"`low < high` must hold, but got (low={low}, high={high})", source=source, field=field)
+    if not math.isfinite(high - low):  # the draws scale a unit interval by the range
+        raise ConfigError(f"the range from low={low} to high={high} is beyond floating point (high - low overflows)",
+                          source=source, field=field)
     prior = spec.get("prior", "uniform")
     if prior not in PRIORS:
         raise ConfigError(f"`prior` must be one of {', '.join(PRIORS)}, got {prior!r}"

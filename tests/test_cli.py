@@ -1411,3 +1411,36 @@ def test_the_sync_every_note_counts_the_workers_of_a_k_fold_sub_group(write_yaml
     assert _fewest_workers(load_config(write_yaml(text), resolve=False), plan) == 3
     folded = text.replace("metrics: [accuracy]}", "metrics: [accuracy], folds: 2}")
     assert _fewest_workers(load_config(write_yaml(folded, "f.yaml"), resolve=False), plan) == 1  # two teams of 2
+
+
+def test_notes_of_yes_no_choices_and_of_an_evolution_with_no_room_to_evolve(write_yaml):
+    from mpiopt import cli
+    from mpiopt.config import load_config
+
+    cfg = load_config(write_yaml(SPACE.replace("search:", "  country: {choices: [NO, SE, 'DK']}\n"
+                                                         "  gate: {choices: [on, off]}\nsearch:")))
+    assert cli._yes_no_note(cfg) == (
+        "parameters.country.choices: NO is read as the boolean False (and 2 more such values): YAML reads a bare "
+        "yes, no, on or off as a boolean; quote it ('NO') where you mean the text")
+    assert cli._yes_no_note(load_config(write_yaml(SPACE, "plain.yaml"))) is None
+    evolution = load_config(write_yaml(SPACE.replace("initial_points: 4", "algorithm: evolution, population: 8"),
+                                       "evolution.yaml"))
+    assert cli._initial_points_note(evolution) == (
+        "search.population 8 is not below search.trials 8: evolution draws at random until the population is "
+        "full, so every trial is a random one")
+    assert cli._initial_points_note(load_config(write_yaml(
+        SPACE.replace("initial_points: 4", "algorithm: evolution, population: 4"), "room.yaml"))) is None
+
+
+def test_set_of_a_text_choice_that_reads_as_a_number_says_to_quote_it(write_yaml):
+    from mpiopt import cli
+    from mpiopt.config import load_config
+
+    cfg = load_config(write_yaml(SPACE.replace("search:", "  c: {choices: ['1e-3', 'NO', 2]}\nsearch:")))
+    values = {"x": 1.0, "y": 2.0}
+    with pytest.raises(ConfigError) as refused:
+        cli.parse_sets(cfg, ["c=1e-3"], values)
+    assert str(refused.value).endswith("(the choice '1e-3' is text: quote it for YAML, --set \"c='1e-3'\")")
+    with pytest.raises(ConfigError, match=r"\(the choice 'NO' is text"):
+        cli.parse_sets(cfg, ["c=NO"], values)
+    assert cli.parse_sets(cfg, ["c='1e-3'"], values)[0]["c"] == "1e-3"

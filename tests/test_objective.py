@@ -399,3 +399,22 @@ def test_the_groups_first_rank_warns_of_a_rank_still_running_long_after_its_own_
     assert [r.getMessage() for r in caplog.records] == [
         "trial 7: this rank's part ended 0 s ago, and another rank of the group is still running its part; a rank "
         "that never returns holds the group (training.time_limit bounds a trial)"]
+
+
+def test_reading_a_parameter_its_condition_left_out_says_so(write_yaml):
+    from mpiopt.objective import Params, UnknownParameter
+
+    cfg = load_config(write_yaml("objective: {function: objectives.py:branin}\nparameters:\n"
+                                 "  opt: {choices: [sgd, adam]}\n"
+                                 "  momentum: {type: real, low: 0, high: 0.9, when: {opt: sgd}}\n"))
+    params = Params({"opt": "adam"}, cfg.space)
+    with pytest.raises(UnknownParameter) as inactive:
+        params["momentum"]
+    assert inactive.value.line() == (
+        "it reads params['momentum'], which is inactive in this trial (momentum is searched only when opt: sgd; "
+        "here opt is 'adam'): read it under its condition, or as params.get('momentum', DEFAULT)")
+    with pytest.raises(UnknownParameter) as unknown:
+        params["lr"]
+    assert unknown.value.line() == "it reads params['lr'], which the search space does not define " \
+                                   "(its parameters: opt, momentum)"
+    assert params.get("momentum", 0.5) == 0.5

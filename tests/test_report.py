@@ -998,3 +998,36 @@ def test_plots_of_one_trial_tick_the_trial_not_fractions_of_one(df):
     assert list(by_trial.get_xticks()) == [float(one.trial.iloc[0])]
     slices = plots.plot_slices(one)
     assert [t.get_text() for t in slices.axes[-1].get_yticklabels()] == [str(one.trial.iloc[0])]  # the colour bar
+
+
+def test_choices_python_holds_equal_keep_a_category_each_in_the_plots(df):
+    # True == 1 == 1.0 in Python, and '1' reads as 1: each is its own category and tick
+    mixed = df.copy()
+    values = [1, 1.0, True, "1"]
+    mixed["params_kind"] = [values[i % 4] for i in range(len(df))]
+    mixed.attrs = {**df.attrs, "categories": {"kind": values}}
+    ticks = [t.get_text() for t in plots.plot_slices(mixed, direction="minimize").axes[2].get_xticklabels()]
+    assert ticks == ["1", "1.0", "True", "'1'"]
+    ax = plots.plot_parallel(mixed, direction="minimize").axes[0]
+    on_kind = {round(line.get_ydata()[2], 3) for line in ax.lines if len(line.get_xdata()) == 3}
+    assert on_kind == {0.0, 0.333, 0.667, 1.0}
+
+
+def test_results_type_integer_choices_and_a_never_active_real(tmp_path):
+    import pandas as pd
+
+    from mpiopt.analysis import _integer_params
+
+    table = pd.DataFrame({"params_bs": [32.0, None, 64.0], "params_lr": [None, None, None]})
+    space = {"bs": {"type": "categorical", "choices": [32, 64], "when": {"opt": ["sgd"]}},
+             "lr": {"type": "real", "low": 0.1, "high": 1.0}}
+    typed = _integer_params(table, space)
+    assert str(typed["params_bs"].dtype) == "Int64" and typed["params_bs"].tolist()[::2] == [32, 64]
+    assert typed["params_lr"].dtype == float and typed["params_lr"].isna().all()
+    run = copy_run(tmp_path)  # a search of function trials that report no epochs: an empty history
+    journal = run / "trials.jsonl"
+    journal.write_text("".join(line for line in journal.read_text().splitlines(keepends=True)
+                               if '"report"' not in line))
+    history = mpiopt.load_history(run)
+    assert history.empty and list(history.columns) == ["trial", "epoch"]
+    assert history.dtypes.tolist() == [np.int64, np.int64]

@@ -217,6 +217,22 @@ BAD = [
                      ("[2, 3]", [2, 3])]],
     ("objective: {function: objectives.py:branin, folds: 3}\nparameters: {x: {type: real, low: 0, high: 1}}\n",
      ["objective.folds", "belongs to a `model` objective"]),
+    # a condition no trial can meet: n is active only with opt a, x asks opt b and n
+    ("objective: {function: objectives.py:branin}\nparameters: {opt: {choices: [a, b]}, "
+     "n: {choices: [c, d], when: {opt: a}}, x: {type: real, low: 0, high: 1, when: {opt: b, n: c}}}\n",
+     ["parameters.x.when: x could never be active: it needs opt: b (parameters.x.when) and opt: a "
+      "(parameters.n.when)"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: real, low: -1.0e308, high: 1.0e308}}\n",
+     ["parameters.x: the range from low=-1e+308 to high=1e+308 is beyond floating point"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {choice: [a, b]}}\n",
+     ["parameters.x.type: missing `type`", "(did you mean 'choices'?)"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {x: {type: integer, low: 0}}\n",
+     ["(an integer parameter needs `low` and `high`)"]),
+    ("objective: {function: objectives.py:branin}\nparameters: {o: {choices: [sgd, adam]}, "
+     "x: {type: real, low: 0, high: 1, when: {o: sdg}}}\n",
+     ["parameters.x.when.o: 'sdg' is not a choice of 'o'", "(did you mean 'sgd'?)"]),
+    (GOOD + "search: {algorithm: evolution, population: 4, sample: 5}\n",
+     ["search.sample: a tournament of 5 cannot be drawn from a population of 4"]),
     ("objective: {model: objectives.py:branin, data: objectives.py:branin, folds: 3}\n"
      "parameters: {x: {type: real, low: 0, high: 1}}\nsearch: {scheduler: asha}\n",
      ["objective.folds", "asha scheduler", "search.scheduler: none"]),
@@ -477,3 +493,32 @@ def test_every_point_of_a_discrete_space_counts_inactive_values_once():
     plain = parse_space({"a": {"type": "integer", "low": 1, "high": 5}, "b": {"choices": ["x", "y"]}}, source="s",
                         did_you_mean=lambda *_: "")
     assert distinct_points(plain) == 10 == len(every_point(plain))
+
+
+def test_conditions_that_narrow_one_another_but_can_hold_are_accepted(write_yaml):
+    cfg = load_config(write_yaml("objective: {function: objectives.py:branin}\nparameters: {opt: {choices: [a, b, c]}, "
+                                 "n: {choices: [c, d], when: {opt: [a, b]}}, "
+                                 "x: {type: real, low: 0, high: 1, when: {opt: [b, c], n: c}}}\n"))
+    assert cfg.space.active({"opt": "b", "n": "c", "x": 0.5}) == {"opt": "b", "n": "c", "x": 0.5}
+
+
+def test_evolutions_default_tournament_fits_a_small_population(write_yaml):
+    cfg = load_config(write_yaml(GOOD + "search: {algorithm: evolution, population: 3}\n"))
+    assert (cfg.search.population, cfg.search.sample) == (3, 3)
+
+
+def test_yes_no_on_and_off_in_choices_and_conditions_are_named(write_yaml):
+    cfg = load_config(write_yaml("objective: {function: objectives.py:branin}\nparameters:\n"
+                                 "  country: {choices: [NO, SE, 'no', true]}\n  gate: {choices: [on, false]}\n"
+                                 "  x: {type: real, low: 0, high: 1, when: {gate: on}}\n"))
+    assert cfg.space["country"].choices == (False, "SE", "no", True)
+    assert cfg.yes_no_words == ("parameters.country.choices: NO", "parameters.gate.choices: on",
+                                "parameters.x.when: on")
+    assert load_config(write_yaml(GOOD)).yes_no_words == ()
+
+
+def test_text_that_reads_as_a_number_comes_back_as_text_from_mpiopts_yaml():
+    from mpiopt.config import dump_yaml, load_value
+
+    value = {"c": "1e-3", "d": 1e-7, "e": "1", "f": 0.001}
+    assert load_value(dump_yaml(value)) == value
