@@ -35,7 +35,8 @@ TAG_PULSE = 19  # "this rank lives": a group's ranks to the coordinator, every P
 # trial never looks dead.
 PULSE_S = 2.0
 LOST_AFTER_S = 8.0
-RETURNED_GRACE_S = 5.0  # a rank's wait on an operation its returned peer joined ends well within this
+NOTICE_FAILED, NOTICE_RETURNED = 0, 1  # a notice's kind; the number of collective calls comes with it
+RETURNED_GRACE_S = 5.0  # a receive of what a returned peer sent before it returned arrives well within this
 # A rank's last pulse to a peer is this one byte (the others are empty). MPI_Finalize must find no
 # pulse unreceived (MPICH kills the sender of one), so at the end each side takes in its peers'
 # pulses up to their last one.
@@ -120,6 +121,12 @@ def wait(req, *, interrupt=None, spin: float | None = None) -> None:
         backoff.sleep()
 
 
+def _notice_buffer():
+    import numpy as np
+
+    return np.zeros(2, dtype=np.int64)  # kind, collective calls
+
+
 def cancel(req) -> None:
     """Cancel a posted receive unless it completed (then it is simply completed)."""
     if not req.Test():
@@ -159,16 +166,17 @@ def send_bytes(comm, data: bytes, dest: int, tag: int) -> None:
     comm.Send([data, MPI.BYTE], dest=dest, tag=tag)
 
 
-def bcast_bytes(comm, data: bytes | None, root: int = 0, *, interrupt=None) -> bytearray:
-    """Broadcast bytes of unknown length without spinning the waiting ranks."""
+def bcast_bytes(comm, data: bytes | None, root: int = 0, *, wait=wait) -> bytearray:
+    """Broadcast bytes of unknown length without spinning the waiting ranks (`wait` waits for
+    each request)."""
     import numpy as np
 
     MPI = _mpi()
     n = np.array([len(data) if data is not None else 0], dtype=np.int64)
-    wait(comm.Ibcast([n, MPI.INT64_T], root=root), interrupt=interrupt)
+    wait(comm.Ibcast([n, MPI.INT64_T], root=root))
     buf = bytearray(data) if comm.Get_rank() == root else bytearray(int(n[0]))
     if n[0]:
-        wait(comm.Ibcast([buf, MPI.BYTE], root=root), interrupt=interrupt)
+        wait(comm.Ibcast([buf, MPI.BYTE], root=root))
     return buf
 
 
@@ -799,62 +807,99 @@ class GroupComm:
     (barrier, bcast, allreduce, reduce, gather, allgather, send, recv, and the buffer forms
     Barrier, Bcast, Allreduce, Reduce, Allgather, Send, Recv); anything else is passed to the
     underlying mpi4py communicator and does not get that protection.
+
+    Notices (a rank failed, or its function returned after N collective calls) travel on a
+    second duplicate, each rank posting one receive per peer: MPICH over UCX loses messages
+    received from any source on a duplicated communicator between nodes.
     """
 
     def __init__(self, group_comm) -> None:
-        import numpy as np
-
         MPI = _mpi()
         self._MPI = MPI
         self._comm = group_comm.Dup()
         self._ctrl = group_comm.Dup()
-        self._notice_buf = np.zeros(1, dtype=np.int32)
-        self._notice = self._ctrl.Irecv([self._notice_buf, MPI.INT32_T], source=MPI.ANY_SOURCE, tag=TAG_FAIL)
-        self._sent: list = []
-        self._notified: list[int] = []  # the ranks this rank sent a notice
-        self.failed_peer: int | None = None
-        self.returned_peer: int | None = None  # a rank whose function returned (its notice: rank + size)
-        self._returned_at: float | None = None
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
+        self._peers = [r for r in range(self.size) if r != self.rank]
+        self._notice_bufs = {r: _notice_buffer() for r in self._peers}
+        self._notices = {r: self._post_notice(r) for r in self._peers}
+        self._received = dict.fromkeys(self._peers, 0)
+        self._sent: list = []
+        self._notified: list[int] = []  # the ranks this rank sent a notice
+        self._calls = 0  # the group's collective operations this rank began
+        self.failed_peer: int | None = None
+        self.returned_peer: int | None = None  # a rank whose function returned (the one with fewest calls)
+        self._returned_calls = 0  # the collective calls it had begun by then
+        self._returned_at: float | None = None
 
     # -- failure notices ---------------------------------------------------------------------
     def _check(self) -> None:
-        """Before an operation: give up if a peer failed, or returned (it will never join)."""
+        """Before a point-to-point operation: give up if a peer failed."""
         self._look()
-        if self.returned_peer is not None:
+
+    def _begin_collective(self, *, joined: bool = False) -> None:
+        """Before a collective operation: give up if a peer failed, or returned before it; then,
+        unless the caller knows every rank `joined` it, wait until every rank has begun it. A
+        collective is posted only once all will join it: MPICH goes on progressing one that a
+        failed rank never joined, and can crash doing so (seen with sums of megabytes; a pending
+        barrier, which carries no data, is harmless)."""
+        self._calls += 1
+        self._interrupt_collective()
+        if not joined:
+            self._wait_collective(self._comm.Ibarrier())
+
+    def _interrupt_collective(self) -> None:
+        """While a collective waits: give up if a peer failed, or returned before it began this
+        call (it will never join); a peer that began it and returned completed its part."""
+        self._look()
+        if self.returned_peer is not None and self._returned_calls < self._calls:
             raise GroupPeerReturned(self.returned_peer, self.rank)
 
     def _interrupt(self) -> None:
-        """While an operation waits: give up if a peer failed, or returned RETURNED_GRACE_S ago
-        (an operation it joined before it returned completes meanwhile; one it never joined does not)."""
+        """While a point-to-point operation waits: give up if a peer failed, or returned
+        RETURNED_GRACE_S ago (what it sent before it returned arrives meanwhile)."""
         self._look()
         if self.returned_peer is not None and time.monotonic() - self._returned_at > RETURNED_GRACE_S:
             raise GroupPeerReturned(self.returned_peer, self.rank)
 
     def _look(self) -> None:
-        if self.failed_peer is None and self.returned_peer is None and self._notice.Test():
-            self._note_notice()
+        for peer, req in self._notices.items():
+            if req.Test():
+                self._take_notice(peer)
         if self.failed_peer is not None:
             raise GroupPeerFailed(f"rank {self.failed_peer} of the group failed this trial")
 
+    def _post_notice(self, peer: int):
+        return self._ctrl.Irecv([self._notice_bufs[peer], self._MPI.INT64_T], source=peer, tag=TAG_FAIL)
+
+    def _take_notice(self, peer: int) -> None:
+        """Note the notice `peer` sent, and post the receive of its next."""
+        kind, calls = (int(v) for v in self._notice_bufs[peer])
+        self._received[peer] += 1
+        self._notices[peer] = self._post_notice(peer)
+        if kind == NOTICE_RETURNED:
+            if self.returned_peer is None or calls < self._returned_calls:
+                self.returned_peer, self._returned_calls = peer, calls
+                self._returned_at = self._returned_at or time.monotonic()
+        elif self.failed_peer is None:
+            self.failed_peer = peer
+
     def notify_failure(self) -> None:
         """Tell the other ranks of the group that this rank failed the trial."""
-        self._notify(self.rank)
+        self._notify(NOTICE_FAILED)
 
     def notify_return(self) -> None:
         """Tell the other ranks that this rank's function returned: one still waiting in an
-        operation of the group then gives up instead of hanging."""
-        self._notify(self.rank + self.size)
+        operation of the group that this rank never began then gives up instead of hanging."""
+        self._notify(NOTICE_RETURNED)
 
-    def _notify(self, value: int) -> None:
+    def _notify(self, kind: int) -> None:
         import numpy as np
 
-        notice = np.array([value], dtype=np.int32)
-        for r in range(self.size):
-            if r != self.rank:
-                self._sent.append(self._ctrl.Isend([notice, self._MPI.INT32_T], dest=r, tag=TAG_FAIL))
-                self._notified.append(r)
+        notice = np.array([kind, self._calls], dtype=np.int64)
+        for r in self._peers:
+            self._sent.append(self._ctrl.Isend([notice, self._MPI.INT64_T], dest=r, tag=TAG_FAIL))
+            self._notified.append(r)
 
     def close(self) -> None:
         """End the trial on this rank; every rank of the group calls it (their waits all give up
@@ -865,43 +910,32 @@ class GroupComm:
         by the next trial's communicator for a failure of that trial. Receives that a failure left
         pending are cancelled where they gave up (`_wait_recv`); a collective that a failure left
         pending cannot be, and keeps its communicator alive after the free (its context id is not
-        reused while it waits)."""
+        reused while it waits): `_begin_collective` makes it a barrier, never a transfer of data."""
         import numpy as np
 
         MPI = self._MPI
         sent = np.zeros(self.size, dtype=np.int64)
         for dest in self._notified:
             sent[dest] += 1
-        due = np.empty_like(sent)
-        wait(self._ctrl.Iallreduce([sent, MPI.INT64_T], [due, MPI.INT64_T], op=MPI.SUM))
-        self._take_notices(int(due[self.rank]))
+        every = np.empty((self.size, self.size), dtype=np.int64)  # row s: the notices rank s sent to each rank
+        wait(self._ctrl.Iallgather([sent, MPI.INT64_T], [every, MPI.INT64_T]))
+        due = every[:, self.rank]
+        for peer in self._peers:
+            while self._received[peer] < due[peer]:
+                wait(self._notices[peer])
+                self._take_notice(peer)
+            cancel(self._notices[peer])
         if self._sent:
             MPI.Request.Waitall(self._sent)
         self._ctrl.Free()
         self._comm.Free()
 
-    def _take_notices(self, due: int) -> None:
-        """Receive the `due` failure notices sent to this rank, then drop the posted receive."""
-        if due == 0:
-            if not self._notice.Test():
-                self._notice.Cancel()
-                self._notice.Wait()
-            return
-        wait(self._notice)
-        self._note_notice()
-        for _ in range(due - 1):
-            wait(self._ctrl.Irecv([self._notice_buf, self._MPI.INT32_T], source=self._MPI.ANY_SOURCE, tag=TAG_FAIL))
-
-    def _note_notice(self) -> None:
-        value = int(self._notice_buf[0])
-        if value >= self.size:
-            if self.returned_peer is None:
-                self.returned_peer, self._returned_at = value - self.size, time.monotonic()
-        elif self.failed_peer is None:
-            self.failed_peer = value
-
     def _wait(self, req, spin: float | None = None) -> None:
+        """Wait for a point-to-point request."""
         wait(req, interrupt=self._interrupt, spin=spin)
+
+    def _wait_collective(self, req, spin: float | None = None) -> None:
+        wait(req, interrupt=self._interrupt_collective, spin=spin)
 
     def _wait_recv(self, req) -> None:
         """Wait for a receive; one given up on a peer's failure is cancelled, not left posted."""
@@ -934,26 +968,25 @@ class GroupComm:
         return self.size
 
     def Barrier(self) -> None:
-        self._check()
-        self._wait(self._comm.Ibarrier())
+        self._begin_collective()
 
     barrier = Barrier
 
     def Bcast(self, buf, root: int = 0) -> None:
-        self._check()
-        self._wait(self._comm.Ibcast(buf, root=root))
+        self._begin_collective()
+        self._wait_collective(self._comm.Ibcast(buf, root=root))
 
     def Allreduce(self, sendbuf, recvbuf, op=None) -> None:
-        self._check()
-        self._wait(self._comm.Iallreduce(sendbuf, recvbuf, op=op or self._MPI.SUM))
+        self._begin_collective()
+        self._wait_collective(self._comm.Iallreduce(sendbuf, recvbuf, op=op or self._MPI.SUM))
 
     def Reduce(self, sendbuf, recvbuf, op=None, root: int = 0) -> None:
-        self._check()
-        self._wait(self._comm.Ireduce(sendbuf, recvbuf, op=op or self._MPI.SUM, root=root))
+        self._begin_collective()
+        self._wait_collective(self._comm.Ireduce(sendbuf, recvbuf, op=op or self._MPI.SUM, root=root))
 
     def Allgather(self, sendbuf, recvbuf) -> None:
-        self._check()
-        self._wait(self._comm.Iallgather(sendbuf, recvbuf))
+        self._begin_collective()
+        self._wait_collective(self._comm.Iallgather(sendbuf, recvbuf))
 
     def Send(self, buf, dest: int, tag: int = 0) -> None:
         self._check()
@@ -964,33 +997,34 @@ class GroupComm:
         self._wait_recv(self._comm.Irecv(buf, source=source, tag=tag))
 
     def Allreduce_inplace(self, buf) -> None:
-        """Sum a float32 or float64 buffer over the group, in place."""
-        self._check()
+        """Sum a float32 or float64 buffer over the group, in place: `mpiopt.learn`'s step, which
+        every rank joins (a failing rank's failure travels in the sum), without a barrier first."""
+        self._begin_collective(joined=True)
         kind = self._MPI.DOUBLE if buf.dtype.itemsize == 8 else self._MPI.FLOAT
         # every rank of a synchronous step arrives within moments of the others, and each round of
         # the reduction needs every rank's progress: spin (up to COLLECTIVE_SPIN) rather than sleep
-        self._wait(self._comm.Iallreduce(self._MPI.IN_PLACE, [buf, kind], op=self._MPI.SUM),
-                   spin=waits().collective_spin)
+        self._wait_collective(self._comm.Iallreduce(self._MPI.IN_PLACE, [buf, kind], op=self._MPI.SUM),
+                              spin=waits().collective_spin)
 
     # Python objects travel pickled here: they are the user's own in-memory values between the
     # ranks of one job, never state read back from disk.
     def bcast(self, obj: Any = None, root: int = 0) -> Any:
-        self._check()
-        data = bcast_bytes(self._comm, pickle.dumps(obj) if self.rank == root else None, root,
-                           interrupt=self._interrupt)
-        return pickle.loads(data)
+        data = pickle.dumps(obj) if self.rank == root else None
+        self._begin_collective()
+        return pickle.loads(bcast_bytes(self._comm, data, root, wait=self._wait_collective))
 
     def allgather(self, obj: Any) -> list[Any]:
         import numpy as np
 
         MPI = self._MPI
-        self._check()
         data = pickle.dumps(obj)
+        self._begin_collective()
         sizes = np.zeros(self.size, dtype=np.int64)
-        self._wait(self._comm.Iallgather([np.array([len(data)], dtype=np.int64), MPI.INT64_T], [sizes, MPI.INT64_T]))
+        self._wait_collective(self._comm.Iallgather([np.array([len(data)], dtype=np.int64), MPI.INT64_T],
+                                                    [sizes, MPI.INT64_T]))
         displs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         buf = bytearray(int(sizes.sum()))
-        self._wait(self._comm.Iallgatherv([data, MPI.BYTE], [buf, (sizes, displs), MPI.BYTE]))
+        self._wait_collective(self._comm.Iallgatherv([data, MPI.BYTE], [buf, (sizes, displs), MPI.BYTE]))
         return [pickle.loads(bytes(buf[d:d + s])) for d, s in zip(displs, sizes, strict=True)]
 
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:

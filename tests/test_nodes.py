@@ -14,7 +14,7 @@ import time
 import pytest
 
 import mpiopt
-from conftest import MPIEXEC, mpiexec
+from conftest import MPIEXEC, mpiexec, run_cli
 from mpiopt.analysis import timeline
 from mpiopt.coordinator import Coordinator
 from mpiopt.search import make_searcher
@@ -217,6 +217,19 @@ def test_check_under_mpiexec_shows_groups_that_keep_to_their_nodes(write_yaml, t
     assert job.returncode == 0, err
     assert "the node of world rank 0 (" in out and "GPU 0: rank 1; GPU 1: rank 2; GPU 2: rank 3; " in out
     assert "GPU 0: rank 8; GPU 1: rank 9; GPU 2: rank 10; GPU 3: rank 11" in out
+
+
+@pytest.mark.mpi
+def test_a_function_with_comm_on_a_group_that_spans_nodes(write_yaml, tmp_path):
+    # groups of 3 on nodes of 2 take whole nodes: 4 ranks on nodes 1 and 2. Its failure notices
+    # were received from any source, which MPICH over UCX lost between nodes: the group waited
+    # for them for ever
+    space = write_yaml(SLEEPY.format(name="span", trials=8, group_size=3).replace(":branin}", ":with_comm}"))
+    p = run_cli(["search", space], cwd=tmp_path, np=6, hosts="nodeA:2,nodeB:2,nodeC:2", timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "6 ranks on 3 nodes: 1 coordinator (rank 0) + 1 group of 4 ranks" in p.stderr
+    df = mpiopt.load_results(tmp_path / "runs" / "span")
+    assert set(df.status) == {"completed"} and 4 in set(df.ranks)
 
 
 @pytest.mark.mpi

@@ -37,6 +37,23 @@ def failing_rank(params, comm):
     return comm.allreduce(params["x"] + params["y"])
 
 
+def fails_before_a_large_sum(params, comm):
+    """Rank 2 of 4 raises where the others sum megabytes (the sum MPICH could not drop)."""
+    import numpy as np
+
+    if comm.Get_rank() == 2 and params["x"] > 2.5:
+        raise RuntimeError("rank 2 broke")
+    total = np.zeros(200_000)
+    comm.Allreduce(np.full(200_000, 1.0), total)
+    comm.Bcast(total, root=0)
+    return float(total[0]) + params["x"] + params["y"]
+
+
+def bcast_from_rank_0(params, comm):
+    """Valid: rank 0 is done once it has sent, and may return before the last rank began."""
+    return comm.bcast(params["x"] + params["y"] if comm.Get_rank() == 0 else None)
+
+
 def full_disk(params, comm):
     """While a file `full` lies beside this module, rank 0 of the group meets a full disk at x > 0,
     with its peer waiting for it in a collective: the job must stop, not fail the trial or hang."""
