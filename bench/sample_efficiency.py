@@ -13,7 +13,8 @@ what a search with `trials: B` would have found (no method here looks at the bud
 
 Functions: branin, hartmann6, and `mixed`: a made-up training loss over 11 parameters (3
 categorical, 2 integer, 6 real), 5 of them conditional on an optimizer or a depth (see `mixed`),
-minimum 0; `branin+cat`: Branin beside a categorical of 4 that changes nothing; `categories`: two
+minimum 0; `branin+penalty`: Branin returning 1e12 where x2 > 12; `branin+cat`: Branin beside a
+categorical of 4 that changes nothing; `categories`: two
 categoricals that matter (8 x 3 combinations) and a log-scaled real, minimum 0. `optuna` runs on
 the all-real spaces only.
 
@@ -117,6 +118,12 @@ MIXED = parse_space({
     "activation": {"choices": ["relu", "tanh", "elu"]},
 }, source="bench/sample_efficiency.py", did_you_mean=lambda *_: "")
 
+def branin_penalty(p: dict) -> float:
+    """Branin with a fifth of the square infeasible (x2 > 12), where it returns a penalty of 1e12,
+    as objectives often do."""
+    return 1e12 if p["x2"] > 12 else branin(p)
+
+
 def branin_cat(p: dict) -> float:
     """Branin beside a categorical that changes nothing: what a kernel must learn to ignore."""
     return branin(p)
@@ -135,6 +142,7 @@ FUNCTIONS = {
     "branin": (branin, Space((Real("x1", -5.0, 10.0), Real("x2", 0.0, 15.0))), BRANIN_MIN),
     "hartmann6": (hartmann6, Space(tuple(Real(f"x{i}", 0.0, 1.0) for i in range(1, 7))), HARTMANN6_MIN),
     "mixed": (mixed, MIXED, 0.0),
+    "branin+penalty": (branin_penalty, Space((Real("x1", -5.0, 10.0), Real("x2", 0.0, 15.0))), BRANIN_MIN),
     "branin+cat": (branin_cat, Space((Real("x1", -5.0, 10.0), Real("x2", 0.0, 15.0),
                                       parse_space({"c": {"choices": ["a", "b", "c", "d"]}}, source="bench",
                                                   did_you_mean=lambda *_: "").params[0])), BRANIN_MIN),

@@ -198,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _guard(lambda: cmd_report(args))
     if job is None:  # this rank's start-up error: every rank learns it once MPI started
         return mpi_main(None, lambda comm, placement: 2, coordinator=False, interrupted=lambda: "")
-    command, stopped = (_search, _search_stopped) if args.command == "search" else (_train, _training_stopped)
+    command, stopped = (_search, _search_not_begun) if args.command == "search" else (_train, _training_stopped)
     return mpi_main(job.cfg, lambda comm, placement: command(args, job, comm, placement),
                     coordinator=args.command == "search", interrupted=lambda: stopped(job))
 
@@ -215,6 +215,14 @@ def _search_stopped(job: _Job) -> str:
     except OSError as exc:  # a lost permission, a stale NFS handle: said, never raised here
         return f"{journal} cannot be read ({exc.strerror or exc}): fix that, then continue with --resume"
     return "the journal is intact: continue with --resume"
+
+
+def _search_not_begun(job: _Job) -> str:
+    """The interrupted line before the run directory is open (`_search_stopped` after): a
+    journal there is an earlier run's, to resume."""
+    from .journal import JOURNAL
+
+    return _search_stopped(job) if (job.out / JOURNAL).exists() else "before the search began: nothing was written"
 
 
 def _training_stopped(job: _Job) -> str:
@@ -419,6 +427,8 @@ def _search_as(args, job: _Job, comm, placement: str | None, plan) -> int:
         held = HeldLines()
         try:
             run_dir, journal, cfg, error = _open_run_dir(cfg, job.out, args.resume, plan, args.trials is not None)
+            if error is None:
+                interrupted_line(lambda: _search_stopped(job))
         finally:
             opening = held.stop()
     else:

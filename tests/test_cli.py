@@ -1444,3 +1444,14 @@ def test_set_of_a_text_choice_that_reads_as_a_number_says_to_quote_it(write_yaml
     with pytest.raises(ConfigError, match=r"\(the choice 'NO' is text"):
         cli.parse_sets(cfg, ["c=NO"], values)
     assert cli.parse_sets(cfg, ["c='1e-3'"], values)[0]["c"] == "1e-3"
+
+
+def test_a_search_interrupted_before_its_run_directory_opened_says_nothing_was_written(write_yaml, tmp_path):
+    from mpiopt import cli
+    from mpiopt.config import load_config
+
+    job = cli._Job(load_config(write_yaml(SPACE)), tmp_path / "runs" / "cli-branin")
+    assert cli._search_not_begun(job) == "before the search began: nothing was written"
+    job.out.mkdir(parents=True)
+    (job.out / "trials.jsonl").write_text("")  # an earlier run's, which --resume continues
+    assert cli._search_not_begun(job) == "the journal is intact: continue with --resume"

@@ -140,6 +140,29 @@ def test_sequential_search_finds_branins_minimum():
     assert [again.ask(i) for i in range(10)] == first  # the Sobol design is reproducible from the seed
 
 
+def test_a_penalty_for_infeasible_points_does_not_flatten_the_rest():
+    # 1e12 where y > 12: fitted as is, it set the output scale and the GP saw Branin as flat
+    # (best 1.98 at 30 trials, the median of 4 seeds, against 0.40 now)
+    space = Space((Real("x", -5.0, 10.0), Real("y", 0.0, 15.0)))
+    s = BayesianSearch(space, seed=0)
+    for i in range(30):
+        p = s.ask(i)
+        s.tell(i, p, 1e12 if p["y"] > 12 else branin(p))
+    assert min(v for _, v in s.completed) < 0.45
+
+
+def test_outliers_are_fitted_at_the_worst_loss_within_the_fence():
+    from mpiopt.search._bayesian import prior_mean, tame_outliers
+
+    y = np.array([0.5, 1.0, 2.0, 3.0, 1e12, 250.0])
+    tamed, fence, top = tame_outliers(y)  # median 2.5, best 0.5: the fence at 2.5 + 100 * 2
+    assert fence == 202.5 and top == 3.0 and tamed.tolist() == [0.5, 1.0, 2.0, 3.0, 3.0, 3.0]
+    plain = np.array([0.5, 1.0, 2.0, 3.0])
+    assert tame_outliers(plain)[0] is plain and tame_outliers(plain)[1] == np.inf
+    mean, sd = prior_mean(np.array([1.0, 1e200, 2e200]))  # squares past float64: scaled first
+    assert np.isfinite(mean) and sd == pytest.approx(np.std([0.0, 0.5, 1.0]) * 2e200)
+
+
 def test_deferred_fits_follow_every_result_while_the_data_is_small_then_every_tenth():
     space = Space((Real("x", 0.0, 1.0), Real("y", 0.0, 1.0)))
     s = BayesianSearch(space, seed=0, initial_points=4)
@@ -170,7 +193,7 @@ def test_the_prior_mean_is_the_worst_loss_and_then_some_so_the_unknown_looks_bad
         loss = float(np.sum([(v - 0.05) ** 2 for v in p.values()]) - 1.0)
         s.tell(i, p, loss)
         losses.append(loss)
-    post, (mean, sd, best, worst), *_ = s._posterior(0)
+    post, (mean, sd, best, worst, _), *_ = s._posterior(0)
     mu, _ = post.predict(np.ones((1, 6)))  # the far corner
     far = mean + sd * float(mu[0])
     lo, hi = min(losses), max(losses)

@@ -78,7 +78,7 @@ def test_the_gp_s_data_and_memory_stay_bounded():
         s.tell(trial, p, None if trial % 50 == 0 else loss(p))  # some failed
     for trial in range(3000, 4500):
         s.add_pending(trial, random_params(s.space, rng))
-    X, y, n_done = s._data()
+    X, y, n_done, _ = s._data()
     assert len(X) == _bayesian.MAX_TRAIN and 0 < n_done < len(X)
     best = sorted(v for _, v in s.completed)[:_bayesian.MAX_TRAIN // 2]
     assert np.allclose(np.sort(y[:n_done])[:len(best)], best)  # the best half is kept

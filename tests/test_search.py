@@ -107,7 +107,7 @@ def test_in_a_discrete_space_the_gp_hands_out_its_best_unknown_candidate_not_a_f
         p = s.ask(n)
         s.tell(n, p, (p["units"] - 40) ** 2 / 100 + ("relu", "tanh", "elu").index(p["act"]))
     known = s.known_points()
-    post, (_, _, best, _), _, unit_known, _ = s._posterior(1)
+    post, (_, _, best, _, _), _, unit_known, _ = s._posterior(1)
     picks = _gp.select(post, 4, ["LCB"] * 4, best, rule=s.batch_rule, coder=s.coder, polish_picks=0,
                        exclude=unit_known)
     assert all(tuple(encode(space, s.coder.decode(x))) not in known for x in picks)
@@ -157,7 +157,7 @@ def test_failures_are_penalised_never_good():
     s.tell(3, bad, float("nan"))  # diverged
     s.tell(4, {"x": 1.0, "y": 1.0}, None)  # failed
     assert s.observed[3][1] is None and s.observed[4][1] is None
-    _, y, n_done = s._data()
+    _, y, n_done, _ = s._data()
     assert n_done == 3 and y.tolist() == [1.0, 2.0, 3.0, 3.0, 3.0]  # fitted at the worst completed value, never better
     assert len(s.completed) == 3
     nxt = s.ask(5)

@@ -10,7 +10,8 @@ independent random draws). Then the surrogate takes over:
 * `RF`, `ET`, `GBRT`: scikit-optimize's tree surrogates, the pending points at the best completed
   value (the constant liar).
 
-Trials that did not complete are fitted at the worst completed value (never as good as any).
+Trials that did not complete are fitted at the worst completed value (never as good as any),
+and so are results beyond a fence far above the median (`tame_outliers`).
 
 The GP's prior mean is pessimistic: the worst loss seen plus a fifth of the range of the losses
 (`prior_mean`), not their average. Where the model knows nothing it expects a bad trial, so the
@@ -45,6 +46,7 @@ warnings.filterwarnings("ignore", module=r"sklearn\.gaussian_process")
 warnings.filterwarnings("ignore", module=r"skopt\.")
 
 PESSIMISM = 0.2  # the prior mean sits this share of the losses' range above the worst loss seen
+OUTLIER_REACH = 100  # see `tame_outliers`
 
 # Past these sizes the GP works on a bounded part of its data, so that a round costs about the same
 # after 20,000 results as after a few hundred and its memory stays bounded (docs/design.md, "The
@@ -61,7 +63,26 @@ def prior_mean(y: np.ndarray) -> tuple[float, float]:
     """The GP's prior mean and output scale for the losses `y`; the GP is fitted on
     (y - mean) / scale. The mean is the worst loss plus PESSIMISM times the range (see above)."""
     worst = float(y.max())
-    return worst + PESSIMISM * (worst - float(y.min())), float(y.std()) or 1.0
+    with np.errstate(over="ignore"):
+        sd = float(y.std())
+    if not math.isfinite(sd):  # losses past 1e154: their squares overflow, so scale them first
+        top = float(np.abs(y).max())
+        sd = float((y / top).std()) * top
+    return worst + PESSIMISM * (worst - float(y.min())), sd or 1.0
+
+
+def tame_outliers(y: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """The losses as the GP fits them, with the fence and the value above it: a loss more than
+    OUTLIER_REACH times the median's distance from the best beyond the median (a penalty such as
+    1e12 for an infeasible point) is fitted at the worst loss within the fence, as a failed trial
+    is. Left as they are, a few such values set the output scale, and the GP sees the rest as flat."""
+    best, median = float(y.min()), float(np.median(y))
+    fence = median + OUTLIER_REACH * (median - best)
+    far = y > fence
+    if not far.any() or far.all():
+        return y, math.inf, math.inf
+    top = float(y[~far].max())
+    return np.where(far, top, y), fence, top
 
 
 def _gbrt(random_state: int):
@@ -207,9 +228,10 @@ class BayesianSearch(Searcher):
                 self.pending.pop(key, None)
         return out
 
-    def _data(self) -> tuple[np.ndarray, np.ndarray, int]:
+    def _data(self) -> tuple[np.ndarray, np.ndarray, int, tuple[float, float]]:
         """Encoded points and losses: completed ones first, then the failed ones at the worst loss;
-        past MAX_TRAIN results, the part `_bounded` keeps."""
+        past MAX_TRAIN results, the part `_bounded` keeps; far outliers tamed (`tame_outliers`,
+        whose fence and value above it come last)."""
         if len(self.observed) > MAX_TRAIN:
             done, failed, worst = self._bounded()
         else:
@@ -219,7 +241,8 @@ class BayesianSearch(Searcher):
         pts = [p for p, _ in done] + failed
         y = np.array([float(v) for _, v in done] + [worst] * len(failed))
         X = np.array([self.coder.encode(p) for p in pts])
-        return X, y, len(done)
+        y, fence, top = tame_outliers(y)
+        return X, y, len(done), (fence, top)
 
     def _bounded(self) -> tuple[list[tuple[dict[str, Any], float]], list[dict[str, Any]], float]:
         """MAX_TRAIN results (completed, failed), in the order they came, and the worst loss of all:
@@ -242,7 +265,7 @@ class BayesianSearch(Searcher):
     def _posterior(self, extra: int, *, defer_fit: bool = False, checkpoint: Checkpoint | None = None):
         """The GP on the data, with every pending point added at its fantasy value; the kernel is
         fitted first unless `defer_fit` and there is a fit to keep."""
-        X, y, n_done = self._data()
+        X, y, n_done, fence = self._data()
         if checkpoint is not None:
             checkpoint()
         mean, sd = prior_mean(y)
@@ -269,7 +292,7 @@ class BayesianSearch(Searcher):
             rows[tuple(encode(self.space, p))] = (row, post.add_fantasy(x, self.batch_rule, best))
         C = _gp.candidates(self.coder, X[:n_done], ys[:n_done], rng)
         post.set_candidates(C, checkpoint)
-        return post, (mean, sd, best, float(ys.max())), rng, known, rows
+        return post, (mean, sd, best, float(ys.max()), fence), rng, known, rows
 
     def _propose(self, post: _gp.Posterior, best: float) -> None:
         """Remember each acquisition's favourite candidate, for gp_hedge's credit at the next fit."""
@@ -279,7 +302,7 @@ class BayesianSearch(Searcher):
 
     def _gp_batch(self, k: int, *, defer_fit: bool, deadline: float | None,
                   checkpoint: Checkpoint | None) -> list[dict[str, Any]]:
-        post, (_, _, best, _), rng, known, _ = self._posterior(k, defer_fit=defer_fit, checkpoint=checkpoint)
+        post, (_, _, best, _, _), rng, known, _ = self._posterior(k, defer_fit=defer_fit, checkpoint=checkpoint)
         kinds = self._kinds(post, k, rng)  # credits the previous proposals under the new fit
         self._propose(post, best)
         picks = _gp.select(post, k, kinds, best, rule=self.batch_rule, coder=self.coder,
@@ -309,14 +332,14 @@ class BayesianSearch(Searcher):
         `deadline`, a `time.perf_counter()` value) and join the candidate set. `defer_fit` and
         `checkpoint` as for `suggest_batch`.
         """
-        post, (mean, sd, best, worst), rng, known, rows = self._posterior(MAX_ROUND_GROWTH, defer_fit=defer_fit,
-                                                                           checkpoint=checkpoint)
+        post, scaling, rng, known, rows = self._posterior(MAX_ROUND_GROWTH, defer_fit=defer_fit, checkpoint=checkpoint)
+        best = scaling[2]
         probs = self._kinds(post, 1, rng, probabilities=True)
         self._propose(post, best)
         extra = self._polished_candidates(post, best, polish, deadline, checkpoint) if self.coder.continuous else []
         if extra:
             post.add_candidates(np.array(extra))
-        return Round(self, post, rows, mean, sd, best, worst, rng, probs, known)
+        return Round(self, post, rows, scaling, rng, probs, known)
 
     def _polished_candidates(self, post: _gp.Posterior, best: float, polish: int, deadline: float | None,
                              checkpoint: Checkpoint | None) -> list[np.ndarray]:
@@ -342,7 +365,7 @@ class BayesianSearch(Searcher):
 
     def refit(self, maxiter: int = 60, *, checkpoint: Checkpoint | None = None) -> None:
         """Fit the kernel hyperparameters now, warm-started (for callers that defer fits)."""
-        X, y, _ = self._data()
+        X, y, _, _ = self._data()
         mean, sd = prior_mean(y)
         ys = (y - mean) / sd
         self.hyper = _gp.fit_hyper(X, ys, self.hyper, scales=self.scales, restarts=1, maxiter=maxiter,
@@ -405,11 +428,12 @@ class Round:
     polish at hand-out makes up for most of that.
     """
 
-    def __init__(self, owner: BayesianSearch, post, rows, mean, sd, best, worst, rng, probs, known) -> None:
+    def __init__(self, owner: BayesianSearch, post, rows, scaling, rng, probs, known) -> None:
         self.owner = owner
         self.post = post
         self.rows = rows
-        self.mean, self.sd, self.best, self.worst = mean, sd, best, worst
+        # the losses' scaling, the best and worst scaled loss, and the outlier fence and its value
+        self.mean, self.sd, self.best, self.worst, (self.fence, self.top) = scaling
         self.rng = rng
         self.probs = probs
         self.known = set(known)
@@ -438,10 +462,14 @@ class Round:
             return
         self.applied.add(key)
         row, f = self.rows[key]
-        y = self.worst if loss is None else (float(loss) - self.mean) / self.sd
+        y = self.worst if loss is None else (self._tamed(float(loss)) - self.mean) / self.sd
         self.post.correct(row, y - f)
         self.rows[key] = (row, y)
         self.best = min(self.best, y)
+
+    def _tamed(self, loss: float) -> float:
+        """A loss as the round's fit would take it (`tame_outliers`)."""
+        return self.top if loss > self.fence else loss
 
     def hand_out(self, taken_keys: set[tuple] | None = None, *, polish_s: float) -> dict[str, Any] | None:
         """The next suggestion, not in `taken_keys` (None once no candidate is left).
