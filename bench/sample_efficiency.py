@@ -14,9 +14,8 @@ what a search with `trials: B` would have found (no method here looks at the bud
 Functions: branin, hartmann6, and `mixed`: a made-up training loss over 11 parameters (3
 categorical, 2 integer, 6 real), 5 of them conditional on an optimizer or a depth (see `mixed`),
 minimum 0; `branin+penalty`: Branin returning 1e12 where x2 > 12; `branin+cat`: Branin beside a
-categorical of 4 that changes nothing; `categories`: two
-categoricals that matter (8 x 3 combinations) and a log-scaled real, minimum 0. `optuna` runs on
-the all-real spaces only.
+categorical of 4 that changes nothing; `categories`: two categoricals that matter (8 x 3
+combinations) and a log-scaled real, minimum 0. `optuna` runs on the all-real spaces only.
 
 Methods:
   mpiopt            BayesianSearch: GP, gp_hedge, initial_points 10, each suggestion computed
