@@ -104,7 +104,7 @@ class SimulatedGroups:
     def group_ranks(self, group: int) -> int:
         return 1
 
-    def lost_groups(self) -> dict[int, str]:
+    def lost_groups(self) -> dict[int, tuple[str, float]]:
         return {}
 
     def send_task(self, group: int, task) -> None:

@@ -238,14 +238,17 @@ def run_spans(events, last_beat: float | None = None) -> list[tuple[float, float
 
 def lost_intervals(events) -> dict[int, list[tuple[float, float | None]]]:
     """Per group, the (from, until) times it was lost (its node died; until None: for good), from
-    the journal's `lost` and `back` events: `timeline` leaves that time out of the group's."""
+    the journal's `lost` and `back` events: `timeline` leaves that time out of the group's. It was
+    lost from when it went silent, `silent_s` before the coordinator noticed."""
     out: dict[int, list[tuple[float, float | None]]] = {}
     for e in events:
         group, at = e.get("group"), e.get("time")
         if not isinstance(group, int) or not isinstance(at, (int, float)):
             continue
         if e.get("event") == "lost":
-            out.setdefault(group, []).append((float(at), None))
+            silent = e.get("silent_s")
+            silent = float(silent) if isinstance(silent, (int, float)) and silent > 0 else 0.0
+            out.setdefault(group, []).append((float(at) - silent, None))
         elif e.get("event") == "back" and out.get(group) and out[group][-1][1] is None:
             out[group][-1] = (out[group][-1][0], float(at))
     return out
@@ -366,7 +369,7 @@ def timeline(df):
          _union(sorted((s.timestamp(), e.timestamp()) for s, e in zip(done.start, done.end, strict=True)))]
     active = sum(b - a for a, b, _ in runs)
     lost = df.attrs.get("lost") or {}
-    busy = (done.end - done.start).dt.total_seconds()
+    busy = _busy_s(done, lost)
     per = done.assign(busy_s=busy).groupby("group").agg(trials=("trial", "nunique"), stretches=("trial", "size"),
                                                         busy_s=("busy_s", "sum"))
     per = per.reset_index()
@@ -393,6 +396,17 @@ def timeline(df):
         summary["wait_p50_ms"] = float(w.quantile(0.5))
         summary["wait_p99_ms"] = float(w.quantile(0.99))
     return per, summary
+
+
+def _busy_s(done, lost: dict[int, list[tuple[float, float | None]]]):
+    """Each stretch's seconds, less those after its group went silent (a trial on a node that
+    died ends where the coordinator noticed, seconds later)."""
+    busy = (done.end - done.start).dt.total_seconds()
+    if not lost:
+        return busy
+    cut = [sum(_overlap([(s.timestamp(), e.timestamp())], a, b) for a, b in lost.get(int(g), ()))
+           for s, e, g in zip(done.start, done.end, done.group, strict=True)]
+    return busy - cut
 
 
 def _alive_s(group: int, runs: list[tuple[float, float, int | None]],

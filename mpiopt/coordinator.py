@@ -60,9 +60,9 @@ class Transport(Protocol):
     def shutdown(self) -> None:
         """Tell every group to stop once it finished what it holds."""
 
-    def lost_groups(self) -> dict[int, str]:
-        """The groups whose ranks went silent (a node died), each with a line saying which; {} where
-        groups cannot be lost (in this process)."""
+    def lost_groups(self) -> dict[int, tuple[str, float]]:
+        """The groups whose ranks went silent (a node died), each with a line saying which and the
+        seconds it has been silent; {} where groups cannot be lost (in this process)."""
 
 
 @dataclass
@@ -655,14 +655,15 @@ class Coordinator:
         if self.transport.watch_s is None or now < self._watch_at:
             return
         self._watch_at = now + self.transport.watch_s
-        for group, why in sorted(self.transport.lost_groups().items()):
+        for group, (why, silent_s) in sorted(self.transport.lost_groups().items()):
             state = self.groups[group]
             if state.retired:
                 continue
             state.retired = True
             self.summary.retired.append(group)
             self.summary.lost.append(group)
-            self._journal({"event": "lost", "group": group, "time": time.time()})  # the timeline leaves its time out
+            # the timeline leaves its time out from when it went silent
+            self._journal({"event": "lost", "group": group, "time": time.time(), "silent_s": round(silent_s, 3)})
             running = self._stop_running(state) if state.running is not None else None
             settled = self._settle_cut_off(running) if running is not None else None
             again = [running] if running is not None and settled is None else []

@@ -229,9 +229,9 @@ def _state_line(run: Path, alive: Liveness, budget: int) -> str:
     if alive.state == "never started":
         return (f"{run}: never started: its coordinator ({alive.where}) is gone, stopped before its first trial; "
                 "run the search again (--resume starts it too)")
-    if alive.state == "ended":
-        why = f": {alive.stopped}" if alive.stopped else ""
-        return f"{run}: ended {format_hours(alive.age_s / 3600)} ago{why}"
+    ended = f"{run}: ended {format_hours(alive.age_s / 3600)} ago" if alive.state == "ended" else ""
+    if ended and not _short_of_groups(alive):
+        return ended + (f": {alive.stopped}" if alive.stopped else "")
     command = f"mpiopt search {_shown_path(alive.space) if alive.space else 'SPACE'} --out {run} --resume"
     in_file = _file_budget(alive.space) if alive.space else None
     if budget and in_file is not None and budget < in_file:  # a plain --resume keeps only a raised --trials
@@ -243,6 +243,8 @@ def _state_line(run: Path, alive: Liveness, budget: int) -> str:
     elif alive.ranks and alive.ranks > 1:  # the job's size, whatever launched it: --np, mpirun -n or srun
         go_on = (f"`{command} --np {alive.ranks}` continues it on {alive.ranks} ranks, as it ran (or "
                  f"`mpiexec -n {alive.ranks} {command}`, or your batch system's launcher)")
+    if ended:  # its groups lost with their nodes, or retired: the trials left wait for a --resume
+        return f"{ended}: {alive.stopped}; {go_on}"
     if alive.state == "interrupted":
         return f"{run}: interrupted {format_hours(alive.age_s / 3600)} ago (Ctrl-C or SIGTERM); {go_on}"
     if alive.gone:
@@ -254,6 +256,11 @@ def _state_line(run: Path, alive: Liveness, budget: int) -> str:
     if (run / HEARTBEAT).exists():
         return f"{run}: its {HEARTBEAT} is unreadable: whether it runs is unknown"
     return f"{run}: no heartbeat file (a search of an older mpiopt): whether it runs is unknown"
+
+
+def _short_of_groups(alive: Liveness) -> bool:
+    """Whether an ended search stopped for want of groups (`Coordinator._why_no_group_is_left`)."""
+    return bool(alive.stopped) and alive.stopped.startswith("every group was")
 
 
 def _no_heartbeat(run: Path) -> str:

@@ -634,14 +634,15 @@ class MPITransport:
         """The scheduler's word on a report that asked for one: `continue`, `pause` or `stop`."""
         self._isend(decision.encode("ascii"), self.plan.groups[group][0], TAG_DECISION)
 
-    def lost_groups(self) -> dict[int, str]:
-        """The groups with a rank silent for LOST_AFTER_S, each with a line saying which."""
+    def lost_groups(self) -> dict[int, tuple[str, float]]:
+        """The groups with a rank silent for LOST_AFTER_S, each with a line saying which and the
+        seconds it has been silent."""
         now = time.monotonic()
-        lost: dict[int, str] = {}
+        lost: dict[int, tuple[str, float]] = {}
         for rank, g in self._watched.items():
             silent = now - self._heard[rank]
             if silent > LOST_AFTER_S and g not in lost:
-                lost[g] = f"no word from world rank {rank} on {self.plan.node_name(rank)} for {silent:.0f} s"
+                lost[g] = (f"no word from world rank {rank} on {self.plan.node_name(rank)} for {silent:.0f} s", silent)
         return lost
 
     def listen(self, on_report) -> None:
@@ -730,7 +731,7 @@ class InProcessTransport:
     def has_result(self) -> bool:
         return False  # nothing is ever waiting: tasks run when their result is asked for
 
-    def lost_groups(self) -> dict[int, str]:
+    def lost_groups(self) -> dict[int, tuple[str, float]]:
         return {}
 
     def shutdown(self) -> None:

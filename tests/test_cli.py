@@ -817,6 +817,13 @@ def test_timeline_counts_a_group_lost_with_its_node_only_while_it_lived():
     assert lost_intervals(back) == {1: [((t + 5 * s).timestamp(), (t + 15 * s).timestamp())]}
     stretches.attrs["lost"] = lost_intervals(back)  # it came back at 15 s: idle from then on
     assert timeline(stretches)[0].utilization.tolist() == [1.0, 0.5]
+    # its node died at 3 s and the coordinator noticed 2 s later, cutting its trial there: it was
+    # busy all the 3 s it lived, not busy 5 s of 5
+    silent = [{"event": "lost", "group": 1, "time": (t + 5 * s).timestamp(), "silent_s": 2.0}]
+    assert lost_intervals(silent) == {1: [((t + 3 * s).timestamp(), None)]}
+    stretches.attrs["lost"] = lost_intervals(silent)
+    per, summary = timeline(stretches)
+    assert per.busy_s.tolist() == [20.0, 3.0] and per.utilization.tolist() == [1.0, 1.0]
 
 
 def test_timeline_counts_a_groups_wait_for_its_next_trial_as_idle_but_not_the_gap_before_a_resume():

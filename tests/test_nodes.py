@@ -108,7 +108,7 @@ class NodeLoss(SimTransport):
         return super().recv_message(timeout) if self.heap else None  # every group dead: nothing comes
 
     def lost_groups(self):
-        return {self.dead: "no word from world rank 3 for 8 s"} if self.gone else {}
+        return {self.dead: ("no word from world rank 3 for 8 s", 8.0)} if self.gone else {}
 
 
 def test_a_lost_group_s_trials_run_again_on_the_others(cfg):  # noqa: F811

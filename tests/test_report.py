@@ -616,6 +616,12 @@ def test_status_of_a_finished_search(tmp_path):
     assert dict(summary_rows(run, {}, mpiopt.load_results(run), {}, "minimize", "objective"))["state"] == \
         f"ended: {stopped}"
     assert "40 of 40 finished (100%): 10 completed, 7 failed, 23 pruned" in text
+    lost = "every group was lost with its node (their ranks went silent)"  # the trials left need a --resume
+    beat(run, "ended", 120, stopped=lost, space="space.yaml", ranks=5, nodes=2)
+    assert status_text(str(run)).splitlines()[0] == (
+        f"{run}: ended 2 min ago: {lost}; `mpiexec -n 5 mpiopt search space.yaml --out {run} --resume` continues "
+        "it on 5 ranks on the 2 nodes it ran on, as it ran (or your batch system's launcher; --np starts every "
+        "rank here)")
     assert "best objective: 8.34627 at trial 39 (x=3.6063, y=0.0439723, kind=a)" in text and "groups:" not in text
     journal = run / "trials.jsonl"
     journal.write_bytes(journal.read_bytes()[:-30])  # killed mid-write: status says so, as results does

@@ -75,7 +75,7 @@ class CurveGroups:
         return self.ranks[group]
 
     def lost_groups(self):
-        return dict(self.lost)
+        return {group: (why, 8.0) for group, why in self.lost.items()}
 
     def send_task(self, group, task):
         self.queue.append((group, task))
