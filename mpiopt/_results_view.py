@@ -233,7 +233,10 @@ def timeline_line(run_dir: str, summary: dict[str, Any]) -> str:
         lost = summary["lost"]
         line += f" (group{'s' * (len(lost) > 1)} {', '.join(map(str, lost))} lost with a node: counted while alive)"
     if "dispatch_p50_ms" in summary:
-        line += f"; dispatch latency p50 {summary['dispatch_p50_ms']:.2f} ms, p99 {summary['dispatch_p99_ms']:.2f} ms"
+        after = summary.get("sent_after", 0)
+        few = f" (over {counted(after, 'hand-out')} after a result)" if after < 100 else ""
+        line += (f"; dispatch latency p50 {summary['dispatch_p50_ms']:.2f} ms, p99 {summary['dispatch_p99_ms']:.2f} ms"
+                 f"{few}")
     if summary.get("sent_ahead"):
         line += (f"; {summary['sent_ahead']} trials sent ahead (p50 {summary['ahead_p50_ms']:.1f} ms before the "
                  f"group's previous result)")

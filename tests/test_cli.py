@@ -1462,3 +1462,13 @@ def test_a_search_interrupted_before_its_run_directory_opened_says_nothing_was_w
     job.out.mkdir(parents=True)
     (job.out / "trials.jsonl").write_text("")  # an earlier run's, which --resume continues
     assert cli._search_not_begun(job) == "the journal is intact: continue with --resume"
+
+
+def test_the_timeline_line_says_how_few_hand_outs_its_dispatch_percentiles_rest_on():
+    from mpiopt import _results_view as view
+
+    summary = {"groups": 2, "trials": 40, "stretches": 40, "active_s": 10.0, "utilization": 0.9,
+               "dispatch_p50_ms": 1.07, "dispatch_p99_ms": 1.07, "sent_after": 1, "sent_ahead": 37, "ahead_p50_ms": 3.0}
+    assert "dispatch latency p50 1.07 ms, p99 1.07 ms (over 1 hand-out after a result); 37 trials sent ahead" in \
+        view.timeline_line("runs/x", summary)
+    assert "ms; 37 trials" in view.timeline_line("runs/x", {**summary, "sent_after": 400})
