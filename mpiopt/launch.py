@@ -163,7 +163,7 @@ def _restore_held_signals() -> bool:
 
 
 def start_mpi():
-    """COMM_WORLD, MPI started. Signals held before stay held until `agree_at_start`."""
+    """COMM_WORLD, MPI started. Signals held before stay held until `let_stops_go`."""
     from . import transport
 
     return transport.world()
@@ -200,7 +200,12 @@ def _run_rank(comm, cfg, command: Callable[[Any, str | None], int], coordinator:
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
         agree_at_start(comm)  # a start-up error some ranks met before MPI started (cli.main)
-        placement = place_devices(comm, cfg, coordinator=0 if coordinator and size > 1 else None)
+        try:
+            placement = place_devices(comm, cfg, coordinator=0 if coordinator and size > 1 else None)
+        except BaseException:
+            release_held_signals()
+            raise
+        let_stops_go(comm)
         return command(comm, placement)
     except ConfigError as exc:  # raised on every rank alike (agreed before)
         if rank == 0:
@@ -441,28 +446,59 @@ def place_devices(comm, cfg, *, coordinator: int | None) -> str | None:
 def agree_at_start(comm) -> None:
     """Raise, on every rank, the KeyboardInterrupt of a Ctrl-C or SIGTERM any rank noted before
     (`hold_stops_until_mpi`), else the first start-up error any rank met before MPI started
-    (`_env.deferred`), saying which ranks and hosts met it where not all did; a collective. From
-    here a Ctrl-C raises KeyboardInterrupt, and a SIGTERM too (`catch_sigterm`)."""
-    from .transport import agree, highest, host_name
+    (`_env.deferred`), saying which ranks and hosts met it where not all did; a collective.
+    Signals stay held, as the ranks go on into MPI's blocking calls of the start (placing them on
+    nodes and devices), until `let_stops_go` (or until this raises)."""
+    from .transport import agree, host_name
 
     error = _env.deferred()
-    several, stopped = comm.Get_size() > 1, False
+    several = comm.Get_size() > 1
     try:
-        stopped = bool(highest(comm, int(_interrupts.stopped_before_mpi))) if several else \
-            _interrupts.stopped_before_mpi
+        stopped = _any_rank_stopped(comm)
         message = agree(comm, str(error) if error else None) if several and not stopped else None
+        if stopped:
+            let_stops_go(comm, agreed=True)
+        if error is not None and not several:
+            raise error
+        if message is None:
+            return
+        seen = comm.allgather(host_name() if error else None)
+        failed = {rank: host for rank, host in enumerate(seen) if host is not None}
+        raise ConfigError(message if len(failed) == len(seen) else f"{message} ({ranks_on_hosts(failed)})")
+    except BaseException:
+        release_held_signals()
+        raise
+
+
+def let_stops_go(comm, *, agreed: bool = False) -> None:
+    """The end of the start: raise, on every rank, the KeyboardInterrupt of a stop any rank noted
+    while signals were held (a collective, unless `agreed` already), then let Ctrl-C and SIGTERM
+    raise KeyboardInterrupt (`catch_sigterm`). A rank that had raised alone would have left the
+    others in a blocking call of MPI's for ever (a batch system's SIGTERM, which every rank gets,
+    found some ranks in it and others not). One noted during this agreement is this rank's, as
+    any later one."""
+    try:
+        stopped = agreed or _any_rank_stopped(comm)
     finally:
-        stopped |= _restore_held_signals()  # one noted during the agreement: this rank's, as any later one
-        catch_sigterm()
+        stopped |= release_held_signals()
     if stopped:
         _stopped_at_start()
-    if error is not None and not several:
-        raise error
-    if message is None:
-        return
-    seen = comm.allgather(host_name() if error else None)
-    failed = {rank: host for rank, host in enumerate(seen) if host is not None}
-    raise ConfigError(message if len(failed) == len(seen) else f"{message} ({ranks_on_hosts(failed)})")
+
+
+def _any_rank_stopped(comm) -> bool:
+    """Whether any rank noted a Ctrl-C or SIGTERM while signals were held; a collective."""
+    from .transport import highest
+
+    if comm.Get_size() == 1:
+        return _interrupts.stopped_before_mpi
+    return bool(highest(comm, int(_interrupts.stopped_before_mpi)))
+
+
+def release_held_signals() -> bool:
+    """The held signals' handlers back, and SIGTERM caught; whether one was noted meanwhile."""
+    stopped = _restore_held_signals()
+    catch_sigterm()
+    return stopped
 
 
 def _stopped_at_start() -> NoReturn:

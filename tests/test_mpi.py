@@ -145,6 +145,35 @@ def test_a_stop_one_rank_gets_as_the_job_starts_stops_every_rank_there(write_yam
     assert not (tmp_path / "runs").exists()
 
 
+STOPPED_WHILE_PLACED = """
+import os, signal
+from mpiopt import launch
+launch.hold_stops_until_mpi({sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}, [])
+comm = launch.start_mpi()
+launch.agree_at_start(comm)
+if comm.Get_rank() == 1:
+    os.kill(os.getpid(), signal.SIGTERM)  # a batch system's SIGTERM reaches rank 1 first, while
+comm.Barrier()  # the others wait in a blocking call of MPI's, as when the ranks are placed on devices
+try:
+    launch.let_stops_go(comm)
+    outcome = "went on"
+except KeyboardInterrupt:
+    outcome = "stopped"
+every = comm.gather(outcome)  # printed by rank 0: lines printed by several ranks can interleave
+if comm.Get_rank() == 0:
+    print(*every, sep="\\n", flush=True)
+"""
+
+
+def test_a_stop_while_the_ranks_are_placed_stops_every_rank_after_the_placement():
+    # rank 1 raised at once and left the others in the barrier for ever (the cluster audit's
+    # SIGTERM 0.8-1 s into a job of 8: a 10 s hang, then exit 9)
+    p = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, "-c", STOPPED_WHILE_PLACED], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["stopped"] * 3, p.stdout + p.stderr
+
+
 def test_hand_outs_wait_for_a_fresh_round_under_mpi(write_yaml, tmp_path):
     # the rule for trials of minutes, forced on for 0.2 s trials: the background thread and the
     # dispatch loop under a real coordinator, with every model hand-out waiting for a round
