@@ -5,6 +5,7 @@ Every problem becomes one `ConfigError` line that names the file, the field and 
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -109,6 +110,7 @@ _FLOAT_WITHOUT_DOT = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[
 _StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_WITHOUT_DOT, list("-+0123456789"))
 
 
+@functools.cache
 def yaml_dumper(fast: bool = False) -> type:
     """PyYAML's safe dumper (libyaml's where `fast` and PyYAML has it) that quotes a string mpiopt
     reads as a number: the text '1e-3' must come back as text from config.yaml or `results --best`."""

@@ -24,8 +24,8 @@ from .config import Config
 from .journal import HEARTBEAT_EVERY_S, RunDir
 from .scheduler import Decision, Scheduler
 from .search import Searcher
-from .trial import (Report, Task, TrialRecord, TrialResult, TrialStatus, apply_event, finish_event, report_event,
-                    reached_by_state, start_event)
+from .trial import (NO_GROUP_LEFT, Report, Task, TrialRecord, TrialResult, TrialStatus, apply_event, finish_event,
+                    reached_by_state, report_event, start_event)
 
 log = logging.getLogger(__name__)
 trial_log = logging.getLogger(TRIALS)  # one line a trial: the console shows a few a second (_log._Console)
@@ -569,10 +569,10 @@ class Coordinator:
         lost = set(self.summary.lost)
         late = [g for g in set(self.summary.retired) if g not in lost]
         if not late:
-            return "every group was lost with its node (their ranks went silent)"
+            return f"{NO_GROUP_LEFT} lost with its node (their ranks went silent)"
         if not lost:
-            return "every group was retired (none came back from a trial past its time limit)"
-        return (f"every group was retired: {len(lost)} lost with their nodes, {len(late)} past a trial's time limit "
+            return f"{NO_GROUP_LEFT} retired (none came back from a trial past its time limit)"
+        return (f"{NO_GROUP_LEFT} retired: {len(lost)} lost with their nodes, {len(late)} past a trial's time limit "
                 "(none came back)")
 
     def _wait_s(self, due_at: float | None) -> float | None:

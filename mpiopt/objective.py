@@ -89,14 +89,22 @@ class UnknownParameter(KeyError):
     """A function objective read a parameter its search space does not define, or one whose
     condition leaves it out of this trial."""
 
+    def __init__(self, key: str, space, params: dict[str, Any]) -> None:
+        super().__init__(_unknown_parameter_line(key, space, params))
+
     def line(self) -> str:
-        key, space, params = self.args
-        if key in space.names:
-            return (f"it reads params[{key!r}], which is inactive in this trial ({key} is searched only when "
-                    f"{space.condition_text(key)}; here {_parents_text(space, key, params)}): read it under its "
-                    f"condition, or as params.get({key!r}, DEFAULT)")
-        return (f"it reads params[{key!r}], which the search space does not define (its parameters: "
-                f"{', '.join(space.names)})")
+        return str(self.args[0])
+
+    __str__ = line
+
+
+def _unknown_parameter_line(key: str, space, params: dict[str, Any]) -> str:
+    if key in space.names:
+        return (f"it reads params[{key!r}], which is inactive in this trial ({key} is searched only when "
+                f"{space.condition_text(key)}; here {_parents_text(space, key, params)}): read it under its "
+                f"condition, or as params.get({key!r}, DEFAULT)")
+    return (f"it reads params[{key!r}], which the search space does not define (its parameters: "
+            f"{', '.join(space.names)})")
 
 
 def _parents_text(space, name: str, params: dict) -> str:

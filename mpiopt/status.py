@@ -19,7 +19,7 @@ from ._results_view import format_hours, format_rate, params_text
 from .journal import (HEARTBEAT, JOURNAL, finite_metric, gone_from_this_machine, lock_holder, read_heartbeat,
                       read_journal, recent, replay, too_little_room)
 from .scheduler import Scheduler, make_scheduler
-from .trial import TrialRecord, TrialStatus, reached_by_state
+from .trial import NO_GROUP_LEFT, TrialRecord, TrialStatus, reached_by_state
 
 RATE_WINDOW_S = 3600.0  # trials (epochs) per hour over the last hour (or the whole search, if shorter)
 # no rate over less time than this: a few trials of milliseconds would read as thousands a second
@@ -260,7 +260,7 @@ def _state_line(run: Path, alive: Liveness, budget: int) -> str:
 
 def _short_of_groups(alive: Liveness) -> bool:
     """Whether an ended search stopped for want of groups (`Coordinator._why_no_group_is_left`)."""
-    return bool(alive.stopped) and alive.stopped.startswith("every group was")
+    return bool(alive.stopped) and alive.stopped.startswith(NO_GROUP_LEFT)
 
 
 def _no_heartbeat(run: Path) -> str:

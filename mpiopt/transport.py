@@ -641,7 +641,7 @@ class MPITransport:
         lost: dict[int, tuple[str, float]] = {}
         for rank, g in self._watched.items():
             silent = now - self._heard[rank]
-            if silent > LOST_AFTER_S and g not in lost:
+            if silent > LOST_AFTER_S and silent > lost.get(g, ("", 0.0))[1]:  # its longest silence
                 lost[g] = (f"no word from world rank {rank} on {self.plan.node_name(rank)} for {silent:.0f} s", silent)
         return lost
 
@@ -829,9 +829,7 @@ class GroupComm:
         self._notified: list[int] = []  # the ranks this rank sent a notice
         self._calls = 0  # the group's collective operations this rank began
         self.failed_peer: int | None = None
-        self.returned_peer: int | None = None  # a rank whose function returned (the one with fewest calls)
-        self._returned_calls = 0  # the collective calls it had begun by then
-        self._returned_at: float | None = None
+        self._returned: dict[int, tuple[int, float]] = {}  # peer whose function returned -> (its collectives, when)
 
     # -- failure notices ---------------------------------------------------------------------
     def _check(self) -> None:
@@ -853,15 +851,19 @@ class GroupComm:
         """While a collective waits: give up if a peer failed, or returned before it began this
         call (it will never join); a peer that began it and returned completed its part."""
         self._look()
-        if self.returned_peer is not None and self._returned_calls < self._calls:
-            raise GroupPeerReturned(self.returned_peer, self.rank)
+        gone = [peer for peer, (calls, _) in self._returned.items() if calls < self._calls]
+        if gone:
+            raise GroupPeerReturned(gone[0], self.rank)
 
-    def _interrupt(self) -> None:
-        """While a point-to-point operation waits: give up if a peer failed, or returned
-        RETURNED_GRACE_S ago (what it sent before it returned arrives meanwhile)."""
+    def _interrupt(self, peer: int | None = None) -> None:
+        """While a point-to-point operation with `peer` waits (None or ANY_SOURCE: any peer): give
+        up if a peer failed, or if that peer returned RETURNED_GRACE_S ago (what it sent before it
+        returned arrives meanwhile)."""
         self._look()
-        if self.returned_peer is not None and time.monotonic() - self._returned_at > RETURNED_GRACE_S:
-            raise GroupPeerReturned(self.returned_peer, self.rank)
+        now = time.monotonic()
+        for other, (_, at) in self._returned.items():
+            if peer in (None, other, self._MPI.ANY_SOURCE) and now - at > RETURNED_GRACE_S:
+                raise GroupPeerReturned(other, self.rank)
 
     def _look(self) -> None:
         for peer, req in self._notices.items():
@@ -879,9 +881,7 @@ class GroupComm:
         self._received[peer] += 1
         self._notices[peer] = self._post_notice(peer)
         if kind == NOTICE_RETURNED:
-            if self.returned_peer is None or calls < self._returned_calls:
-                self.returned_peer, self._returned_calls = peer, calls
-                self._returned_at = self._returned_at or time.monotonic()
+            self._returned.setdefault(peer, (calls, time.monotonic()))
         elif self.failed_peer is None:
             self.failed_peer = peer
 
@@ -931,17 +931,17 @@ class GroupComm:
         self._ctrl.Free()
         self._comm.Free()
 
-    def _wait(self, req, spin: float | None = None) -> None:
-        """Wait for a point-to-point request."""
-        wait(req, interrupt=self._interrupt, spin=spin)
+    def _wait(self, req, peer: int | None = None) -> None:
+        """Wait for a point-to-point request with `peer` (None: any)."""
+        wait(req, interrupt=lambda: self._interrupt(peer))
 
     def _wait_collective(self, req, spin: float | None = None) -> None:
         wait(req, interrupt=self._interrupt_collective, spin=spin)
 
-    def _wait_recv(self, req) -> None:
+    def _wait_recv(self, req, source: int) -> None:
         """Wait for a receive; one given up on a peer's failure is cancelled, not left posted."""
         try:
-            self._wait(req)
+            self._wait(req, source)
         except GroupPeerFailed:
             cancel(req)
             raise
@@ -991,15 +991,16 @@ class GroupComm:
 
     def Send(self, buf, dest: int, tag: int = 0) -> None:
         self._check()
-        self._wait(self._comm.Isend(buf, dest=dest, tag=tag))
+        self._wait(self._comm.Isend(buf, dest=dest, tag=tag), dest)
 
     def Recv(self, buf, source: int = 0, tag: int = 0) -> None:
         self._check()
-        self._wait_recv(self._comm.Irecv(buf, source=source, tag=tag))
+        self._wait_recv(self._comm.Irecv(buf, source=source, tag=tag), source)
 
     def Allreduce_inplace(self, buf) -> None:
-        """Sum a float32 or float64 buffer over the group, in place: `mpiopt.learn`'s step, which
-        every rank joins (a failing rank's failure travels in the sum), without a barrier first."""
+        """Sum a float32 or float64 buffer over the group, in place, without a barrier first: for
+        `mpiopt.learn` only, whose every rank joins each such sum (a step's carries a failure; the
+        evaluation's follow an allgather of failures), not for user code."""
         self._begin_collective(joined=True)
         kind = self._MPI.DOUBLE if buf.dtype.itemsize == 8 else self._MPI.FLOAT
         # every rank of a synchronous step arrives within moments of the others, and each round of
@@ -1046,11 +1047,11 @@ class GroupComm:
 
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
         self._check()
-        self._wait(self._comm.Isend([pickle.dumps(obj), self._MPI.BYTE], dest=dest, tag=TAG_USER + tag))
+        self._wait(self._comm.Isend([pickle.dumps(obj), self._MPI.BYTE], dest=dest, tag=TAG_USER + tag), dest)
 
     def recv(self, source: int = 0, tag: int = 0) -> Any:
         self._check()
-        data, _ = recv_bytes(self._comm, source, TAG_USER + tag, interrupt=self._interrupt)
+        data, _ = recv_bytes(self._comm, source, TAG_USER + tag, interrupt=lambda: self._interrupt(source))
         return pickle.loads(bytes(data))
 
     # -- non-blocking pieces for mpiopt.learn's master loop -----------------------------------
@@ -1074,8 +1075,9 @@ class GroupComm:
             cancel(req)
 
     def test_any(self, reqs: list) -> int | None:
-        """The index of a completed request, or None; raises if a peer failed."""
-        self._check()
+        """The index of a completed request, or None; raises if a peer failed, or returned a
+        while ago."""
+        self._interrupt()
         index, flag = self._MPI.Request.Testany(reqs)
         if flag and index != self._MPI.UNDEFINED:
             return index
@@ -1092,12 +1094,12 @@ class GroupComm:
 
     def send_bytes(self, data: bytes, dest: int, tag: int) -> None:
         self._check()
-        self._wait(self._comm.Isend([data, self._MPI.BYTE], dest=dest, tag=tag))
+        self._wait(self._comm.Isend([data, self._MPI.BYTE], dest=dest, tag=tag), dest)
 
     def recv_bytes(self, source: int, tag: int) -> bytes:
         """The next byte message from `source` with `tag`, waited for without spinning."""
         self._check()
-        data, _ = recv_bytes(self._comm, source, tag, interrupt=self._check)
+        data, _ = recv_bytes(self._comm, source, tag, interrupt=lambda: self._interrupt(source))
         return bytes(data)
 
     def __getattr__(self, name: str) -> Any:

@@ -14,6 +14,9 @@ from enum import Enum
 from typing import Any
 
 
+# how the line of a search that lost or retired every group begins (`mpiopt status` offers the --resume)
+NO_GROUP_LEFT = "every group was"
+
 class TrialStatus(str, Enum):
     RUNNING = "running"
     COMPLETED = "completed"

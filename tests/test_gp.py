@@ -155,12 +155,25 @@ def test_outliers_are_fitted_at_the_worst_loss_within_the_fence():
     from mpiopt.search._bayesian import prior_mean, tame_outliers
 
     y = np.array([0.5, 1.0, 2.0, 3.0, 1e12, 250.0])
-    tamed, fence, top = tame_outliers(y)  # median 2.5, best 0.5: the fence at 2.5 + 100 * 2
-    assert fence == 202.5 and top == 3.0 and tamed.tolist() == [0.5, 1.0, 2.0, 3.0, 3.0, 3.0]
-    plain = np.array([0.5, 1.0, 2.0, 3.0])
-    assert tame_outliers(plain)[0] is plain and tame_outliers(plain)[1] == np.inf
+    tamed, fence, top = tame_outliers(y)  # quartiles 1.25 and 188.25: the fence 100 ranges above
+    assert fence == pytest.approx(188.25 + 100 * 187) and top == 250.0
+    assert tamed.tolist() == [0.5, 1.0, 2.0, 3.0, 250.0, 250.0]
+    for ties in ([1.0, 1.0, 1.0, 2.0, 3.0], [0.0] * 5 + [1.0, 5.0, 10.0]):  # results at the best are no reason
+        assert tame_outliers(np.array(ties))[0].tolist() == ties
+    assert tame_outliers(np.array([1.0, 1.0, 1.0, 1.0]))[1] == np.inf  # no spread: nothing is far
     mean, sd = prior_mean(np.array([1.0, 1e200, 2e200]))  # squares past float64: scaled first
     assert np.isfinite(mean) and sd == pytest.approx(np.std([0.0, 0.5, 1.0]) * 2e200)
+
+
+def test_a_round_tames_a_penalty_that_comes_after_it_was_built():
+    space = Space((Real("x", -5.0, 10.0), Real("y", 0.0, 15.0)))
+    s = BayesianSearch(space, seed=0, initial_points=5)
+    for i in range(12):
+        p = s.ask(i)
+        s.tell(i, p, branin(p))
+    round_ = s.prepare_round()
+    worst = max(v for _, v in s.completed)
+    assert round_._tamed(1e12) == worst and round_._tamed(worst / 2) == worst / 2
 
 
 def test_deferred_fits_follow_every_result_while_the_data_is_small_then_every_tenth():

@@ -391,6 +391,45 @@ def test_a_rank_waiting_for_a_peer_whose_function_returned_gives_up():
         assert 1.5 < waited < 2 + RETURNED_GRACE_S - 1, waited
 
 
+RETURNED_POINT_TO_POINT = """
+import time
+from mpi4py import MPI
+from mpiopt._errors import GroupPeerReturned
+from mpiopt.transport import RETURNED_GRACE_S, GroupComm
+world = MPI.COMM_WORLD
+rank = world.Get_rank()
+comm = GroupComm(world)
+seen = []
+if rank == 1:  # returns without sending what rank 0 waits for
+    comm.notify_return()
+elif rank == 2:  # a live, slow peer: its message comes after rank 1's grace ran out
+    time.sleep(RETURNED_GRACE_S + 1.5)
+    comm.send("late", dest=0)
+    comm.notify_return()
+else:
+    began = time.monotonic()
+    try:
+        comm.recv_bytes(1, 77)
+    except GroupPeerReturned as exc:
+        seen.append((exc.line(), round(time.monotonic() - began)))
+    seen.append(comm.recv(source=2))
+    comm.notify_return()
+comm.close()
+every = world.gather(seen)
+if rank == 0:
+    print(every[0], flush=True)
+"""
+
+
+def test_a_receive_gives_up_on_the_peer_that_returned_and_waits_for_the_others():
+    p = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, "-c", RETURNED_POINT_TO_POINT],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    (said, waited), late = ast.literal_eval(p.stdout.strip())
+    assert said.startswith("rank 1 returned from the function while rank 0 waited for it") and late == "late"
+    assert RETURNED_GRACE_S <= waited <= RETURNED_GRACE_S + 5  # waited out the grace, not for ever
+
+
 def test_failure_notices_never_leak_into_the_next_trial():
     p = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-c", STALE_NOTICES], capture_output=True,
                        text=True, timeout=60)

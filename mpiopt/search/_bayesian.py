@@ -10,8 +10,8 @@ independent random draws). Then the surrogate takes over:
 * `RF`, `ET`, `GBRT`: scikit-optimize's tree surrogates, the pending points at the best completed
   value (the constant liar).
 
-Trials that did not complete are fitted at the worst completed value (never as good as any),
-and so are results beyond a fence far above the median (`tame_outliers`).
+Trials that did not complete are fitted at the worst completed value (never as good as any); the
+GP fits results far above the rest at the worst within a fence (`tame_outliers`).
 
 The GP's prior mean is pessimistic: the worst loss seen plus a fifth of the range of the losses
 (`prior_mean`), not their average. Where the model knows nothing it expects a bad trial, so the
@@ -46,7 +46,7 @@ warnings.filterwarnings("ignore", module=r"sklearn\.gaussian_process")
 warnings.filterwarnings("ignore", module=r"skopt\.")
 
 PESSIMISM = 0.2  # the prior mean sits this share of the losses' range above the worst loss seen
-OUTLIER_REACH = 100  # see `tame_outliers`
+OUTLIER_REACH = 100  # interquartile ranges above the upper quartile: see `tame_outliers`
 
 # Past these sizes the GP works on a bounded part of its data, so that a round costs about the same
 # after 20,000 results as after a few hundred and its memory stays bounded (docs/design.md, "The
@@ -72,17 +72,18 @@ def prior_mean(y: np.ndarray) -> tuple[float, float]:
 
 
 def tame_outliers(y: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """The losses as the GP fits them, with the fence and the value above it: a loss more than
-    OUTLIER_REACH times the median's distance from the best beyond the median (a penalty such as
-    1e12 for an infeasible point) is fitted at the worst loss within the fence, as a failed trial
-    is. Left as they are, a few such values set the output scale, and the GP sees the rest as flat."""
-    best, median = float(y.min()), float(np.median(y))
-    fence = median + OUTLIER_REACH * (median - best)
-    far = y > fence
-    if not far.any() or far.all():
+    """The losses as the GP fits them, with the fence and the value a loss beyond it is fitted at:
+    a loss more than OUTLIER_REACH interquartile ranges above the upper quartile (a penalty such
+    as 1e12 for an infeasible point) is fitted at the worst loss within the fence, as a failed
+    trial is. Left as they are, a few such values set the output scale, and the GP sees the rest
+    as flat. Where the quartiles meet (ties), no loss is called far from the rest."""
+    low, high = np.quantile(y, [0.25, 0.75])
+    if not high > low:
         return y, math.inf, math.inf
+    fence = float(high + OUTLIER_REACH * (high - low))
+    far = y > fence
     top = float(y[~far].max())
-    return np.where(far, top, y), fence, top
+    return (np.where(far, top, y) if far.any() else y), fence, top
 
 
 def _gbrt(random_state: int):
