@@ -266,7 +266,7 @@ class BayesianSearch(Searcher):
     def _posterior(self, extra: int, *, defer_fit: bool = False, checkpoint: Checkpoint | None = None):
         """The GP on the data, with every pending point added at its fantasy value; the kernel is
         fitted first unless `defer_fit` and there is a fit to keep."""
-        X, y, n_done, fence = self._data()
+        X, y, n_done, taming = self._data()
         if checkpoint is not None:
             checkpoint()
         mean, sd = prior_mean(y)
@@ -293,7 +293,7 @@ class BayesianSearch(Searcher):
             rows[tuple(encode(self.space, p))] = (row, post.add_fantasy(x, self.batch_rule, best))
         C = _gp.candidates(self.coder, X[:n_done], ys[:n_done], rng)
         post.set_candidates(C, checkpoint)
-        return post, (mean, sd, best, float(ys.max()), fence), rng, known, rows
+        return post, (mean, sd, best, float(ys.max()), taming), rng, known, rows
 
     def _propose(self, post: _gp.Posterior, best: float) -> None:
         """Remember each acquisition's favourite candidate, for gp_hedge's credit at the next fit."""
