@@ -26,10 +26,10 @@ from . import _results_view as view
 from ._errors import ConfigError, file_error, storage_text
 from ._files import refuse_a_file_in_the_way
 from ._log import FILE_ONLY, STATS, HeldLines, log_to_file, set_rank_tag, setup_logging, stop_logging_to
-from .launch import (ABORT_GRACE_S, END_GRACE_S, INTERRUPTED_AT_START, abort_job, agree_at_start, agree_or_raise,
-                     catch_sigterm, env_size, hold_warnings, interrupted_line, interrupted_outside_a_command,
-                     interrupts_at_safe_points, let_stops_go, mpi_main, prepare_threads, raise_if_interrupted,
-                     ranks_on_hosts, relaunch, release_held_signals, release_stops, say_error, start_mpi, warn_once)
+from .launch import (ABORT_GRACE_S, END_GRACE_S, INTERRUPTED_AT_START, abort_job, agree_or_raise, catch_sigterm,
+                     env_size, hold_warnings, interrupted_line, interrupted_outside_a_command,
+                     interrupts_at_safe_points, mpi_main, prepare_threads, raise_if_interrupted, ranks_on_hosts,
+                     relaunch, release_stops, say_error, start_mpi, starting, warn_once)
 from .space import Categorical, distinct_points
 from .trial import TrialRecord, TrialResult, TrialStatus
 
@@ -1485,14 +1485,9 @@ def _check_under_mpi(args) -> int:
     except ConfigError as exc:
         cfg = None
         _env.defer(exc)
-    agree_at_start(comm)
-    try:
+    with starting(comm):
         agree_on_space_and_data(comm, cfg, hosts)
         placement = place_devices(comm, cfg, coordinator=0)  # every node deals its own GPUs, as the search does
-    except BaseException:
-        release_held_signals()
-        raise
-    let_stops_go(comm)
     lines, error = None, None
     if comm.Get_rank() == 0:  # the preflight trains a model: once, not on every rank
         try:

@@ -106,8 +106,9 @@ def _mapping_no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_no_duplicates)
 # YAML 1.2 reads `1e-4` as a number; PyYAML (YAML 1.1) wants a dot (`1.0e-4`) and reads it as text
-_FLOAT_WITHOUT_DOT = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
-_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_WITHOUT_DOT, list("-+0123456789"))
+_FLOAT_WITHOUT_DOT = ("tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+                      list("-+0123456789"))
+_StrictLoader.add_implicit_resolver(*_FLOAT_WITHOUT_DOT)
 
 
 @functools.cache
@@ -121,16 +122,13 @@ def yaml_dumper(fast: bool = False) -> type:
     class Dumper(base):
         pass
 
-    Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_WITHOUT_DOT, list("-+0123456789"))
+    Dumper.add_implicit_resolver(*_FLOAT_WITHOUT_DOT)
     return Dumper
-
-
-_DUMPER = yaml_dumper()
 
 
 def dump_yaml(value: Any, **options: Any) -> str:
     """`value` as YAML that `load_value` and the search-space file read back as it was."""
-    return yaml.dump(value, Dumper=_DUMPER, **options)
+    return yaml.dump(value, Dumper=yaml_dumper(), **options)
 
 
 def load_value(text: str) -> Any:
@@ -278,7 +276,7 @@ def load_config(path: str | os.PathLike, *, resolve: bool = True) -> Config:
         raise ConfigError(f"not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}); expected a YAML file",
                           source=src) from None
     try:
-        raw = yaml.load(text, Loader=_StrictLoader)
+        root, raw = _read_yaml(text)
     except _DuplicateKey as exc:
         raise ConfigError(f"invalid YAML: {exc}", source=src) from None
     except yaml.constructor.ConstructorError as exc:
@@ -301,14 +299,23 @@ def load_config(path: str | os.PathLike, *, resolve: bool = True) -> Config:
     cfg = parse_config(raw, path=p.resolve(), source=src, resolve=False)
     # The user's file only: a run's config.yaml of an older mpiopt spells out every training key.
     _check_unread_training_keys(cfg.objective, cfg.search, raw.get("training"), src)
-    cfg = replace(cfg, yes_no_words=_yes_no_words(text))
+    cfg = replace(cfg, yes_no_words=_yes_no_words(root))
     return resolve_objective(cfg, src) if resolve else cfg
 
 
-def _yes_no_words(text: str) -> tuple[str, ...]:
+def _read_yaml(text: str) -> tuple[Any, Any]:
+    """The file's node tree and its value, read once (what `yaml.load` does, the tree kept)."""
+    loader = _StrictLoader(text)
+    try:
+        root = loader.get_single_node()
+        return root, (loader.construct_document(root) if root is not None else None)
+    finally:
+        loader.dispose()
+
+
+def _yes_no_words(root: Any) -> tuple[str, ...]:
     """The choices and condition values written yes, no, on or off, which YAML 1.1 reads as
     booleans: `{choices: [NO, SE, DK]}` gives False for Norway, which is seldom what was meant."""
-    root = yaml.compose(text, Loader=_StrictLoader)
     found = []
     for name, spec in _entries(_entry(root, "parameters")):
         for key in ("choices", "when"):

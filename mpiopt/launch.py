@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -199,13 +199,8 @@ def _run_rank(comm, cfg, command: Callable[[Any, str | None], int], coordinator:
               interrupted: Callable[[], str]) -> int:
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
-        agree_at_start(comm)  # a start-up error some ranks met before MPI started (cli.main)
-        try:
+        with starting(comm):  # a start-up error some ranks met before MPI started (cli.main)
             placement = place_devices(comm, cfg, coordinator=0 if coordinator and size > 1 else None)
-        except BaseException:
-            release_held_signals()
-            raise
-        let_stops_go(comm)
         return command(comm, placement)
     except ConfigError as exc:  # raised on every rank alike (agreed before)
         if rank == 0:
@@ -443,6 +438,20 @@ def place_devices(comm, cfg, *, coordinator: int | None) -> str | None:
     return "; ".join(line for line in lines if line) if rank == 0 else None
 
 
+@contextlib.contextmanager
+def starting(comm) -> Iterator[None]:
+    """The start of a job under MPI: `agree_at_start`, then the body (placing the ranks, in MPI's
+    blocking calls) with signals still held, then `let_stops_go`. A body that raises lets them go
+    on this rank only: its error is agreed on every rank, or ends the job."""
+    agree_at_start(comm)
+    try:
+        yield
+    except BaseException:
+        _release_held_signals()
+        raise
+    let_stops_go(comm)
+
+
 def agree_at_start(comm) -> None:
     """Raise, on every rank, the KeyboardInterrupt of a Ctrl-C or SIGTERM any rank noted before
     (`hold_stops_until_mpi`), else the first start-up error any rank met before MPI started
@@ -466,7 +475,7 @@ def agree_at_start(comm) -> None:
         failed = {rank: host for rank, host in enumerate(seen) if host is not None}
         raise ConfigError(message if len(failed) == len(seen) else f"{message} ({ranks_on_hosts(failed)})")
     except BaseException:
-        release_held_signals()
+        _release_held_signals()
         raise
 
 
@@ -480,7 +489,7 @@ def let_stops_go(comm, *, agreed: bool = False) -> None:
     try:
         stopped = agreed or _any_rank_stopped(comm)
     finally:
-        stopped |= release_held_signals()
+        stopped |= _release_held_signals()
     if stopped:
         _stopped_at_start()
 
@@ -494,7 +503,7 @@ def _any_rank_stopped(comm) -> bool:
     return bool(highest(comm, int(_interrupts.stopped_before_mpi)))
 
 
-def release_held_signals() -> bool:
+def _release_held_signals() -> bool:
     """The held signals' handlers back, and SIGTERM caught; whether one was noted meanwhile."""
     stopped = _restore_held_signals()
     catch_sigterm()

@@ -414,9 +414,8 @@ def _unit_axis(series, log: bool, choices: list | None = None,
     inactive = series.isna().to_numpy()
     if _is_categorical(series):
         cats, index = _category_index(series, categories)
-        scale = 1 / (len(cats) - 1) if len(cats) > 1 else 0.0
-        unit = index * scale if len(cats) > 1 else np.where(np.isnan(index), np.nan, 0.5)
-        ticks = [(i * scale if len(cats) > 1 else 0.5, v) for i, v in enumerate(cats)]
+        scale, at = (1 / (len(cats) - 1), 0.0) if len(cats) > 1 else (0.0, 0.5)  # one category: mid-axis
+        unit, ticks = index * scale + at, [(i * scale + at, v) for i, v in enumerate(cats)]
     else:
         raw = _numeric(series, log)
         known = raw[~inactive]

@@ -121,12 +121,6 @@ def wait(req, *, interrupt=None, spin: float | None = None) -> None:
         backoff.sleep()
 
 
-def _notice_buffer():
-    import numpy as np
-
-    return np.zeros(2, dtype=np.int64)  # kind, collective calls
-
-
 def cancel(req) -> None:
     """Cancel a posted receive unless it completed (then it is simply completed)."""
     if not req.Test():
@@ -815,6 +809,8 @@ class GroupComm:
     """
 
     def __init__(self, group_comm) -> None:
+        import numpy as np
+
         MPI = _mpi()
         self._MPI = MPI
         self._comm = group_comm.Dup()
@@ -822,7 +818,7 @@ class GroupComm:
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
         self._peers = [r for r in range(self.size) if r != self.rank]
-        self._notice_bufs = {r: _notice_buffer() for r in self._peers}
+        self._notice_bufs = {r: np.zeros(2, dtype=np.int64) for r in self._peers}  # kind, collective calls
         self._notices = {r: self._post_notice(r) for r in self._peers}
         self._received = dict.fromkeys(self._peers, 0)
         self._sent: list = []
